@@ -1,0 +1,206 @@
+# GDDR -- parameter server and client library.
+#
+#   make            build everything under build/
+#   make check      install missing packages, build, run the Check suite
+#   make demo       install missing packages, build, train Fashion-MNIST
+#   make install PREFIX=/usr/local DESTDIR=
+#   make SANITIZER=address|undefined
+#   make WITH_CUDA=0  (force a CPU-only build)
+#
+# Every output goes under build/. The protobuf-c code is generated there.
+
+CC        ?= cc
+BUILD     ?= build
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+SANITIZER ?=
+VERSION   := 0.1.0
+
+CUDA_HOME ?= /usr/local/cuda
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
+WITH_CUDA ?= auto
+CUDA_ARCH ?= 90
+
+ifeq ($(WITH_CUDA),0)
+  USE_CUDA :=
+else ifneq ($(NVCC),)
+  USE_CUDA := 1
+else ifeq ($(WITH_CUDA),1)
+  $(error WITH_CUDA=1 but no nvcc was found; set NVCC=/path/to/nvcc)
+endif
+
+PKGS      := libzmq libprotobuf-c liburing inih
+HAVE_SYSTEMD := $(shell pkg-config --exists libsystemd 2>/dev/null && echo 1)
+ifeq ($(HAVE_SYSTEMD),1)
+  PKGS += libsystemd
+endif
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+
+WARN      := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
+CFLAGS    ?= -O2 -g
+ALL_CFLAGS := $(CFLAGS) $(WARN) -std=gnu11 -pthread -fPIC -MMD -MP \
+              -Iclient/include -Icommon -Ikernels -Iserver -Iclient/train -I$(BUILD)/proto $(PKG_CFLAGS) \
+              -DGDDR_VERSION=\"$(VERSION)\"
+LDLIBS    := $(PKG_LIBS) -lz -lm -pthread
+ifeq ($(HAVE_SYSTEMD),1)
+  ALL_CFLAGS += -DHAVE_LIBSYSTEMD
+endif
+ifneq ($(SANITIZER),)
+  ALL_CFLAGS += -fsanitize=$(SANITIZER) -fno-omit-frame-pointer
+  LDFLAGS    += -fsanitize=$(SANITIZER)
+endif
+
+ifeq ($(USE_CUDA),1)
+  ALL_CFLAGS += -DGDDR_HAVE_CUDA -I$(CUDA_HOME)/include
+  CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
+  NVCCFLAGS  ?= -O3 -std=c++17 -arch=sm_$(CUDA_ARCH) -Xcompiler -fPIC \
+                -Iclient/include -Icommon -Ikernels -DGDDR_HAVE_CUDA
+endif
+
+Q := @
+ifeq ($(V),1)
+  Q :=
+endif
+
+# ---- sources ---------------------------------------------------------------
+PROTO_C    := $(BUILD)/proto/gddr.pb-c.c
+PROTO_H    := $(BUILD)/proto/gddr.pb-c.h
+COMMON_SRC := $(wildcard common/*.c)
+KERNEL_SRC := $(wildcard kernels/*.c)
+KERNEL_CU  := $(if $(USE_CUDA),$(wildcard kernels/*.cu))
+CLIENT_SRC := $(wildcard client/src/*.c)
+SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
+TRAIN_SRC  := $(filter-out client/train/gddr-train.c,$(wildcard client/train/*.c))
+TEST_SRC   := $(wildcard tests/check_*.c) tests/run_checks.c
+BENCH_SRC  := $(wildcard tests/bench_*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+PROTO_O  := $(BUILD)/obj/proto/gddr.pb-c.o
+COMMON_O := $(call obj,$(COMMON_SRC)) $(PROTO_O)
+KERNEL_O := $(call obj,$(KERNEL_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(KERNEL_CU))
+CLIENT_O := $(call obj,$(CLIENT_SRC))
+SERVER_O := $(call obj,$(SERVER_SRC))
+TRAIN_O  := $(call obj,$(TRAIN_SRC))
+TEST_O   := $(call obj,$(TEST_SRC))
+
+LIB_A    := $(BUILD)/lib/libgddr-client.a
+LIB_SO   := $(BUILD)/lib/libgddr-client.so
+SERVER_A := $(BUILD)/lib/libgddr-server.a
+TRAIN_A  := $(BUILD)/lib/libgddr-train.a
+BINS     := $(BUILD)/bin/gddr-ps $(BUILD)/bin/gddr-train $(BUILD)/bin/gddr-ctl
+TESTBIN  := $(BUILD)/bin/gddr-tests
+BENCHES  := $(patsubst tests/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
+
+.PHONY: all deps check demo install clean cuda-status bench
+all: cuda-status $(LIB_A) $(LIB_SO) $(BINS) $(TESTBIN) $(BENCHES) $(BUILD)/gddr-client.pc
+
+cuda-status:
+ifeq ($(USE_CUDA),1)
+	@echo "✓ CUDA: building kernels with $(NVCC) for sm_$(CUDA_ARCH)"
+else
+	@echo "✗ CUDA: nvcc not found or WITH_CUDA=0; building the CPU kernels only"
+endif
+
+# ---- rules -----------------------------------------------------------------
+$(PROTO_C) $(PROTO_H): proto/gddr.proto
+	@mkdir -p $(BUILD)/proto
+	@echo "  PROTOC $<"
+	$(Q)protoc-c --c_out=$(BUILD)/proto --proto_path=proto $<
+
+# Everything may include the generated header, so it must exist first.
+$(BUILD)/obj/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	@echo "  CC     $<"
+	$(Q)$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(PROTO_O): $(PROTO_C) $(PROTO_H)
+	@mkdir -p $(dir $@)
+	@echo "  CC     $<"
+	$(Q)$(CC) $(ALL_CFLAGS) -Wno-shadow -c $< -o $@
+
+$(BUILD)/obj/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	@echo "  NVCC   $<"
+	$(Q)$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB_A): $(CLIENT_O) $(COMMON_O) $(KERNEL_O)
+	@mkdir -p $(dir $@)
+	@echo "  AR     $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(LIB_SO): $(CLIENT_O) $(COMMON_O) $(KERNEL_O)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) -shared -Wl,-soname,libgddr-client.so.0 $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+$(SERVER_A): $(SERVER_O)
+	@mkdir -p $(dir $@)
+	@echo "  AR     $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(TRAIN_A): $(TRAIN_O)
+	@mkdir -p $(dir $@)
+	@echo "  AR     $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/gddr-ps: $(BUILD)/obj/server/main.o $(SERVER_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/bin/gddr-train: $(BUILD)/obj/client/train/gddr-train.o $(TRAIN_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/bin/gddr-%: $(BUILD)/obj/server/tools/gddr-%.o $(LIB_A)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+$(TESTBIN): $(TEST_O) $(SERVER_A) $(TRAIN_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs check) $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/bin/bench_%: $(BUILD)/obj/tests/bench_%.o $(SERVER_A) $(TRAIN_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+$(BUILD)/gddr-client.pc: Makefile
+	@mkdir -p $(BUILD)
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gddr-client\nDescription: GDDR parameter-server client library\nVersion: %s\nRequires.private: libzmq libprotobuf-c inih\nLibs: -L$${libdir} -lgddr-client\nLibs.private: -lz -lm -pthread %s\nCflags: -I$${includedir}\n' \
+	  '$(PREFIX)' '$(VERSION)' '$(CUDA_LIBS)' > $@
+
+# ---- top-level jobs --------------------------------------------------------
+deps:
+	@scripts/install-deps.sh
+
+check: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/run-checks.sh
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@scripts/demo.sh
+
+bench: all
+	@scripts/bench.sh
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	  $(DESTDIR)$(PREFIX)/include/gddr $(DESTDIR)$(PREFIX)/share/gddr
+	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libgddr-client.so.0
+	ln -sf libgddr-client.so.0 $(DESTDIR)$(PREFIX)/lib/libgddr-client.so
+	install -m 644 client/include/gddr/*.h $(DESTDIR)$(PREFIX)/include/gddr/
+	install -m 644 $(BUILD)/gddr-client.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	install -m 644 config/*.ini config/*.service $(DESTDIR)$(PREFIX)/share/gddr/
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)

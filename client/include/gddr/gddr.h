@@ -1,0 +1,224 @@
+/* gddr.h -- the public API of libgddr-client.
+ *
+ * A trainer links libgddr-client to keep its model on a gddr-ps parameter
+ * server: it registers named float32 tensors, pulls parameters and pushes
+ * gradients. Everything in this folder (client/include/gddr/) is supported
+ * API; nothing else is.
+ *
+ * Conventions (nng/libuv style): every call returns a gddr_err (GDDR_OK = 0)
+ * unless it says otherwise; handles are opaque; gddr_client_close() NULLs the
+ * caller's pointer. One gddr_client must be used by one thread at a time. The
+ * library never calls exit() and prints nothing unless a logger is set.
+ */
+#ifndef GDDR_GDDR_H
+#define GDDR_GDDR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One list of every error, used for the enum, gddr_strerror() and the wire
+ * (the numeric code travels in error replies, so never renumber a row). */
+#define GDDR_ERRORS(X)                                                        \
+    X(GDDR_OK, 0, "success")                                                  \
+    X(GDDR_EINVAL, 1, "invalid argument")                                     \
+    X(GDDR_ENOMEM, 2, "out of memory")                                        \
+    X(GDDR_ETIMEDOUT, 3, "timed out waiting for the server")                  \
+    X(GDDR_EPROTO, 4, "malformed or unexpected message")                      \
+    X(GDDR_ENOKEY, 5, "unknown tensor")                                       \
+    X(GDDR_ELENGTH, 6, "tensor length does not match")                        \
+    X(GDDR_EVERSION, 7, "version from the future")                            \
+    X(GDDR_ENONFINITE, 8, "NaN or Inf in values")                             \
+    X(GDDR_ETOOBIG, 9, "message too large")                                   \
+    X(GDDR_EGRADNORM, 10, "gradient norm above max_grad_norm")                \
+    X(GDDR_ENOTSUP, 11, "not supported in this build")                        \
+    X(GDDR_ECONFIG, 12, "bad configuration")                                  \
+    X(GDDR_EIO, 13, "input/output error")                                     \
+    X(GDDR_ESHUTDOWN, 14, "server is shutting down")                          \
+    X(GDDR_EBITMAP, 15, "chunk bitmap does not match the payload")            \
+    X(GDDR_ESTATE, 16, "call not valid in this state")                        \
+    X(GDDR_ECUDA, 17, "CUDA or cuBLAS call failed")                           \
+    X(GDDR_EWORKER, 18, "bad worker rank")                                    \
+    X(GDDR_ENOTICKET, 19, "unknown or already completed ticket")
+
+typedef enum gddr_err {
+#define GDDR__ERR_ENUM(name, num, text) name = num,
+    GDDR_ERRORS(GDDR__ERR_ENUM)
+#undef GDDR__ERR_ENUM
+} gddr_err;
+
+/* Returns a static English sentence for an error code; never NULL. */
+const char *gddr_strerror(int err);
+
+/* Log levels, also used by gddr-ps. */
+enum { GDDR_LOG_ERROR = 0, GDDR_LOG_WARN = 1, GDDR_LOG_INFO = 2, GDDR_LOG_DEBUG = 3 };
+
+/* A logger callback; msg is one line without a newline, valid only during
+ * the call. Called from the thread that logs (the caller's or the library's
+ * background thread). */
+typedef void (*gddr_log_fn)(void *user, int level, const char *msg);
+
+/* Consistency modes a server runs in (the client learns it at hello). */
+typedef enum gddr_mode { GDDR_MODE_ASYNC = 0, GDDR_MODE_SYNC = 1, GDDR_MODE_SSP = 2 } gddr_mode;
+
+/* DC-ASGD compensation forms (DESIGN section 6 step 3). */
+typedef enum gddr_dc_mode { GDDR_DC_DIAG = 0, GDDR_DC_IDENTITY = 1 } gddr_dc_mode;
+
+/* Client options. Start from GDDR_CLIENT_OPTS_INIT and change what you need.
+ * Strings are copied by gddr_client_open(); the caller keeps ownership. */
+typedef struct gddr_client_opts {
+    const char *server;     /* endpoint, e.g. "tcp://127.0.0.1:5555" (required) */
+    int rank;               /* worker rank; -1: GDDR_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, RANK, else 0 */
+    int world_size;         /* number of workers; 0: GDDR_WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, WORLD_SIZE, else 1 */
+    int timeout_ms;         /* bound on every wait for a reply */
+    int reconnect_timeout_ms; /* how long to keep retrying a lost server before failing */
+    double clip_norm;       /* global-norm gradient clipping; 0 = off */
+    double dc_lambda;       /* DC-ASGD lambda (lambda0 when adaptive); 0 = off */
+    int dc_mode;            /* gddr_dc_mode */
+    int dc_adaptive;        /* 1: lambda_t = lambda0 / sqrt(ms_t + eps) */
+    double dc_ms_decay;     /* EMA factor of g^2 for adaptive DC */
+    double delay_fraction;  /* GDDR alpha; 0 = dense pushes */
+    uint64_t seed;          /* seed of the GDDR hold mask */
+    int residual_checkpoint_steps; /* attach the residual to a push every N steps; 0 = never */
+    double replay_decay;    /* gamma of orphan installments */
+    int async_pipeline;     /* 1: gddr_step_submit() runs on a library thread */
+    gddr_log_fn log;        /* NULL: silent */
+    void *log_user;
+    int log_level;          /* GDDR_LOG_* */
+} gddr_client_opts;
+
+#define GDDR_CLIENT_OPTS_INIT                                                 \
+    { NULL, -1, 0, 5000, 30000, 0.0, 0.0, GDDR_DC_DIAG, 0, 0.95, 0.0,         \
+      0x9e3779b97f4a7c15ull, 0, 0.5, 1, NULL, NULL, GDDR_LOG_WARN }
+
+typedef struct gddr_client gddr_client;
+
+/* A handle for a request in flight; pass to gddr_wait(). */
+typedef uint64_t gddr_ticket;
+
+/* Opens a client and says hello to the server (bounded by timeout_ms).
+ * On success *out owns a new client, released by gddr_client_close(). */
+int gddr_client_open(const gddr_client_opts *opts, gddr_client **out);
+
+/* Like gddr_client_open() with options read from the [client] section of an
+ * INI file; fields of `overrides` that differ from GDDR_CLIENT_OPTS_INIT win
+ * (pass NULL for none). A config error is reported through errbuf as
+ * "file:line: key: text". */
+int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides,
+                         gddr_client **out, char *errbuf, size_t errlen);
+
+/* Closes the socket, frees everything and sets *c to NULL. NULL-safe. */
+void gddr_client_close(gddr_client **c);
+
+/* The last error's detailed message (e.g. the server's text); owned by the
+ * client, valid until the next call on it. */
+const char *gddr_client_errmsg(const gddr_client *c);
+
+/* What the server said at hello and since. */
+typedef struct gddr_server_info {
+    uint64_t epoch;         /* changes on every server restart */
+    int mode;               /* gddr_mode in force now */
+    int tau;                /* current GDDR delay bound the server asks for */
+    int chunk;              /* chunk size in elements */
+    int workers;            /* workers the server expects */
+    int rank;               /* this client's rank */
+} gddr_server_info;
+int gddr_client_info(gddr_client *c, gddr_server_info *out);
+
+/* Registers tensor `key` with n initial values. The first registration
+ * creates it; later ones with the same n return the existing tensor (values
+ * unchanged); another n is GDDR_ELENGTH. *id receives a small integer used by
+ * the other calls; *version (may be NULL) the tensor's version. */
+int gddr_register(gddr_client *c, const char *key, const float *init, size_t n,
+                  int *id, uint64_t *version);
+
+/* Blocking pull: copies the tensor into out (n floats) once its version is
+ * at least min_version (0: now). *version (may be NULL) receives the version
+ * returned, which the next push of this tensor is tagged with. */
+int gddr_pull(gddr_client *c, int id, float *out, uint64_t min_version, uint64_t *version);
+
+/* Tags a push explicitly; zero-initialise and set what you know. */
+typedef struct gddr_push_tags {
+    uint64_t birth_version; /* version the gradient was computed on */
+    uint64_t base_version;  /* version it was compensated to (= birth without DC) */
+    int has_birth;          /* 0: use the version of the last pull of this tensor */
+} gddr_push_tags;
+
+/* Blocking push of a dense gradient of n floats, tagged with the version of
+ * the last pull of this tensor, this client's step counter and the gradient
+ * norm. *version (may be NULL) receives the version after the server took it. */
+int gddr_push(gddr_client *c, int id, const float *grad, uint64_t *version);
+int gddr_push_ex(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
+                 uint64_t *version);
+
+/* Non-blocking forms: the request is sent and *ticket identifies it; `out`
+ * must stay valid until gddr_wait() returns for that ticket. */
+int gddr_pull_async(gddr_client *c, int id, float *out, uint64_t min_version,
+                    gddr_ticket *ticket);
+int gddr_push_async(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
+                    gddr_ticket *ticket);
+
+/* Waits up to timeout_ms (<0: the client's timeout) for a ticket; returns its
+ * result. *version (may be NULL) receives the version the reply carried. */
+int gddr_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64_t *version);
+
+/* One training step over every registered tensor, in the order the server's
+ * mode needs (DESIGN section 6): clip, DC-ASGD, GDDR residual, push, pull.
+ * grads[i] and params[i] point at tensor i's n floats (ids in registration
+ * order); params receives the parameters for the next step. */
+int gddr_step(gddr_client *c, const float *const *grads, float *const *params);
+
+/* Like gddr_step() for a gradient computed on other parameters than the
+ * last ones pulled: computed_on[i] (NULL: the last pulled) at versions[i]
+ * (NULL: the last pulled). This is how gddr-train --simulate-staleness
+ * replays old parameters; DC-ASGD compensates against computed_on. */
+int gddr_step_from(gddr_client *c, const float *const *grads, const float *const *computed_on,
+                   const uint64_t *versions, float *const *params);
+
+/* Asks the server for its Prometheus text; *text is malloc'd, the caller
+ * frees it. */
+int gddr_server_metrics_text(gddr_client *c, char **text);
+
+/* Asks the server to write a checkpoint now (it acknowledges at once and
+ * writes in the background). */
+int gddr_request_checkpoint(gddr_client *c);
+
+/* Bumps this client's step counter (gddr_step does it; call it yourself when
+ * you drive push/pull by hand). Returns the new step. */
+uint64_t gddr_next_step(gddr_client *c);
+
+/* The version of tensor id the client last pulled (what a push is tagged
+ * with by default). */
+int gddr_tensor_version(const gddr_client *c, int id, uint64_t *version);
+
+/* Counters the client kept. */
+typedef struct gddr_client_counters {
+    uint64_t steps, pushes, pulls;
+    uint64_t bytes_pushed, bytes_pulled; /* wire bytes, all frames */
+    uint64_t values_pushed;              /* floats sent in push payloads */
+    uint64_t reconnects;
+    uint64_t staleness_sum;              /* server-measured tau summed over pushes */
+    uint64_t orphans_received;           /* orphaned residuals handed to us */
+} gddr_client_counters;
+int gddr_client_counters_get(const gddr_client *c, gddr_client_counters *out);
+
+/* Server-side statistics (one request). */
+typedef struct gddr_server_stats {
+    uint64_t pushes, pulls, rejected, versions_total;
+    double staleness_mean, staleness_ema;
+    uint64_t staleness_max;
+    uint64_t staleness_hist[17]; /* tau = 0..15, last bucket >= 16 */
+    double worker_staleness_mean;  /* this worker's mean */
+    uint64_t worker_pushes;        /* this worker's pushes */
+    int tau, live_workers, mode;
+    uint64_t epoch;
+} gddr_server_stats;
+int gddr_server_stats_get(gddr_client *c, gddr_server_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GDDR_GDDR_H */

@@ -1,0 +1,713 @@
+/* client.c -- the libgddr-client connection: one DEALER socket to one
+ * gddr-ps, requests tagged with ids, replies matched to them.
+ *
+ * Every request gets a ticket (its request id). gddr_wait() reads replies
+ * off the socket, completing whichever op each answers, until the one it
+ * waits for is done or its time is up; an unanswered wait returns
+ * GDDR_ETIMEDOUT and never hangs. A reply carrying a new server epoch (a
+ * restart) or a wait that times out marks the connection for a reconnect,
+ * which gddr_step() performs by itself (re-hello, re-register, retry).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client_int.h"
+#include "gddr_hash.h"
+
+int gddr__set_err(gddr_client *c, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->errmsg, sizeof c->errmsg, fmt, ap);
+    va_end(ap);
+    gddr__logf(&c->log, GDDR_LOG_DEBUG, "%s: %s", gddr_strerror(rc), c->errmsg);
+    return rc;
+}
+
+const char *gddr_client_errmsg(const gddr_client *c)
+{
+    return c ? c->errmsg : "no client";
+}
+
+/* ---- ops table ------------------------------------------------------------ */
+
+op *gddr__op(gddr_client *c, uint64_t ticket)
+{
+    for (size_t i = 0; i < c->nops; i++)
+        if (c->ops[i].req_id == ticket)
+            return &c->ops[i];
+    return NULL;
+}
+
+static op *op_new(gddr_client *c, op_kind kind, int tensor)
+{
+    op *o = gddr__op(c, 0);
+    if (!o) {
+        size_t n = c->nops ? c->nops * 2 : 16;
+        op *p = realloc(c->ops, n * sizeof *p);
+        if (!p)
+            return NULL;
+        memset(p + c->nops, 0, (n - c->nops) * sizeof *p);
+        c->ops = p;
+        o = &c->ops[c->nops];
+        c->nops = n;
+    }
+    memset(o, 0, sizeof *o);
+    o->req_id = ++c->next_req;
+    o->kind = kind;
+    o->tensor = tensor;
+    return o;
+}
+
+/* Forgets every op in flight (after a reconnect their replies never come). */
+static void ops_fail_all(gddr_client *c, int rc)
+{
+    for (size_t i = 0; i < c->nops; i++)
+        if (c->ops[i].req_id && !c->ops[i].done) {
+            c->ops[i].done = 1;
+            c->ops[i].rc = rc;
+        }
+}
+
+/* ---- sending ---------------------------------------------------------------- */
+
+int gddr__send_req(gddr_client *c, Gddr__Request *rq, const gddr__raw *raws, int nraw,
+                   op_kind kind, int tensor, uint64_t *ticket)
+{
+    op *o = op_new(c, kind, tensor);
+    if (!o)
+        return gddr__set_err(c, GDDR_ENOMEM, "no memory for a request");
+    rq->protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq->req_id = o->req_id;
+    rq->rank = (uint32_t)c->info.rank;
+    long n = gddr__send(c->sock, NULL, &rq->base, raws, nraw);
+    if (n < 0) {
+        o->req_id = 0;
+        return gddr__set_err(c, GDDR_EIO, "send to %s failed: %s", c->server, zmq_strerror(errno));
+    }
+    if (kind == OP_PUSH)
+        c->k.bytes_pushed += (uint64_t)n;
+    else if (kind == OP_PULL)
+        c->k.bytes_pulled += (uint64_t)n;
+    *ticket = o->req_id;
+    return GDDR_OK;
+}
+
+/* ---- receiving -------------------------------------------------------------- */
+
+static void complete(gddr_client *c, gddr__frames *f)
+{
+    Gddr__Reply *r = gddr__reply__unpack(NULL, gddr__frame_size(f, 0), gddr__frame_data(f, 0));
+    if (!r) {
+        gddr__logf(&c->log, GDDR_LOG_WARN, "dropped a reply that is not a gddr.Reply");
+        return;
+    }
+    if (c->info.epoch && r->epoch != c->info.epoch) {
+        if (!c->epoch_changed)
+            gddr__logf(&c->log, GDDR_LOG_WARN, "server epoch changed (%016llx -> %016llx): it restarted",
+                       (unsigned long long)c->info.epoch, (unsigned long long)r->epoch);
+        c->epoch_changed = 1;
+    }
+    if (r->body_case == GDDR__REPLY__BODY_ORPHAN) {
+        gddr__orphan_received(c, r->orphan, f);
+        gddr__reply__free_unpacked(r, NULL);
+        return;
+    }
+    op *o = r->req_id ? gddr__op(c, r->req_id) : NULL;
+    if (!o || o->done) {
+        /* A late reply to a request we gave up on, or an error the server
+         * could not tie to a request: nothing waits for it. */
+        if (r->body_case == GDDR__REPLY__BODY_ERROR)
+            gddr__logf(&c->log, GDDR_LOG_WARN, "server error without a waiting request: %s",
+                       r->error->message);
+        gddr__reply__free_unpacked(r, NULL);
+        return;
+    }
+    o->done = 1;
+    o->rc = GDDR_OK;
+    if (o->tensor >= 0 && o->tensor < c->nt)
+        c->t[o->tensor].tau = (int)r->tau;
+    switch (r->body_case) {
+    case GDDR__REPLY__BODY_ERROR:
+        o->rc = r->error->code ? (int)r->error->code : GDDR_EPROTO;
+        gddr__set_err(c, o->rc, "server: %s", r->error->message);
+        break;
+    case GDDR__REPLY__BODY_HELLO:
+        if (o->kind != OP_HELLO)
+            goto unexpected;
+        c->info.epoch = r->epoch;
+        c->info.mode = r->hello->mode;
+        c->info.chunk = (int)r->hello->chunk;
+        c->info.tau = (int)r->hello->tau;
+        c->info.workers = (int)r->hello->workers;
+        break;
+    case GDDR__REPLY__BODY_INIT:
+        if (o->kind != OP_INIT)
+            goto unexpected;
+        o->sid = r->init->id;
+        o->version = r->init->version;
+        o->created = r->init->created;
+        break;
+    case GDDR__REPLY__BODY_PULL: {
+        if (o->kind != OP_PULL)
+            goto unexpected;
+        ctensor *t = &c->t[o->tensor];
+        if (f->n != 2 || r->pull->payload_bytes != t->n * 4 || gddr__frame_size(f, 1) != t->n * 4) {
+            o->rc = gddr__set_err(c, GDDR_ELENGTH, "pull reply for '%s' holds %zu bytes, expected %zu",
+                                  t->key, f->n == 2 ? gddr__frame_size(f, 1) : 0, t->n * 4);
+            break;
+        }
+        o->version = r->pull->version;
+        memcpy(o->out, gddr__frame_data(f, 1), t->n * 4);
+        if (o->track) {
+            if (o->out != t->last)
+                memcpy(t->last, o->out, t->n * 4);
+            t->version = o->version;
+        }
+        c->k.pulls++;
+        c->k.bytes_pulled += f->bytes;
+        break;
+    }
+    case GDDR__REPLY__BODY_PUSH:
+        if (o->kind != OP_PUSH)
+            goto unexpected;
+        o->version = r->push->version;
+        o->applied = r->push->applied;
+        o->sync_target = r->push->sync_target;
+        o->staleness = r->push->staleness;
+        o->mode = r->push->mode;
+        c->info.mode = r->push->mode;
+        c->k.pushes++;
+        break;
+    case GDDR__REPLY__BODY_STATS:
+        if (o->kind != OP_STATS)
+            goto unexpected;
+        if (o->stats) {
+            gddr_server_stats *s = o->stats;
+            memset(s, 0, sizeof *s);
+            s->pushes = r->stats->pushes;
+            s->pulls = r->stats->pulls;
+            s->rejected = r->stats->rejected;
+            s->versions_total = r->stats->versions_total;
+            s->staleness_mean = r->stats->staleness_mean;
+            s->staleness_ema = r->stats->staleness_ema;
+            s->staleness_max = r->stats->staleness_max;
+            for (size_t i = 0; i < r->stats->n_staleness_hist && i < 17; i++)
+                s->staleness_hist[i] = r->stats->staleness_hist[i];
+            s->worker_staleness_mean = r->stats->worker_staleness_mean;
+            s->worker_pushes = r->stats->worker_pushes;
+            s->tau = (int)r->tau;
+            s->live_workers = (int)r->stats->live_workers;
+            s->mode = c->info.mode;
+            s->epoch = r->epoch;
+        }
+        break;
+    case GDDR__REPLY__BODY_ACK:
+        break;
+    default:
+    unexpected:
+        o->rc = gddr__set_err(c, GDDR_EPROTO, "unexpected reply type %d", r->body_case);
+    }
+    gddr__reply__free_unpacked(r, NULL);
+}
+
+/* Reads replies until `ticket` is done or the deadline passes. */
+static int pump(gddr_client *c, uint64_t ticket, int64_t deadline)
+{
+    for (;;) {
+        op *o = gddr__op(c, ticket);
+        if (!o)
+            return GDDR_ENOTICKET;
+        if (o->done)
+            return GDDR_OK;
+        int64_t left = deadline - gddr__now_ms();
+        if (left < 0)
+            return GDDR_ETIMEDOUT;
+        zmq_pollitem_t it = { c->sock, 0, ZMQ_POLLIN, 0 };
+        int rc = zmq_poll(&it, 1, (long)left);
+        if (rc < 0 && errno != EINTR)
+            return gddr__set_err(c, GDDR_EIO, "poll: %s", zmq_strerror(errno));
+        if (rc <= 0)
+            continue;
+        gddr__frames f;
+        while (gddr__frames_recv(c->sock, &f, ZMQ_DONTWAIT) >= 0) {
+            if (f.n >= 1)
+                complete(c, &f);
+            gddr__frames_close(&f);
+        }
+    }
+}
+
+int gddr__wait_op(gddr_client *c, uint64_t ticket, int timeout_ms, op *result)
+{
+    if (timeout_ms < 0)
+        timeout_ms = c->o.timeout_ms;
+    int rc = pump(c, ticket, gddr__now_ms() + timeout_ms);
+    op *o = gddr__op(c, ticket);
+    if (rc == GDDR_ENOTICKET)
+        return gddr__set_err(c, rc, "ticket %llu is unknown or already collected",
+                             (unsigned long long)ticket);
+    if (rc == GDDR_ETIMEDOUT) {
+        o->req_id = 0; /* a late reply will be dropped */
+        return gddr__set_err(c, GDDR_ETIMEDOUT, "no reply from %s within %d ms", c->server,
+                             timeout_ms);
+    }
+    if (rc != GDDR_OK)
+        return rc;
+    if (result)
+        *result = *o;
+    rc = o->rc;
+    o->req_id = 0;
+    return rc;
+}
+
+int gddr_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64_t *version)
+{
+    if (!c)
+        return GDDR_EINVAL;
+    op r;
+    int rc = gddr__wait_op(c, ticket, timeout_ms, &r);
+    if (rc == GDDR_OK && version)
+        *version = r.version;
+    return rc;
+}
+
+/* ---- connection --------------------------------------------------------- */
+
+static int open_socket(gddr_client *c)
+{
+    if (c->sock)
+        zmq_close(c->sock);
+    c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
+    if (!c->sock)
+        return gddr__set_err(c, GDDR_EIO, "zmq_socket: %s", zmq_strerror(errno));
+    int zero = 0, ivl = 100, ivl_max = 2000;
+    zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+    if (zmq_connect(c->sock, c->server) != 0)
+        return gddr__set_err(c, GDDR_EINVAL, "cannot connect to '%s': %s", c->server,
+                             zmq_strerror(errno));
+    return GDDR_OK;
+}
+
+static int hello(gddr_client *c, int timeout_ms)
+{
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Hello h = GDDR__HELLO__INIT;
+    h.rank = (uint32_t)c->info.rank;
+    h.world_size = (uint32_t)c->o.world_size;
+    h.client = "libgddr-client/" GDDR_VERSION;
+    rq.body_case = GDDR__REQUEST__BODY_HELLO;
+    rq.hello = &h;
+    uint64_t tk;
+    int rc = gddr__send_req(c, &rq, NULL, 0, OP_HELLO, -1, &tk);
+    if (rc == GDDR_OK)
+        rc = gddr__wait_op(c, tk, timeout_ms, NULL);
+    return rc;
+}
+
+static int register_one(gddr_client *c, int i, const float *vals, int timeout_ms, op *res)
+{
+    ctensor *t = &c->t[i];
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__InitTensor in = GDDR__INIT_TENSOR__INIT;
+    in.key = t->key;
+    in.n = t->n;
+    in.payload_bytes = t->n * 4;
+    rq.body_case = GDDR__REQUEST__BODY_INIT;
+    rq.init = &in;
+    gddr__raw raw = { vals, t->n * 4, NULL, NULL };
+    uint64_t tk;
+    int rc = gddr__send_req(c, &rq, &raw, 1, OP_INIT, i, &tk);
+    if (rc == GDDR_OK)
+        rc = gddr__wait_op(c, tk, timeout_ms, res);
+    return rc;
+}
+
+/* After a restart or a lost server: a fresh socket, hello and every tensor
+ * registered again (a server restored from a checkpoint answers with the
+ * saved version; an empty one takes our last pulled values), retried with
+ * exponential backoff for up to reconnect_timeout_ms. */
+int gddr__reconnect(gddr_client *c)
+{
+    int64_t deadline = gddr__now_ms() + c->o.reconnect_timeout_ms;
+    int backoff = 100, rc = GDDR_ETIMEDOUT;
+    ops_fail_all(c, GDDR_ETIMEDOUT);
+    c->k.reconnects++;
+    gddr__logf(&c->log, GDDR_LOG_WARN, "reconnecting to %s", c->server);
+    while (gddr__now_ms() < deadline) {
+        int left = (int)(deadline - gddr__now_ms());
+        int try_ms = c->o.timeout_ms < left ? c->o.timeout_ms : left;
+        if ((rc = open_socket(c)) != GDDR_OK)
+            return rc;
+        c->info.epoch = 0;
+        c->epoch_changed = 0;
+        rc = hello(c, try_ms);
+        for (int i = 0; rc == GDDR_OK && i < c->nt; i++) {
+            op res;
+            rc = register_one(c, i, c->t[i].last, try_ms, &res);
+            if (rc == GDDR_OK) {
+                c->t[i].sid = res.sid;
+                if (res.version < c->t[i].version)
+                    gddr__logf(&c->log, GDDR_LOG_WARN,
+                               "tensor '%s' is back at version %llu (we had %llu): updates after the server's last checkpoint were lost",
+                               c->t[i].key, (unsigned long long)res.version,
+                               (unsigned long long)c->t[i].version);
+                c->t[i].version = res.version;
+            }
+        }
+        if (rc == GDDR_OK) {
+            gddr__logf(&c->log, GDDR_LOG_INFO, "reconnected to %s (epoch %016llx)", c->server,
+                       (unsigned long long)c->info.epoch);
+            return GDDR_OK;
+        }
+        if (rc != GDDR_ETIMEDOUT && rc != GDDR_EIO)
+            return rc; /* the server answered and refused: retrying won't help */
+        int nap = backoff < (int)(deadline - gddr__now_ms()) ? backoff : 0;
+        if (nap > 0)
+            usleep((useconds_t)nap * 1000);
+        backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
+    }
+    return gddr__set_err(c, GDDR_ETIMEDOUT, "server %s did not come back within %d ms", c->server,
+                         c->o.reconnect_timeout_ms);
+}
+
+int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
+{
+    if (!opts || !out || !opts->server || !opts->server[0])
+        return GDDR_EINVAL;
+    if (opts->timeout_ms <= 0 || opts->delay_fraction < 0 || opts->delay_fraction >= 1 ||
+        opts->dc_lambda < 0 || opts->clip_norm < 0 || opts->replay_decay <= 0 ||
+        opts->replay_decay > 1 || opts->dc_ms_decay < 0 || opts->dc_ms_decay >= 1)
+        return GDDR_EINVAL;
+    *out = NULL;
+    gddr_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return GDDR_ENOMEM;
+    c->o = *opts;
+    snprintf(c->server, sizeof c->server, "%s", opts->server);
+    c->o.server = c->server;
+    c->log.fn = opts->log;
+    c->log.user = opts->log_user;
+    c->log.level = opts->log_level;
+    c->info.rank = opts->rank >= 0 ? opts->rank : gddr__env_rank();
+    if (c->o.world_size <= 0)
+        c->o.world_size = gddr__env_world();
+    if (c->info.rank < 0 || c->info.rank >= 65536 || c->o.world_size < 1) {
+        free(c);
+        return GDDR_EWORKER;
+    }
+    c->zctx = zmq_ctx_new();
+    int rc = open_socket(c);
+    if (rc == GDDR_OK)
+        rc = hello(c, c->o.timeout_ms);
+    if (rc != GDDR_OK) {
+        gddr__logf(&c->log, GDDR_LOG_ERROR, "cannot open a session with %s: %s", c->server,
+                   c->errmsg);
+        gddr_client_close(&c);
+        return rc;
+    }
+    gddr__logf(&c->log, GDDR_LOG_INFO, "rank %d connected to %s (mode %d, chunk %d)",
+               c->info.rank, c->server, c->info.mode, c->info.chunk);
+    *out = c;
+    return GDDR_OK;
+}
+
+void gddr__pipeline_stop(gddr_client *c);
+void gddr__step_free(ctensor *t);
+
+void gddr_client_close(gddr_client **cp)
+{
+    if (!cp || !*cp)
+        return;
+    gddr_client *c = *cp;
+    gddr__pipeline_stop(c);
+    if (c->sock)
+        zmq_close(c->sock);
+    if (c->zctx)
+        zmq_ctx_term(c->zctx);
+    for (int i = 0; i < c->nt; i++) {
+        free(c->t[i].last);
+        free(c->t[i].g);
+        free(c->t[i].wnew);
+        free(c->t[i].ms);
+        gddr__step_free(&c->t[i]);
+    }
+    free(c->t);
+    free(c->ops);
+    free(c);
+    *cp = NULL;
+}
+
+int gddr_client_info(gddr_client *c, gddr_server_info *out)
+{
+    if (!c || !out)
+        return GDDR_EINVAL;
+    *out = c->info;
+    return GDDR_OK;
+}
+
+int gddr_client_counters_get(const gddr_client *c, gddr_client_counters *out)
+{
+    if (!c || !out)
+        return GDDR_EINVAL;
+    *out = c->k;
+    return GDDR_OK;
+}
+
+uint64_t gddr_next_step(gddr_client *c)
+{
+    return ++c->step;
+}
+
+/* ---- tensors ---------------------------------------------------------------- */
+
+int gddr_register(gddr_client *c, const char *key, const float *init, size_t n, int *id,
+                  uint64_t *version)
+{
+    if (!c || !key || !init || n == 0 || !id || strlen(key) >= 128)
+        return c ? gddr__set_err(c, GDDR_EINVAL, "register: bad arguments") : GDDR_EINVAL;
+    if (c->pipe)
+        return gddr__set_err(c, GDDR_ESTATE, "register: the step pipeline is running");
+    for (int i = 0; i < c->nt; i++)
+        if (strcmp(c->t[i].key, key) == 0)
+            return gddr__set_err(c, GDDR_EINVAL, "tensor '%s' is already registered as id %d", key, i);
+    ctensor *arr = realloc(c->t, (size_t)(c->nt + 1) * sizeof *arr);
+    if (!arr)
+        return gddr__set_err(c, GDDR_ENOMEM, "no memory");
+    c->t = arr;
+    ctensor *t = &c->t[c->nt];
+    memset(t, 0, sizeof *t);
+    snprintf(t->key, sizeof t->key, "%s", key);
+    t->keyhash = gddr_key_hash(key);
+    t->n = n;
+    t->last = malloc(n * 4);
+    t->g = malloc(n * 4);
+    t->tau = c->info.tau;
+    if (!t->last || !t->g) {
+        free(t->last), free(t->g);
+        return gddr__set_err(c, GDDR_ENOMEM, "no memory for tensor '%s'", key);
+    }
+    memcpy(t->last, init, n * 4);
+    c->nt++;
+    op res;
+    int rc = register_one(c, c->nt - 1, init, c->o.timeout_ms, &res);
+    if (rc != GDDR_OK) {
+        c->nt--;
+        free(t->last), free(t->g);
+        return rc;
+    }
+    t->sid = res.sid;
+    t->version = res.version;
+    *id = c->nt - 1;
+    if (version)
+        *version = res.version;
+    return GDDR_OK;
+}
+
+static int check_id(gddr_client *c, int id)
+{
+    if (!c)
+        return GDDR_EINVAL;
+    if (id < 0 || id >= c->nt)
+        return gddr__set_err(c, GDDR_ENOKEY, "no tensor with id %d (%d registered)", id, c->nt);
+    return GDDR_OK;
+}
+
+int gddr__pull_tensor(gddr_client *c, int i, float *out, uint64_t min_version, uint64_t step,
+                      uint64_t *ticket)
+{
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Pull p = GDDR__PULL__INIT;
+    p.id = c->t[i].sid;
+    p.min_version = min_version;
+    p.step = step;
+    p.wait_ms = (uint32_t)c->o.timeout_ms;
+    rq.body_case = GDDR__REQUEST__BODY_PULL;
+    rq.pull = &p;
+    int rc = gddr__send_req(c, &rq, NULL, 0, OP_PULL, i, ticket);
+    if (rc == GDDR_OK)
+        gddr__op(c, *ticket)->out = out;
+    return rc;
+}
+
+static int pull_tracked(gddr_client *c, int id, float *out, uint64_t min_version,
+                        gddr_ticket *ticket)
+{
+    int rc = gddr__pull_tensor(c, id, out, min_version, c->step, ticket);
+    if (rc == GDDR_OK)
+        gddr__op(c, *ticket)->track = 1;
+    return rc;
+}
+
+int gddr_pull_async(gddr_client *c, int id, float *out, uint64_t min_version, gddr_ticket *ticket)
+{
+    int rc = check_id(c, id);
+    if (rc != GDDR_OK)
+        return rc;
+    if (!out || !ticket)
+        return gddr__set_err(c, GDDR_EINVAL, "pull: NULL buffer or ticket");
+    return pull_tracked(c, id, out, min_version, ticket);
+}
+
+int gddr_pull(gddr_client *c, int id, float *out, uint64_t min_version, uint64_t *version)
+{
+    gddr_ticket tk;
+    int rc = gddr_pull_async(c, id, out, min_version, &tk);
+    if (rc != GDDR_OK)
+        return rc;
+    /* The server may park the pull for up to timeout_ms; allow for the trip. */
+    return gddr_wait(c, tk, c->o.timeout_ms + 1000, version);
+}
+
+int gddr__push_tensor(gddr_client *c, int i, const float *vals, const uint8_t *bitmap,
+                      size_t bitmap_len, size_t nvals, uint64_t birth, uint64_t base, float norm,
+                      const float *snap, const uint8_t *snap_bm, size_t snap_vals,
+                      uint64_t *ticket)
+{
+    ctensor *t = &c->t[i];
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Push p = GDDR__PUSH__INIT;
+    p.id = t->sid;
+    p.birth_version = birth;
+    p.base_version = base;
+    p.step = c->step;
+    p.grad_norm = norm;
+    p.bitmap.data = (uint8_t *)bitmap;
+    p.bitmap.len = bitmap ? bitmap_len : 0;
+    p.payload_bytes = nvals * 4;
+    gddr__raw raws[2] = { { vals, nvals * 4, NULL, NULL }, { snap, snap_vals * 4, NULL, NULL } };
+    if (snap_bm) {
+        p.residual_snapshot = 1;
+        p.residual_bitmap.data = (uint8_t *)snap_bm;
+        p.residual_bitmap.len = bitmap_len;
+        p.residual_payload_bytes = snap_vals * 4;
+    }
+    rq.body_case = GDDR__REQUEST__BODY_PUSH;
+    rq.push = &p;
+    int rc = gddr__send_req(c, &rq, raws, snap_bm ? 2 : 1, OP_PUSH, i, ticket);
+    if (rc == GDDR_OK)
+        c->k.values_pushed += nvals;
+    return rc;
+}
+
+static float norm_of(const float *g, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)g[i] * g[i];
+    return (float)sqrt(s);
+}
+
+int gddr_push_async(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
+                    gddr_ticket *ticket)
+{
+    int rc = check_id(c, id);
+    if (rc != GDDR_OK)
+        return rc;
+    if (!grad || !ticket)
+        return gddr__set_err(c, GDDR_EINVAL, "push: NULL gradient or ticket");
+    ctensor *t = &c->t[id];
+    uint64_t birth = tags && tags->has_birth ? tags->birth_version : t->version;
+    uint64_t base = tags && tags->has_birth && tags->base_version ? tags->base_version : birth;
+    return gddr__push_tensor(c, id, grad, NULL, 0, t->n, birth, base, norm_of(grad, t->n), NULL,
+                             NULL, 0, ticket);
+}
+
+int gddr_push_ex(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
+                 uint64_t *version)
+{
+    gddr_ticket tk;
+    int rc = gddr_push_async(c, id, grad, tags, &tk);
+    if (rc != GDDR_OK)
+        return rc;
+    return gddr_wait(c, tk, -1, version);
+}
+
+int gddr_push(gddr_client *c, int id, const float *grad, uint64_t *version)
+{
+    return gddr_push_ex(c, id, grad, NULL, version);
+}
+
+int gddr_server_stats_get(gddr_client *c, gddr_server_stats *out)
+{
+    if (!c || !out)
+        return GDDR_EINVAL;
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__StatsRequest s = GDDR__STATS_REQUEST__INIT;
+    rq.body_case = GDDR__REQUEST__BODY_STATS;
+    rq.stats = &s;
+    uint64_t tk;
+    int rc = gddr__send_req(c, &rq, NULL, 0, OP_STATS, -1, &tk);
+    if (rc != GDDR_OK)
+        return rc;
+    gddr__op(c, tk)->stats = out;
+    return gddr__wait_op(c, tk, -1, NULL);
+}
+
+int gddr_server_metrics_text(gddr_client *c, char **text)
+{
+    if (!c || !text)
+        return GDDR_EINVAL;
+    *text = NULL;
+    /* Asks for the Prometheus text and reads the reply by hand: it is the
+     * only reply that carries a string the caller keeps. */
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__StatsRequest s = GDDR__STATS_REQUEST__INIT;
+    s.prometheus = 1;
+    rq.body_case = GDDR__REQUEST__BODY_STATS;
+    rq.stats = &s;
+    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq.req_id = ++c->next_req;
+    rq.rank = (uint32_t)c->info.rank;
+    if (gddr__send(c->sock, NULL, &rq.base, NULL, 0) < 0)
+        return gddr__set_err(c, GDDR_EIO, "send failed: %s", zmq_strerror(errno));
+    int64_t deadline = gddr__now_ms() + c->o.timeout_ms;
+    while (gddr__now_ms() < deadline) {
+        zmq_pollitem_t it = { c->sock, 0, ZMQ_POLLIN, 0 };
+        if (zmq_poll(&it, 1, (long)(deadline - gddr__now_ms())) <= 0)
+            continue;
+        gddr__frames f;
+        if (gddr__frames_recv(c->sock, &f, ZMQ_DONTWAIT) < 0)
+            continue;
+        Gddr__Reply *r = f.n >= 1 ? gddr__reply__unpack(NULL, gddr__frame_size(&f, 0),
+                                                        gddr__frame_data(&f, 0))
+                                  : NULL;
+        gddr__frames_close(&f);
+        if (r && r->req_id == rq.req_id && r->body_case == GDDR__REPLY__BODY_STATS) {
+            *text = strdup(r->stats->prometheus ? r->stats->prometheus : "");
+            gddr__reply__free_unpacked(r, NULL);
+            return *text ? GDDR_OK : GDDR_ENOMEM;
+        }
+        if (r)
+            gddr__reply__free_unpacked(r, NULL);
+    }
+    return gddr__set_err(c, GDDR_ETIMEDOUT, "no metrics reply within %d ms", c->o.timeout_ms);
+}
+
+int gddr_request_checkpoint(gddr_client *c)
+{
+    if (!c)
+        return GDDR_EINVAL;
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
+    rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
+    rq.checkpoint = &cr;
+    uint64_t tk;
+    int rc = gddr__send_req(c, &rq, NULL, 0, OP_ACK, -1, &tk);
+    return rc == GDDR_OK ? gddr__wait_op(c, tk, -1, NULL) : rc;
+}
+
+int gddr_tensor_version(const gddr_client *c, int id, uint64_t *version)
+{
+    if (!c || !version || id < 0 || id >= c->nt)
+        return GDDR_EINVAL;
+    *version = c->t[id].version;
+    return GDDR_OK;
+}

@@ -1,0 +1,108 @@
+/* client_int.h -- libgddr-client internals shared by its files.
+ *
+ * client.c   socket, requests in flight, replies, reconnects
+ * step.c     gddr_step: clipping, DC-ASGD, GDDR residuals, push/pull order
+ * options.c  INI table and rank discovery
+ * pipeline.c the library thread behind gddr_step_submit/gddr_step_wait
+ */
+#ifndef GDDR_CLIENT_INT_H
+#define GDDR_CLIENT_INT_H
+
+#include <stdint.h>
+
+#include "gddr/gddr.h"
+#include "log.h"
+#include "wire.h"
+
+typedef enum { OP_HELLO, OP_INIT, OP_PULL, OP_PUSH, OP_STATS, OP_ACK } op_kind;
+
+/* One request in flight. */
+typedef struct op {
+    uint64_t req_id;   /* = ticket; 0 marks a free slot */
+    op_kind kind;
+    int tensor;        /* client tensor index */
+    float *out;        /* pull destination (n floats) */
+    gddr_server_stats *stats;
+    int done, rc;
+    uint64_t version, sync_target, staleness;
+    int applied, mode;
+    uint32_t sid;      /* init reply: server id */
+    int created;
+    int track;         /* pull: also update the tensor's last values and version */
+} op;
+
+/* GDDR residual state of one tensor (host or device memory). */
+typedef struct residual {
+    float *r;          /* residual, n floats */
+    uint32_t *age;     /* per chunk */
+    float *packed;     /* sent chunks, contiguous (host) */
+    uint8_t *bitmap;   /* host */
+    size_t nchunks;
+    uint32_t tau;      /* what the server last asked for */
+    float *orphan;     /* installments still to replay (NULL when none) */
+    int orphan_left;   /* installments to go */
+    float *snap;       /* residual snapshot being sent (held chunks, packed) */
+    uint8_t *snap_bm;  /* its chunk bitmap */
+} residual;
+
+typedef struct ctensor {
+    char key[128];
+    uint32_t keyhash;  /* names the tensor in the GDDR mask hash */
+    size_t n;
+    uint32_t sid;      /* id on the server */
+    uint64_t version;  /* of the last pull */
+    float *last;       /* values of the last pull (w_bak for DC, re-register) */
+    float *g;          /* work buffer: the gradient being pushed */
+    float *wnew;       /* DC: the freshly pulled parameters */
+    float *ms;         /* DC adaptive: EMA of g^2 */
+    residual res;
+    int tau;
+} ctensor;
+
+struct gddr_client {
+    gddr_client_opts o;
+    char server[512];
+    gddr__logger log;
+    void *zctx, *sock;
+    uint64_t next_req;
+    op *ops;
+    size_t nops;
+    ctensor *t;
+    int nt;
+    gddr_server_info info;
+    int epoch_changed;     /* a reply carried another epoch */
+    uint64_t step;
+    gddr_client_counters k;
+    char errmsg[512];
+    struct pipeline *pipe; /* NULL unless gddr_step_submit was used */
+};
+
+/* client.c */
+int gddr__set_err(gddr_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int gddr__send_req(gddr_client *c, Gddr__Request *rq, const gddr__raw *raws, int nraw, op_kind kind,
+                   int tensor, uint64_t *ticket);
+op *gddr__op(gddr_client *c, uint64_t ticket);
+/* Waits for one op until timeout_ms; frees its slot unless keep is set. */
+int gddr__wait_op(gddr_client *c, uint64_t ticket, int timeout_ms, op *result);
+int gddr__reconnect(gddr_client *c);
+int gddr__push_tensor(gddr_client *c, int i, const float *vals, const uint8_t *bitmap,
+                      size_t bitmap_len, size_t nvals, uint64_t birth, uint64_t base, float norm,
+                      const float *snap, const uint8_t *snap_bm, size_t snap_vals,
+                      uint64_t *ticket);
+int gddr__pull_tensor(gddr_client *c, int i, float *out, uint64_t min_version, uint64_t step,
+                      uint64_t *ticket);
+
+/* recovery.c: every residual_checkpoint_steps, the held chunks of the
+ * residual (sent_bm: the chunks sent this step, NULL = all) ride along. */
+int gddr__residual_snapshot(gddr_client *c, int i, const uint8_t *sent_bm, const float **snap,
+                            const uint8_t **snap_bm, size_t *snap_vals);
+/* An Orphan message from the server: installments to add to tensor i. */
+void gddr__orphan_received(gddr_client *c, const Gddr__Orphan *o, gddr__frames *f);
+
+/* options.c */
+int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, size_t strlen_,
+                        char *err, size_t errlen);
+int gddr__env_rank(void);
+int gddr__env_world(void);
+
+#endif

@@ -1,0 +1,140 @@
+/* options.c -- client options from an INI file ([client] section) and the
+ * rank and world size from the launcher's environment. The table below is
+ * the one place a client key is defined (README's reference comes from
+ * it too). */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_int.h"
+#include "conf.h"
+
+typedef struct client_conf {
+    char server[GDDR_CONF_STRMAX];
+    long long rank, world_size, timeout_ms, reconnect_timeout_ms, residual_checkpoint_steps;
+    double clip_norm, dc_lambda, dc_ms_decay, delay_fraction, replay_decay;
+    int dc_mode, dc_adaptive, log_level;
+    long long seed;
+} client_conf;
+
+static const char *const dc_modes[] = { "diag", "identity", NULL };
+static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
+
+#define OFF(f) offsetof(client_conf, f)
+const gddr__conf_key gddr__client_conf_table[] = {
+    { "client", "server", GDDR_CONF_STRING, OFF(server), "tcp://127.0.0.1:5555", 0, 0, NULL, 0,
+      "endpoint of gddr-ps" },
+    { "client", "rank", GDDR_CONF_INT, OFF(rank), "-1", -1, 65535, NULL, 0,
+      "worker rank; -1 = GDDR_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK or RANK" },
+    { "client", "world_size", GDDR_CONF_INT, OFF(world_size), "0", 0, 65536, NULL, 0,
+      "workers in the job; 0 = GDDR_WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE or WORLD_SIZE" },
+    { "client", "timeout_ms", GDDR_CONF_INT, OFF(timeout_ms), "5000", 1, 3600000, NULL, 0,
+      "bound on every wait for a reply" },
+    { "client", "reconnect_timeout_ms", GDDR_CONF_INT, OFF(reconnect_timeout_ms), "30000", 0,
+      86400000, NULL, 0, "how long to keep retrying a lost or restarted server" },
+    { "client", "clip_norm", GDDR_CONF_DOUBLE, OFF(clip_norm), "0", 0, 1e30, NULL, 0,
+      "clip the gradient to this global L2 norm; 0 = off" },
+    { "client", "dc_lambda", GDDR_CONF_DOUBLE, OFF(dc_lambda), "0", 0, 1e6, NULL, 0,
+      "DC-ASGD lambda (lambda0 when adaptive); 0 = off" },
+    { "client", "dc_mode", GDDR_CONF_ENUM, OFF(dc_mode), "diag", 0, 0, dc_modes, 0,
+      "diag: g + lambda*g*g*(w'-w_bak); identity: g + lambda*(w'-w_bak)" },
+    { "client", "dc_adaptive", GDDR_CONF_BOOL, OFF(dc_adaptive), "false", 0, 0, NULL, 0,
+      "lambda_t = lambda0 / sqrt(ms + eps), ms an EMA of g*g (DC-ASGD-a)" },
+    { "client", "dc_ms_decay", GDDR_CONF_DOUBLE, OFF(dc_ms_decay), "0.95", 0, 0.999999, NULL, 0,
+      "EMA factor of g*g for adaptive DC" },
+    { "client", "delay_fraction", GDDR_CONF_DOUBLE, OFF(delay_fraction), "0", 0, 0.99, NULL, 0,
+      "GDDR alpha: probability a chunk is held in the residual; 0 = dense pushes" },
+    { "client", "seed", GDDR_CONF_INT, OFF(seed), "12345", 0, 9.2e18, NULL, 0,
+      "seed of the GDDR hold mask" },
+    { "client", "residual_checkpoint_steps", GDDR_CONF_INT, OFF(residual_checkpoint_steps), "0",
+      0, 1000000, NULL, 0, "attach the held residual to a push every N steps; 0 = never" },
+    { "client", "replay_decay", GDDR_CONF_DOUBLE, OFF(replay_decay), "0.5", 0.01, 1, NULL, 0,
+      "gamma of orphan installments" },
+    { "client", "log_level", GDDR_CONF_ENUM, OFF(log_level), "warn", 0, 0, levels, 0,
+      "library log level (needs a logger callback)" },
+    { NULL, NULL, 0, 0, NULL, 0, 0, NULL, 0, NULL },
+};
+
+int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, size_t buflen,
+                        char *err, size_t errlen)
+{
+    client_conf cc;
+    memset(&cc, 0, sizeof cc);
+    if (gddr__conf_defaults(gddr__client_conf_table, &cc, err, errlen) < 0 ||
+        gddr__conf_load(gddr__client_conf_table, &cc, path, err, errlen) < 0)
+        return GDDR_ECONFIG;
+    snprintf(strbuf, buflen, "%s", cc.server);
+    o->server = strbuf;
+    o->rank = (int)cc.rank;
+    o->world_size = (int)cc.world_size;
+    o->timeout_ms = (int)cc.timeout_ms;
+    o->reconnect_timeout_ms = (int)cc.reconnect_timeout_ms;
+    o->clip_norm = cc.clip_norm;
+    o->dc_lambda = cc.dc_lambda;
+    o->dc_mode = cc.dc_mode;
+    o->dc_adaptive = cc.dc_adaptive;
+    o->dc_ms_decay = cc.dc_ms_decay;
+    o->delay_fraction = cc.delay_fraction;
+    o->seed = (uint64_t)cc.seed;
+    o->residual_checkpoint_steps = (int)cc.residual_checkpoint_steps;
+    o->replay_decay = cc.replay_decay;
+    o->log_level = cc.log_level;
+    return GDDR_OK;
+}
+
+int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gddr_client **out,
+                         char *errbuf, size_t errlen)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    char server[GDDR_CONF_STRMAX];
+    char dummy[8];
+    if (!errbuf) {
+        errbuf = dummy;
+        errlen = sizeof dummy;
+    }
+    int rc = gddr__opts_from_ini(path, &o, server, sizeof server, errbuf, errlen);
+    if (rc != GDDR_OK)
+        return rc;
+    if (overrides) {
+        /* A field the caller changed from the defaults wins over the file. */
+        const gddr_client_opts d = GDDR_CLIENT_OPTS_INIT;
+#define OVR(f) if (overrides->f != d.f) o.f = overrides->f
+        OVR(server); OVR(rank); OVR(world_size); OVR(timeout_ms); OVR(reconnect_timeout_ms);
+        OVR(clip_norm); OVR(dc_lambda); OVR(dc_mode); OVR(dc_adaptive); OVR(dc_ms_decay);
+        OVR(delay_fraction); OVR(seed); OVR(residual_checkpoint_steps); OVR(replay_decay);
+        OVR(async_pipeline); OVR(log); OVR(log_user); OVR(log_level);
+#undef OVR
+    }
+    rc = gddr_client_open(&o, out);
+    if (rc != GDDR_OK)
+        snprintf(errbuf, errlen, "cannot open a client to %s: %s", o.server, gddr_strerror(rc));
+    return rc;
+}
+
+static int env_int(const char *const *names, int dflt)
+{
+    for (int i = 0; names[i]; i++) {
+        const char *v = getenv(names[i]);
+        if (v && *v) {
+            char *end;
+            long x = strtol(v, &end, 10);
+            if (!*end && x >= 0 && x < 1 << 20)
+                return (int)x;
+        }
+    }
+    return dflt;
+}
+
+int gddr__env_rank(void)
+{
+    static const char *const n[] = { "GDDR_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK", NULL };
+    return env_int(n, 0);
+}
+
+int gddr__env_world(void)
+{
+    static const char *const n[] = { "GDDR_WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
+                                     "WORLD_SIZE", NULL };
+    return env_int(n, 1);
+}

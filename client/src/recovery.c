@@ -1,0 +1,78 @@
+/* recovery.c -- the worker's half of residual recovery (DESIGN section 7).
+ *
+ * Every residual_checkpoint_steps a push carries the chunks the worker
+ * holds (a snapshot of its residual), so the server can hand them to a
+ * live worker if this one dies. The server answers a dead worker's orphan
+ * to a survivor with an Orphan message; the survivor adds it to its own
+ * residual in installments (replay_decay gamma, the last one takes the
+ * remainder), so the sum re-injected is exactly the orphan.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client_int.h"
+#include "residual.h"
+
+int gddr__residual_snapshot(gddr_client *c, int i, const uint8_t *sent_bm, const float **snap,
+                            const uint8_t **snap_bm, size_t *snap_vals)
+{
+    *snap = NULL;
+    *snap_bm = NULL;
+    *snap_vals = 0;
+    int every = c->o.residual_checkpoint_steps;
+    if (every <= 0 || (c->step + 1) % (uint64_t)every != 0)
+        return GDDR_OK;
+    ctensor *t = &c->t[i];
+    residual *r = &t->res;
+    size_t bytes = gddr_bitmap_bytes(r->nchunks);
+    if (!r->snap_bm && !(r->snap_bm = calloc(bytes, 1)))
+        return gddr__set_err(c, GDDR_ENOMEM, "no memory for a residual snapshot");
+    /* Held = not sent. Padding bits past the last chunk stay zero. */
+    for (size_t b = 0; b < bytes; b++)
+        r->snap_bm[b] = sent_bm ? (uint8_t)~sent_bm[b] : 0;
+    if (r->nchunks % 8)
+        r->snap_bm[bytes - 1] &= (uint8_t)((1u << (r->nchunks % 8)) - 1);
+    size_t nsel = 0, nvals = 0;
+    gddr_bitmap_count(r->snap_bm, t->n, (uint32_t)c->info.chunk, &nsel, &nvals);
+    if (!r->snap && !(r->snap = malloc(t->n * 4)))
+        return gddr__set_err(c, GDDR_ENOMEM, "no memory for a residual snapshot");
+    size_t np = 0;
+    gddr_pack_cpu(r->r, t->n, (uint32_t)c->info.chunk, r->snap_bm, r->snap, &np);
+    *snap = r->snap;
+    *snap_bm = r->snap_bm;
+    *snap_vals = np;
+    return GDDR_OK;
+}
+
+void gddr__orphan_received(gddr_client *c, const Gddr__Orphan *o, gddr__frames *f)
+{
+    ctensor *t = NULL;
+    for (int i = 0; i < c->nt; i++)
+        if (c->t[i].sid == o->id)
+            t = &c->t[i];
+    if (!t || f->n != 2 || gddr__frame_size(f, 1) != o->payload_bytes) {
+        gddr__logf(&c->log, GDDR_LOG_WARN, "dropped a malformed orphan for tensor id %u", o->id);
+        return;
+    }
+    size_t nchunks = gddr_nchunks(t->n, (uint32_t)c->info.chunk);
+    size_t nsel = 0, nvals = 0;
+    if (o->bitmap.len != gddr_bitmap_bytes(nchunks)) {
+        gddr__logf(&c->log, GDDR_LOG_WARN, "dropped an orphan with a bad bitmap for '%s'", t->key);
+        return;
+    }
+    gddr_bitmap_count(o->bitmap.data, t->n, (uint32_t)c->info.chunk, &nsel, &nvals);
+    if (nvals * 4 != o->payload_bytes) {
+        gddr__logf(&c->log, GDDR_LOG_WARN, "dropped an orphan whose payload does not match its bitmap");
+        return;
+    }
+    residual *r = &t->res;
+    if (!r->orphan && !(r->orphan = calloc(t->n, 4)))
+        return;
+    /* Orphans of several dead workers simply add up. */
+    gddr_unpack_cpu(gddr__frame_data(f, 1), o->bitmap.data, t->n, (uint32_t)c->info.chunk, 1.0f, 1,
+                    r->orphan);
+    r->orphan_left = 8; /* gamma = 0.5: 1/2, 1/4, ... then the remainder */
+    c->k.orphans_received++;
+    gddr__logf(&c->log, GDDR_LOG_INFO, "took over an orphan residual of rank %u for '%s' (%zu values)",
+               o->from_rank, t->key, nvals);
+}

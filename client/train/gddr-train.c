@@ -1,0 +1,413 @@
+/* gddr-train -- the reference trainer: a worker process that trains a model
+ * through gddr-ps using nothing but the public libgddr-client API, as a
+ * user's trainer would.
+ *
+ *   gddr-train --server tcp://127.0.0.1:5555 --rank 0 --world 4 \
+ *              --workload softmax --epochs 3
+ *
+ * Workloads: softmax regression and an MLP (784-128-10, ReLU) on
+ * Fashion-MNIST (or a generated dataset with --synthetic N), and the 1-D
+ * quadratic f(w) = 0.5 (w - 5)^2 of the seed document. Each worker trains
+ * on its shard (examples i with i % world == rank). The last line is
+ * machine-readable: RESULT key=value ...
+ */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+#include "gddr/gddr.h"
+#include "model.h"
+
+typedef struct args {
+    const char *config, *server, *workload, *data;
+    int rank, world, synthetic, epochs, steps, batch, hidden, stale, quiet, timeout_ms;
+    double progress, clip_norm, dc_lambda, delay_fraction;
+    int dc_mode, dc_adaptive, residual_ckpt;
+    unsigned long long seed;
+} args;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void log_cb(void *user, int level, const char *msg)
+{
+    static const char *names[] = { "error", "warn", "info", "debug" };
+    fprintf(stderr, "[rank %d] gddr %s: %s\n", *(int *)user, names[level & 3], msg);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: gddr-train [options]\n"
+            "  --config FILE          client INI ([client] section)\n"
+            "  --server ENDPOINT      gddr-ps endpoint (overrides the config)\n"
+            "  --rank R --world N     this worker's rank and the worker count (default: env)\n"
+            "  --workload W           softmax | mlp | quadratic (default softmax)\n"
+            "  --data DIR             Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)\n"
+            "  --synthetic N          train on N generated examples instead (fast tests)\n"
+            "  --epochs E             passes over this worker's shard (default 1)\n"
+            "  --steps S              exact number of steps (overrides --epochs)\n"
+            "  --batch B              minibatch size (default 64)\n"
+            "  --hidden H             MLP hidden units (default 128)\n"
+            "  --seed S               model init and data order seed (default 1)\n"
+            "  --simulate-staleness D compute each gradient on the parameters pulled D steps earlier\n"
+            "  --clip-norm X --dc-lambda X --dc-mode diag|identity --dc-adaptive\n"
+            "  --delay-fraction A     GDDR alpha\n"
+            "  --residual-checkpoint-steps N\n"
+            "  --timeout-ms MS        bound on every wait\n"
+            "  --progress SEC         seconds between progress lines (default 2; 0 = none)\n"
+            "  --quiet                only the RESULT line\n");
+}
+
+static int parse_args(int argc, char **argv, args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->rank = -1;
+    a->workload = "softmax";
+    a->data = "/usr/share/datasets/fashion-mnist";
+    a->epochs = 1;
+    a->batch = 64;
+    a->hidden = 128;
+    a->seed = 1;
+    a->progress = 2;
+    a->dc_mode = -1;
+    a->dc_adaptive = -1;
+    a->clip_norm = a->dc_lambda = a->delay_fraction = -1;
+    a->residual_ckpt = -1;
+    static const struct option o[] = {
+        { "config", 1, 0, 'c' },          { "server", 1, 0, 's' },     { "rank", 1, 0, 'r' },
+        { "world", 1, 0, 'w' },           { "workload", 1, 0, 'W' },   { "data", 1, 0, 'd' },
+        { "synthetic", 1, 0, 'y' },       { "epochs", 1, 0, 'e' },     { "steps", 1, 0, 'S' },
+        { "batch", 1, 0, 'b' },           { "hidden", 1, 0, 'H' },     { "seed", 1, 0, 'x' },
+        { "simulate-staleness", 1, 0, 'D' }, { "clip-norm", 1, 0, 'C' }, { "dc-lambda", 1, 0, 'L' },
+        { "dc-mode", 1, 0, 'M' },         { "dc-adaptive", 0, 0, 'A' }, { "delay-fraction", 1, 0, 'a' },
+        { "progress", 1, 0, 'p' },        { "quiet", 0, 0, 'q' },      { "timeout-ms", 1, 0, 'T' },
+        { "residual-checkpoint-steps", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+    };
+    int c;
+    while ((c = getopt_long(argc, argv, "h", o, NULL)) != -1) {
+        switch (c) {
+        case 'c': a->config = optarg; break;
+        case 's': a->server = optarg; break;
+        case 'r': a->rank = atoi(optarg); break;
+        case 'w': a->world = atoi(optarg); break;
+        case 'W': a->workload = optarg; break;
+        case 'd': a->data = optarg; break;
+        case 'y': a->synthetic = atoi(optarg); break;
+        case 'e': a->epochs = atoi(optarg); break;
+        case 'S': a->steps = atoi(optarg); break;
+        case 'b': a->batch = atoi(optarg); break;
+        case 'H': a->hidden = atoi(optarg); break;
+        case 'x': a->seed = strtoull(optarg, NULL, 0); break;
+        case 'D': a->stale = atoi(optarg); break;
+        case 'C': a->clip_norm = atof(optarg); break;
+        case 'L': a->dc_lambda = atof(optarg); break;
+        case 'M':
+            if (strcmp(optarg, "diag") == 0) a->dc_mode = GDDR_DC_DIAG;
+            else if (strcmp(optarg, "identity") == 0) a->dc_mode = GDDR_DC_IDENTITY;
+            else { fprintf(stderr, "gddr-train: --dc-mode must be diag or identity\n"); return -1; }
+            break;
+        case 'A': a->dc_adaptive = 1; break;
+        case 'a': a->delay_fraction = atof(optarg); break;
+        case 'p': a->progress = atof(optarg); break;
+        case 'q': a->quiet = 1; break;
+        case 'T': a->timeout_ms = atoi(optarg); break;
+        case 'R': a->residual_ckpt = atoi(optarg); break;
+        case 'h': usage(stdout); exit(0);
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "gddr-train: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (a->batch < 1 || a->epochs < 1 || a->steps < 0 || a->stale < 0 || a->hidden < 1) {
+        fprintf(stderr, "gddr-train: --batch, --epochs and --hidden must be positive, --steps and --simulate-staleness not negative\n");
+        return -1;
+    }
+    if (strcmp(a->workload, "softmax") && strcmp(a->workload, "mlp") && strcmp(a->workload, "quadratic")) {
+        fprintf(stderr, "gddr-train: unknown workload '%s' (softmax, mlp or quadratic)\n", a->workload);
+        return -1;
+    }
+    if (!a->config && !a->server) {
+        fprintf(stderr, "gddr-train: give --server ENDPOINT or --config FILE\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int open_client(const args *a, int *rank_store, gddr_client **c)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    if (a->server)
+        o.server = a->server;
+    if (a->rank >= 0)
+        o.rank = a->rank;
+    if (a->world > 0)
+        o.world_size = a->world;
+    if (a->timeout_ms > 0)
+        o.timeout_ms = a->timeout_ms;
+    if (a->clip_norm >= 0)
+        o.clip_norm = a->clip_norm;
+    if (a->dc_lambda >= 0)
+        o.dc_lambda = a->dc_lambda;
+    if (a->dc_mode >= 0)
+        o.dc_mode = a->dc_mode;
+    if (a->dc_adaptive >= 0)
+        o.dc_adaptive = a->dc_adaptive;
+    if (a->delay_fraction >= 0)
+        o.delay_fraction = a->delay_fraction;
+    if (a->residual_ckpt >= 0)
+        o.residual_checkpoint_steps = a->residual_ckpt;
+    o.log = log_cb;
+    o.log_user = rank_store;
+    o.log_level = a->quiet ? GDDR_LOG_ERROR : GDDR_LOG_WARN;
+    char err[512] = "";
+    int rc = a->config ? gddr_client_open_ini(a->config, &o, c, err, sizeof err)
+                       : gddr_client_open(&o, c);
+    if (rc != GDDR_OK) {
+        fprintf(stderr, "gddr-train: %s\n", err[0] ? err : gddr_strerror(rc));
+        return rc;
+    }
+    gddr_server_info info;
+    gddr_client_info(*c, &info);
+    *rank_store = info.rank;
+    return GDDR_OK;
+}
+
+/* The parameter history for --simulate-staleness: slot k % (D+2) holds the
+ * parameters after k steps. D+2 slots, because the slot the gradient was
+ * computed on must survive while the step writes the next one. */
+typedef struct history {
+    int slots, nt;
+    float **p;        /* [slot * nt + tensor] */
+    uint64_t *ver;    /* [slot * nt + tensor] */
+} history;
+
+static int history_init(history *h, int depth, int nt, const size_t *len)
+{
+    h->slots = depth + 2;
+    h->nt = nt;
+    h->p = calloc((size_t)(h->slots * nt), sizeof *h->p);
+    h->ver = calloc((size_t)(h->slots * nt), sizeof *h->ver);
+    if (!h->p || !h->ver)
+        return -1;
+    for (int s = 0; s < h->slots; s++)
+        for (int i = 0; i < nt; i++)
+            if (!(h->p[s * nt + i] = calloc(len[i], sizeof(float))))
+                return -1;
+    return 0;
+}
+
+static void history_free(history *h)
+{
+    for (int i = 0; h->p && i < h->slots * h->nt; i++)
+        free(h->p[i]);
+    free(h->p);
+    free(h->ver);
+}
+
+int main(int argc, char **argv)
+{
+    args a;
+    if (parse_args(argc, argv, &a) < 0)
+        return 2;
+    int rank = a.rank >= 0 ? a.rank : 0;
+    int quad = strcmp(a.workload, "quadratic") == 0;
+    gddr_dataset train = { 0 }, test = { 0 }, shard = { 0 };
+    char err[512];
+    double t0 = now_s();
+    if (!quad) {
+        if (a.synthetic > 0) {
+            gddr_dataset_synthetic(&train, a.synthetic, 64, 10, 7);
+            /* Same seed, so the same class centres; the "test" set is a
+             * prefix of the training draw, which is fine for smoke tests. */
+            gddr_dataset_synthetic(&test, a.synthetic / 4 + 1, 64, 10, 7);
+        } else if (gddr_fashion_mnist_load(a.data, &train, &test, err, sizeof err) != GDDR_OK) {
+            fprintf(stderr, "gddr-train: %s\n(install the Debian package dataset-fashion-mnist, or pass --data DIR or --synthetic N)\n", err);
+            return 1;
+        }
+    }
+
+    gddr_client *c = NULL;
+    if (open_client(&a, &rank, &c) != GDDR_OK)
+        return 1;
+    gddr_server_info info;
+    gddr_client_info(c, &info);
+    int world = a.world > 0 ? a.world : 1;
+    if (!quad && gddr_dataset_shard(&train, rank % world, world, &shard) != GDDR_OK) {
+        fprintf(stderr, "gddr-train: cannot shard the data for rank %d of %d\n", rank, world);
+        return 1;
+    }
+
+    /* The model: named flat tensors, registered with the same initial
+     * values on every worker (the first registration wins). */
+    gddr_model *m = NULL;
+    int nt;
+    size_t len[8];
+    float *params[8], *grads[8];
+    float qw = 0.0f, qg = 0.0f;
+    if (quad) {
+        nt = 1;
+        len[0] = 1;
+        params[0] = &qw;
+        grads[0] = &qg;
+    } else {
+        if (gddr_model_create(strcmp(a.workload, "mlp") == 0 ? GDDR_MODEL_MLP : GDDR_MODEL_SOFTMAX,
+                              train.dim, a.hidden, train.classes, &m) != GDDR_OK) {
+            fprintf(stderr, "gddr-train: cannot create the model\n");
+            return 1;
+        }
+        gddr_model_init(m, a.seed);
+        nt = gddr_model_ntensors(m);
+        for (int i = 0; i < nt; i++) {
+            len[i] = gddr_model_tensor_len(m, i);
+            params[i] = gddr_model_params(m, i);
+            grads[i] = gddr_model_grads(m, i);
+        }
+    }
+    for (int i = 0; i < nt; i++) {
+        int id;
+        const char *name = quad ? "quadratic.w" : gddr_model_tensor_name(m, i);
+        int rc = gddr_register(c, name, params[i], len[i], &id, NULL);
+        if (rc == GDDR_OK)
+            rc = gddr_pull(c, id, params[i], 0, NULL);
+        if (rc != GDDR_OK) {
+            fprintf(stderr, "gddr-train: tensor '%s': %s: %s\n", name, gddr_strerror(rc),
+                    gddr_client_errmsg(c));
+            return 1;
+        }
+    }
+
+    long steps = a.steps > 0 ? a.steps
+                 : quad      ? 200
+                             : (long)a.epochs * ((shard.n + a.batch - 1) / a.batch);
+    history h = { 0 };
+    if (a.stale > 0 && history_init(&h, a.stale, nt, len) < 0) {
+        fprintf(stderr, "gddr-train: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; a.stale > 0 && i < nt; i++)
+        memcpy(h.p[i], params[i], len[i] * 4); /* slot 0: the initial values */
+
+    int *order = quad ? NULL : malloc((size_t)shard.n * sizeof *order);
+    uint64_t rng = a.seed * 0x9E3779B97F4A7C15ull + (uint64_t)rank + 1;
+    double loss_ema = NAN, last_print = now_s(), t_train = now_s(), compute_s = 0;
+    int pos = shard.n;
+    if (!a.quiet)
+        printf("[rank %d] %s on %s: %ld steps, batch %d, %d tensors (mode %s, loaded in %.1f s)\n",
+               rank, a.workload, quad ? "f(w)=0.5(w-5)^2" : a.synthetic ? "synthetic data" : "Fashion-MNIST",
+               steps, a.batch, nt,
+               info.mode == GDDR_MODE_SYNC ? "sync" : info.mode == GDDR_MODE_SSP ? "ssp" : "async",
+               now_s() - t0);
+    for (long s = 0; s < steps; s++) {
+        /* Which parameters this gradient is computed on. */
+        const float *on[8];
+        uint64_t vers[8];
+        int use_hist = a.stale > 0;
+        if (use_hist) {
+            long k = s - a.stale < 0 ? 0 : s - a.stale;
+            int slot = (int)(k % h.slots);
+            for (int i = 0; i < nt; i++) {
+                on[i] = h.p[slot * nt + i];
+                vers[i] = h.ver[slot * nt + i];
+                memcpy(params[i], on[i], len[i] * 4);
+            }
+        }
+        double tc = now_s(), loss;
+        if (quad) {
+            qg = (float)gddr_quadratic_grad(qw);
+            loss = gddr_quadratic_loss(qw);
+        } else {
+            int idx[4096];
+            int b = a.batch < 4096 ? a.batch : 4096;
+            for (int j = 0; j < b; j++) {
+                if (pos >= shard.n) { /* reshuffle every pass (Fisher-Yates) */
+                    for (int q = 0; q < shard.n; q++)
+                        order[q] = q;
+                    for (int q = shard.n - 1; q > 0; q--) {
+                        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+                        int r = (int)(rng % (uint64_t)(q + 1)), tmp = order[q];
+                        order[q] = order[r], order[r] = tmp;
+                    }
+                    pos = 0;
+                }
+                idx[j] = order[pos++];
+            }
+            loss = gddr_model_loss_grad(m, &shard, idx, b);
+        }
+        compute_s += now_s() - tc;
+        loss_ema = isnan(loss_ema) ? loss : 0.98 * loss_ema + 0.02 * loss;
+        float *out[8];
+        for (int i = 0; i < nt; i++)
+            out[i] = use_hist ? h.p[(int)((s + 1) % h.slots) * nt + i] : params[i];
+        int rc = gddr_step_from(c, (const float *const *)grads, use_hist ? on : NULL,
+                                use_hist ? vers : NULL, out);
+        if (rc != GDDR_OK) {
+            fprintf(stderr, "[rank %d] step %ld failed: %s: %s\n", rank, s, gddr_strerror(rc),
+                    gddr_client_errmsg(c));
+            return 1;
+        }
+        if (use_hist) {
+            int slot = (int)((s + 1) % h.slots);
+            for (int i = 0; i < nt; i++) {
+                memcpy(params[i], out[i], len[i] * 4);
+                gddr_tensor_version(c, i, &h.ver[slot * nt + i]);
+            }
+        }
+        if (!a.quiet && a.progress > 0 && now_s() - last_print >= a.progress) {
+            double el = now_s() - t_train;
+            printf("[rank %d] step %ld/%ld loss %.4f  %.0f steps/s\n", rank, s + 1, steps, loss_ema,
+                   (double)(s + 1) / el);
+            fflush(stdout);
+            last_print = now_s();
+        }
+    }
+    double train_s = now_s() - t_train;
+
+    /* Final parameters: the newest the server has. */
+    for (int i = 0; i < nt; i++)
+        if (gddr_pull(c, i, params[i], 0, NULL) != GDDR_OK) {
+            fprintf(stderr, "[rank %d] final pull failed: %s\n", rank, gddr_client_errmsg(c));
+            return 1;
+        }
+    gddr_client_counters k;
+    gddr_client_counters_get(c, &k);
+    gddr_server_stats st;
+    memset(&st, 0, sizeof st);
+    int have_stats = gddr_server_stats_get(c, &st) == GDDR_OK;
+    if (quad) {
+        printf("RESULT rank=%d w=%.6f loss=%.6g steps=%ld bytes_pushed=%llu bytes_pulled=%llu mean_staleness=%.3f\n",
+               rank, (double)qw, gddr_quadratic_loss(qw), steps, (unsigned long long)k.bytes_pushed,
+               (unsigned long long)k.bytes_pulled, have_stats ? st.worker_staleness_mean : -1.0);
+    } else {
+        double test_loss = 0, train_loss = 0;
+        double acc = gddr_model_evaluate(m, &test, &test_loss);
+        gddr_model_evaluate(m, &shard, &train_loss);
+        printf("RESULT rank=%d test_accuracy=%.4f test_loss=%.4f train_loss=%.4f steps=%ld "
+               "bytes_pushed=%llu bytes_pulled=%llu values_pushed=%llu mean_staleness=%.3f "
+               "max_staleness=%llu train_seconds=%.2f compute_seconds=%.2f reconnects=%llu\n",
+               rank, acc, test_loss, train_loss, steps, (unsigned long long)k.bytes_pushed,
+               (unsigned long long)k.bytes_pulled, (unsigned long long)k.values_pushed,
+               have_stats ? st.worker_staleness_mean : -1.0,
+               (unsigned long long)(have_stats ? st.staleness_max : 0), train_s, compute_s,
+               (unsigned long long)k.reconnects);
+    }
+    fflush(stdout);
+    history_free(&h);
+    free(order);
+    gddr_model_free(&m);
+    gddr_client_close(&c);
+    gddr_dataset_free(&shard);
+    gddr_dataset_free(&train);
+    gddr_dataset_free(&test);
+    return 0;
+}

@@ -1,0 +1,66 @@
+/* log.c -- see log.h. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+gddr__logger gddr__log_global = { NULL, NULL, GDDR_LOG_WARN };
+
+static const char *level_names[] = { "error", "warn", "info", "debug" };
+static char stderr_prog[64] = "gddr";
+
+static void stderr_sink(void *user, int level, const char *msg)
+{
+    (void)user;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    localtime_r(&ts.tv_sec, &tm);
+    char when[32];
+    strftime(when, sizeof when, "%H:%M:%S", &tm);
+    fprintf(stderr, "%s.%03ld %s[%s] %s\n", when, ts.tv_nsec / 1000000L, stderr_prog,
+            level_names[level < 0 ? 0 : level > 3 ? 3 : level], msg);
+}
+
+void gddr__log_to_stderr(const char *prog, int level)
+{
+    snprintf(stderr_prog, sizeof stderr_prog, "%s", prog);
+    gddr__log_global.fn = stderr_sink;
+    gddr__log_global.user = NULL;
+    gddr__log_global.level = level;
+}
+
+void gddr__logf(const gddr__logger *lg, int level, const char *fmt, ...)
+{
+    if (!lg || !lg->fn || level > lg->level)
+        return;
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    lg->fn(lg->user, level, buf);
+}
+
+int gddr__log_level_parse(const char *s)
+{
+    for (int i = 0; i < 4; i++)
+        if (strcasecmp(s, level_names[i]) == 0)
+            return i;
+    if (strcasecmp(s, "warning") == 0)
+        return GDDR_LOG_WARN;
+    return -1;
+}
+
+const char *gddr_strerror(int err)
+{
+    switch (err) {
+#define GDDR__ERR_CASE(name, num, text) case num: return text;
+        GDDR_ERRORS(GDDR__ERR_CASE)
+#undef GDDR__ERR_CASE
+    }
+    return "unknown error";
+}

@@ -1,0 +1,102 @@
+/* wire.c -- see wire.h. */
+#include "wire.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int64_t gddr__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void gddr__zfree(void *data, void *hint)
+{
+    (void)hint;
+    free(data);
+}
+
+void gddr__frames_close(gddr__frames *f)
+{
+    for (int i = 0; i < f->n; i++)
+        zmq_msg_close(&f->part[i]);
+    f->n = 0;
+}
+
+int gddr__frames_recv(void *sock, gddr__frames *f, int flags)
+{
+    f->n = 0;
+    f->truncated = 0;
+    f->bytes = 0;
+    for (;;) {
+        zmq_msg_t scratch, *m = f->n < GDDR_MAX_FRAMES ? &f->part[f->n] : &scratch;
+        zmq_msg_init(m);
+        if (zmq_msg_recv(m, sock, f->n == 0 && !f->truncated ? flags : 0) < 0) {
+            int e = errno;
+            zmq_msg_close(m);
+            gddr__frames_close(f);
+            errno = e;
+            return -1;
+        }
+        f->bytes += zmq_msg_size(m);
+        int more = zmq_msg_more(m);
+        if (m == &scratch) {
+            zmq_msg_close(m);
+            f->truncated = 1;
+        } else {
+            f->n++;
+        }
+        if (!more)
+            break;
+    }
+    return f->n;
+}
+
+long gddr__send(void *sock, zmq_msg_t *identity, const ProtobufCMessage *header,
+                const gddr__raw *raws, int nraw)
+{
+    long total = 0;
+    if (identity) {
+        zmq_msg_t id;
+        zmq_msg_init(&id);
+        zmq_msg_copy(&id, identity);
+        total += (long)zmq_msg_size(&id);
+        if (zmq_msg_send(&id, sock, ZMQ_SNDMORE) < 0) {
+            zmq_msg_close(&id);
+            return -1;
+        }
+    }
+    size_t hlen = protobuf_c_message_get_packed_size(header);
+    zmq_msg_t h;
+    if (zmq_msg_init_size(&h, hlen) != 0)
+        return -1;
+    protobuf_c_message_pack(header, zmq_msg_data(&h));
+    total += (long)hlen;
+    if (zmq_msg_send(&h, sock, nraw > 0 ? ZMQ_SNDMORE : 0) < 0) {
+        zmq_msg_close(&h);
+        return -1;
+    }
+    for (int i = 0; i < nraw; i++) {
+        zmq_msg_t m;
+        int rc;
+        if (raws[i].free_fn) {
+            rc = zmq_msg_init_data(&m, (void *)raws[i].data, raws[i].len, raws[i].free_fn,
+                                   raws[i].hint);
+        } else {
+            rc = zmq_msg_init_size(&m, raws[i].len);
+            if (rc == 0 && raws[i].len)
+                memcpy(zmq_msg_data(&m), raws[i].data, raws[i].len);
+        }
+        if (rc != 0)
+            return -1;
+        total += (long)raws[i].len;
+        if (zmq_msg_send(&m, sock, i + 1 < nraw ? ZMQ_SNDMORE : 0) < 0) {
+            zmq_msg_close(&m);
+            return -1;
+        }
+    }
+    return total;
+}

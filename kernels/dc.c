@@ -1,0 +1,43 @@
+/* dc.c -- CPU twin of DC-ASGD compensation (see dc.h).
+ *
+ * The arithmetic is written as separate multiplies and adds in the order
+ * dc.cu performs them with round-to-nearest intrinsics, so the two agree to
+ * the last bit whenever the host compiler does not fuse them (gcc on x86-64
+ * without -mfma does not); the tests still compare with a tolerance.
+ */
+#include "dc.h"
+
+#include <math.h>
+
+#include "blas.h"
+#include "gddr/gddr.h"
+#include "log.h"
+
+int gddr_dc_cpu(const gddr_dc_args *a, float *g, const float *w_new, const float *w_bak,
+                float *ms)
+{
+    if (!a || (a->mode != GDDR_DC_DIAG && a->mode != GDDR_DC_IDENTITY)) {
+        GDDR__KLOG_ERROR("dc: unknown mode %d", a ? a->mode : -1);
+        return GDDR_EINVAL;
+    }
+    if (a->n == 0)
+        return GDDR_OK;
+    if (!g || !w_new || !w_bak || (a->adaptive && !ms))
+        return GDDR_EINVAL;
+
+    const float lambda = a->lambda, decay = a->ms_decay, keep = 1.0f - a->ms_decay;
+    const int diag = a->mode == GDDR_DC_DIAG;
+    for (size_t i = 0; i < a->n; i++) {
+        const float gi = g[i];
+        const float d = w_new[i] - w_bak[i];
+        float lam = lambda;
+        if (a->adaptive) {
+            const float m = decay * ms[i] + keep * (gi * gi);
+            ms[i] = m;
+            lam = lambda / sqrtf(m + a->eps);
+        }
+        const float h = diag ? (gi * gi) * d : d;
+        g[i] = gi + lam * h;
+    }
+    return GDDR_OK;
+}

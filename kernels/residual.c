@@ -1,0 +1,154 @@
+/* residual.c -- CPU twin of the GDDR residual kernels (see residual.h).
+ *
+ * This is the reference the CUDA kernels are tested against and the path a
+ * worker takes when its gradient lives in host memory. The loops run chunk by
+ * chunk: the hold decision is made once per chunk, then the chunk's floats
+ * are merged in one pass, so every float is read and written once.
+ */
+#include "residual.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "blas.h"
+#include "gddr/gddr.h"
+#include "gddr_hash.h"
+#include "log.h"
+
+/* The hash takes the chunk index as 32 bits; longer tensors would repeat
+ * masks, so they are refused rather than silently aliased. */
+static int chunk_geometry_ok(size_t n, uint32_t chunk, const char *who)
+{
+    if (chunk == 0) {
+        GDDR__KLOG_ERROR("%s: chunk size is 0", who);
+        return 0;
+    }
+    if (gddr_nchunks(n, chunk) > (size_t)UINT32_MAX) {
+        GDDR__KLOG_ERROR("%s: %zu floats in chunks of %u is more than 2^32 chunks", who,
+                 n, chunk);
+        return 0;
+    }
+    return 1;
+}
+
+static inline int bit_is_set(const uint8_t *bitmap, size_t c)
+{
+    return (bitmap[c >> 3] >> (c & 7)) & 1;
+}
+
+int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r, uint32_t *age,
+                           float *packed, uint8_t *bitmap, size_t *npacked, size_t *nsent)
+{
+    if (!a || !npacked || !nsent || !chunk_geometry_ok(a->n, a->chunk, "residual step") ||
+        isnan(a->alpha))
+        return GDDR_EINVAL;
+    if (a->n > 0 && (!r || !age || !packed || !bitmap))
+        return GDDR_EINVAL;
+
+    const size_t n = a->n, chunk = a->chunk, nchunks = gddr_nchunks(n, a->chunk);
+    const uint64_t prefix = gddr__hash_prefix(a->seed, a->worker, a->key, a->step);
+    size_t out = 0, sent = 0;
+
+    if (nchunks > 0)
+        memset(bitmap, 0, gddr_bitmap_bytes(nchunks));
+    for (size_t c = 0; c < nchunks; c++) {
+        const size_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+        float *rc = r + lo;
+        const float *gc = g ? g + lo : NULL;
+        const size_t len = hi - lo;
+        /* Age is tested first: a chunk at its bound is sent whatever U says,
+         * which is what bounds the delay by tau. */
+        const int hold =
+            age[c] < a->tau && gddr__u32_to_uniform(gddr__hash_chunk(prefix, (uint32_t)c)) < a->alpha;
+        if (hold) {
+            if (gc)
+                for (size_t i = 0; i < len; i++)
+                    rc[i] = rc[i] + gc[i];
+            age[c] += 1;
+        } else {
+            float *pc = packed + out;
+            if (gc)
+                for (size_t i = 0; i < len; i++)
+                    pc[i] = rc[i] + gc[i];
+            else
+                memcpy(pc, rc, len * sizeof *pc);
+            memset(rc, 0, len * sizeof *rc);
+            age[c] = 0;
+            bitmap[c >> 3] |= (uint8_t)(1u << (c & 7));
+            out += len;
+            sent++;
+        }
+    }
+    *npacked = out;
+    *nsent = sent;
+    return GDDR_OK;
+}
+
+int gddr_pack_cpu(const float *src, size_t n, uint32_t chunk, const uint8_t *bitmap,
+                  float *packed, size_t *npacked)
+{
+    if (!npacked || !chunk_geometry_ok(n, chunk, "pack"))
+        return GDDR_EINVAL;
+    if (n > 0 && (!src || !bitmap || !packed))
+        return GDDR_EINVAL;
+    const size_t nchunks = gddr_nchunks(n, chunk);
+    size_t out = 0;
+    for (size_t c = 0; c < nchunks; c++) {
+        if (!bit_is_set(bitmap, c))
+            continue;
+        const size_t lo = c * (size_t)chunk, len = lo + chunk < n ? chunk : n - lo;
+        memcpy(packed + out, src + lo, len * sizeof *packed);
+        out += len;
+    }
+    *npacked = out;
+    return GDDR_OK;
+}
+
+int gddr_unpack_cpu(const float *packed, const uint8_t *bitmap, size_t n, uint32_t chunk,
+                    float scale, int accumulate, float *dense)
+{
+    if (!chunk_geometry_ok(n, chunk, "unpack"))
+        return GDDR_EINVAL;
+    if (n > 0 && (!packed || !bitmap || !dense))
+        return GDDR_EINVAL;
+    const size_t nchunks = gddr_nchunks(n, chunk);
+    size_t in = 0;
+    for (size_t c = 0; c < nchunks; c++) {
+        if (!bit_is_set(bitmap, c))
+            continue;
+        const size_t lo = c * (size_t)chunk, len = lo + chunk < n ? chunk : n - lo;
+        const float *pc = packed + in;
+        float *dc = dense + lo;
+        if (accumulate)
+            for (size_t i = 0; i < len; i++)
+                dc[i] = dc[i] + scale * pc[i];
+        else
+            for (size_t i = 0; i < len; i++)
+                dc[i] = scale * pc[i];
+        in += len;
+    }
+    return GDDR_OK;
+}
+
+void gddr_bitmap_count(const uint8_t *bitmap, size_t n, uint32_t chunk, size_t *nchunks_set,
+                       size_t *nfloats)
+{
+    size_t set = 0, floats = 0;
+    const size_t nchunks = gddr_nchunks(n, chunk);
+    if (bitmap && nchunks > 0) {
+        const size_t full = nchunks / 8;
+        for (size_t b = 0; b < full; b++)
+            set += (size_t)__builtin_popcount(bitmap[b]);
+        for (size_t c = full * 8; c < nchunks; c++)
+            set += (size_t)bit_is_set(bitmap, c);
+        floats = set * chunk;
+        /* Only the last chunk can be short; take back what it lacks. */
+        const size_t last_len = n - (nchunks - 1) * (size_t)chunk;
+        if (bit_is_set(bitmap, nchunks - 1))
+            floats -= chunk - last_len;
+    }
+    if (nchunks_set)
+        *nchunks_set = set;
+    if (nfloats)
+        *nfloats = floats;
+}

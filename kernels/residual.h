@@ -1,0 +1,100 @@
+/* residual.h -- GDDR residual merging, masking and chunk packing.
+ *
+ * DESIGN section 6 step 4: the worker keeps a residual r and a per-chunk age
+ * next to each tensor. Every step it forms u = r + g, decides per chunk
+ * whether to hold it (keep u in r) or send it (append u to the packed
+ * payload, zero r), and describes the sent chunks with a bitmap. Nothing is
+ * dropped: the sum of everything sent plus r equals the sum of every g.
+ *
+ * Each operation has a CPU twin (residual.c, always built) and a CUDA version
+ * (residual.cu, built with nvcc; cuda_stub.c returns GDDR_ENOTSUP without
+ * it). Both draw the hold mask from gddr_hash.h, so their bitmaps are
+ * identical and their values bit-identical (u = r + g is one rounding).
+ *
+ * Bitmap layout, shared with the wire: bit c % 8 of byte c / 8 (LSB first)
+ * is chunk c; padding bits in the last byte are 0.
+ *
+ * Thread-safety: every function touches only the buffers it is given; calls
+ * on disjoint buffers may run concurrently. Callers own every buffer.
+ */
+#ifndef GDDR_KERNELS_RESIDUAL_H
+#define GDDR_KERNELS_RESIDUAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct gddr_residual_args {
+    size_t n;          /* tensor length */
+    uint32_t chunk;    /* elements per chunk; last chunk may be short */
+    float alpha;       /* hold probability (delay_fraction) */
+    uint32_t tau;      /* a chunk whose age has reached tau is always sent */
+    uint64_t seed;
+    uint32_t worker;
+    uint32_t key;      /* gddr_key_hash(tensor name) */
+    uint64_t step;
+} gddr_residual_args;
+
+/* Number of chunks of an n-float tensor; 0 when chunk is 0. */
+static inline size_t gddr_nchunks(size_t n, uint32_t chunk)
+{
+    return chunk ? (n + chunk - 1) / chunk : 0;
+}
+
+/* Bytes of a bitmap with one bit per chunk. */
+static inline size_t gddr_bitmap_bytes(size_t nchunks)
+{
+    return (nchunks + 7) / 8;
+}
+
+/* Fused step. u = r + g elementwise. Chunk c is held when age[c] < tau and
+ * gddr_hash_uniform(seed, worker, key, step, c) < alpha: then r[c-range] = u
+ * and age[c] += 1. Otherwise the chunk is sent: its u values are appended to
+ * `packed` (sent chunks contiguous, in chunk order), r[c-range] = 0,
+ * age[c] = 0 and bit c is set in `bitmap` (fully rewritten).
+ * *npacked = floats written to packed, *nsent = chunks sent.
+ * g == NULL means a zero gradient. Buffers: g, r: n floats; age: nchunks;
+ * packed: room for n floats (the worst case: everything sent); bitmap:
+ * gddr_bitmap_bytes(nchunks). Returns GDDR_OK or GDDR_EINVAL. */
+int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r, uint32_t *age,
+                           float *packed, uint8_t *bitmap, size_t *npacked, size_t *nsent);
+
+/* The same on the GPU: every buffer is device memory, npacked/nsent are host
+ * memory. Work is queued on `stream` (a cudaStream_t; NULL = default stream)
+ * and the call waits for it, so the counts and buffers are ready on return.
+ * Uses a little stream-ordered scratch memory. GDDR_ECUDA on a CUDA error. */
+int gddr_residual_step_cuda(const gddr_residual_args *a, const float *d_g, float *d_r,
+                            uint32_t *d_age, float *d_packed, uint8_t *d_bitmap,
+                            size_t *npacked, size_t *nsent, void *stream);
+
+/* Packs the chunks selected by bitmap from src (n floats) into packed
+ * (contiguous, chunk order); *npacked receives the floats written. */
+int gddr_pack_cpu(const float *src, size_t n, uint32_t chunk, const uint8_t *bitmap,
+                  float *packed, size_t *npacked);
+/* Device buffers, host *npacked; waits for the stream like the step does. */
+int gddr_pack_cuda(const float *d_src, size_t n, uint32_t chunk, const uint8_t *d_bitmap,
+                   float *d_packed, size_t *npacked, void *stream);
+
+/* Scatter: for each chunk with its bit set, dense[chunk] = scale * packed
+ * chunk (accumulate = 0) or dense[chunk] += scale * packed chunk
+ * (accumulate = 1); other chunks are untouched. packed holds the set chunks
+ * contiguously, as gddr_pack_*() wrote them. */
+int gddr_unpack_cpu(const float *packed, const uint8_t *bitmap, size_t n, uint32_t chunk,
+                    float scale, int accumulate, float *dense);
+/* Device buffers; queued on the stream, returns without waiting. */
+int gddr_unpack_cuda(const float *d_packed, const uint8_t *d_bitmap, size_t n, uint32_t chunk,
+                     float scale, int accumulate, float *d_dense, void *stream);
+
+/* Number of set chunk bits of an n-float tensor's bitmap and the number of
+ * floats those chunks cover (the short last chunk counts its true length).
+ * Padding bits are ignored. Host memory. */
+void gddr_bitmap_count(const uint8_t *bitmap, size_t n, uint32_t chunk, size_t *nchunks_set,
+                       size_t *nfloats);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GDDR_KERNELS_RESIDUAL_H */

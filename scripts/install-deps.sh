@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# install-deps.sh -- install the Debian packages GDDR needs, and only those
+# that are missing. Safe to run again and again: when everything is there it
+# prints one line and touches nothing (no apt-get update, no sudo).
+#
+# CUDA is optional and never installed here: the Makefile finds nvcc by
+# itself and builds the CPU kernels when there is none.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+pkgs=(
+    build-essential       # cc, make, libc headers
+    pkg-config
+    libzmq3-dev           # transport
+    libprotobuf-c-dev     # message headers
+    protobuf-c-compiler   # protoc-c, generates build/proto
+    liburing-dev          # checkpoint I/O
+    check                 # unit test framework
+    libinih-dev           # INI parsing for the config table
+    libsystemd-dev        # sd_notify: READY=1 and the watchdog
+    zlib1g-dev            # gzip-compressed IDX files
+    dataset-fashion-mnist # the demo's data set
+    python3               # helper scripts
+)
+
+# The checkpoint code computes CRC32C itself (SSE4.2 or a table), so
+# libcrc32c is not needed; Debian 12 has no libcrc32c-dev anyway. Should the
+# code ever include <crc32c/crc32c.h>, the package becomes a requirement.
+if grep -Eqs '^[[:space:]]*#[[:space:]]*include[[:space:]]*<crc32c/crc32c\.h>' \
+    server/checkpoint.c; then
+    pkgs+=(libcrc32c-dev)
+fi
+
+installed() {
+    dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'
+}
+
+missing=()
+for p in "${pkgs[@]}"; do
+    installed "$p" || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "deps: all ${#pkgs[@]} packages present"
+    exit 0
+fi
+
+sudo=()
+if [ "$(id -u)" -ne 0 ]; then
+    if ! command -v sudo >/dev/null 2>&1; then
+        echo "deps: missing ${missing[*]}; run as root or install sudo" >&2
+        exit 1
+    fi
+    sudo=(sudo)
+fi
+
+echo "deps: installing ${#missing[@]} missing package(s): ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# apt-get can succeed while leaving a package unconfigured; check again.
+still=()
+for p in "${missing[@]}"; do
+    installed "$p" || still+=("$p")
+done
+if [ "${#still[@]}" -ne 0 ]; then
+    echo "deps: still missing after apt-get: ${still[*]}" >&2
+    exit 1
+fi
+echo "deps: installed ${missing[*]}"

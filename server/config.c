@@ -1,0 +1,138 @@
+/* config.c -- the table of every gddr-ps key: section, name, type, default,
+ * bounds and one sentence of help. README's config reference and
+ * `gddr-ps --dump-config` both come from here. */
+#include "config.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const mode_names[] = { "async", "sync", "ssp", NULL };
+static const char *const level_names[] = { "error", "warn", "info", "debug", NULL };
+
+#define OFF(f) offsetof(gddr_ps_config, f)
+#define BIG 9.2e18
+
+const gddr__conf_key gddr_ps_conf_table[] = {
+    { "server", "listen", GDDR_CONF_STRING, OFF(listen), "tcp://127.0.0.1:5555", 0, 0, NULL, 0,
+      "ZeroMQ endpoint to bind; a port of * lets the OS choose" },
+    { "server", "endpoint_file", GDDR_CONF_STRING, OFF(endpoint_file), "", 0, 0, NULL, 0,
+      "file to write the bound endpoint into (useful with port *); empty = none" },
+    { "server", "threads", GDDR_CONF_INT, OFF(threads), "2", 1, 256, NULL, 0,
+      "apply threads; each owns a chunk range of every tensor" },
+    { "server", "chunk", GDDR_CONF_INT, OFF(chunk), "1024", 1, 1 << 24, NULL, 0,
+      "elements per chunk (the unit of sparse pushes and parallel apply)" },
+    { "server", "max_message_bytes", GDDR_CONF_INT, OFF(max_message_bytes), "1073741824", 1024,
+      BIG, NULL, 0, "largest message accepted (ZMQ_MAXMSGSIZE); bigger ones are dropped" },
+    { "server", "max_tensors", GDDR_CONF_INT, OFF(max_tensors), "4096", 1, 1 << 20, NULL, 0,
+      "most tensors a server holds" },
+    { "server", "max_workers", GDDR_CONF_INT, OFF(max_workers), "1024", 1, 65536, NULL, 0,
+      "highest worker rank accepted plus one" },
+    { "server", "pull_wait_max_ms", GDDR_CONF_INT, OFF(pull_wait_max_ms), "60000", 0, 3600000,
+      NULL, 0, "longest a pull may be parked waiting for a version (sync) or the slowest worker (ssp)" },
+    { "server", "log_level", GDDR_CONF_ENUM, OFF(log_level), "info", 0, 0, level_names, 1,
+      "error, warn, info or debug" },
+    { "server", "metrics_listen", GDDR_CONF_STRING, OFF(metrics_listen), "", 0, 0, NULL, 0,
+      "tcp endpoint serving Prometheus text over HTTP, e.g. tcp://127.0.0.1:9464; empty = off" },
+
+    { "consistency", "mode", GDDR_CONF_ENUM, OFF(mode), "async", 0, 0, mode_names, 0,
+      "async (apply each push), sync (apply the mean once per step) or ssp (bounded staleness)" },
+    { "consistency", "workers", GDDR_CONF_INT, OFF(workers), "0", 0, 65536, NULL, 0,
+      "workers a sync step waits for; 0 = the largest world_size a worker announced" },
+    { "consistency", "sync_quorum", GDDR_CONF_INT, OFF(sync_quorum), "0", 0, 65536, NULL, 0,
+      "sync: apply a step once this many workers pushed; 0 = all live workers" },
+    { "consistency", "staleness_bound", GDDR_CONF_INT, OFF(staleness_bound), "2", 0, 1000000,
+      NULL, 0, "ssp: how many steps a worker may run ahead of the slowest live worker" },
+    { "consistency", "async_warmup_steps", GDDR_CONF_INT, OFF(async_warmup_steps), "0", 0, BIG,
+      NULL, 0, "sync mode: run async until a tensor reaches this version (hybrid); 0 = off" },
+    { "consistency", "worker_timeout_s", GDDR_CONF_DOUBLE, OFF(worker_timeout_s), "10", 0.1,
+      86400, NULL, 0, "a worker silent this long is declared dead" },
+
+    { "optimizer", "lr", GDDR_CONF_DOUBLE, OFF(lr), "0.1", 0, 1e6, NULL, 1,
+      "learning rate applied by the server" },
+    { "optimizer", "adadelay", GDDR_CONF_DOUBLE, OFF(adadelay), "0", 0, 1e6, NULL, 1,
+      "AdaDelay: lr_eff = lr / (1 + adadelay * tau); 0 = off" },
+    { "optimizer", "momentum", GDDR_CONF_DOUBLE, OFF(momentum), "0", 0, 0.9999, NULL, 1,
+      "heavy-ball momentum mu: v = mu*v + G, w -= lr_eff*v; 0 = off" },
+    { "optimizer", "max_grad_norm", GDDR_CONF_DOUBLE, OFF(max_grad_norm), "0", 0, 1e30, NULL, 1,
+      "reject a push whose gradient norm exceeds this; 0 = off" },
+
+    { "staleness", "staleness_alarm", GDDR_CONF_DOUBLE, OFF(staleness_alarm), "0", 0, 1e9, NULL,
+      1, "warn once each time the staleness EMA crosses this; 0 = off" },
+    { "staleness", "staleness_ema_decay", GDDR_CONF_DOUBLE, OFF(staleness_ema_decay), "0.99",
+      0, 0.999999, NULL, 1, "EMA factor of the staleness average" },
+
+    { "tau", "tau_dynamic", GDDR_CONF_BOOL, OFF(tau_dynamic), "true", 0, 0, NULL, 1,
+      "adapt the GDDR delay bound tau to the gradient-norm change rate" },
+    { "tau", "tau_init", GDDR_CONF_INT, OFF(tau_init), "4", 1, 1000, NULL, 1,
+      "starting GDDR delay bound tau (steps a held chunk may wait)" },
+    { "tau", "tau_min", GDDR_CONF_INT, OFF(tau_min), "2", 1, 1000, NULL, 1,
+      "lowest tau the controller goes to" },
+    { "tau", "tau_max", GDDR_CONF_INT, OFF(tau_max), "8", 1, 1000, NULL, 1,
+      "highest tau the controller goes to" },
+    { "tau", "tau_ema", GDDR_CONF_DOUBLE, OFF(tau_ema), "0.9", 0, 0.999999, NULL, 1,
+      "EMA factor of the pushed gradient norm and of its change rate" },
+    { "tau", "tau_rate_high", GDDR_CONF_DOUBLE, OFF(tau_rate_high), "0.5", 0, 1e9, NULL, 1,
+      "change rate above which tau is halved" },
+    { "tau", "tau_rate_low", GDDR_CONF_DOUBLE, OFF(tau_rate_low), "0.1", 0, 1e9, NULL, 1,
+      "change rate below which (for tau_patience pushes) tau grows by one" },
+    { "tau", "tau_patience", GDDR_CONF_INT, OFF(tau_patience), "20", 1, 1000000, NULL, 1,
+      "calm pushes needed before tau grows" },
+
+    { "checkpoint", "checkpoint_dir", GDDR_CONF_STRING, OFF(checkpoint_dir), "", 0, 0, NULL, 0,
+      "directory for checkpoints; empty = no checkpoints" },
+    { "checkpoint", "checkpoint_interval_s", GDDR_CONF_DOUBLE, OFF(checkpoint_interval_s), "30",
+      0, 1e7, NULL, 1, "seconds between checkpoints; 0 = only on SIGTERM and on request" },
+    { "checkpoint", "checkpoint_keep", GDDR_CONF_INT, OFF(checkpoint_keep), "3", 1, 1000, NULL,
+      0, "how many checkpoints to keep" },
+    { NULL, NULL, 0, 0, NULL, 0, 0, NULL, 0, NULL },
+};
+
+int gddr_ps_config_validate(const gddr_ps_config *cfg, const char *path, char *err, size_t errlen)
+{
+    const char *where = path ? path : "configuration";
+    if (cfg->tau_min > cfg->tau_max) {
+        snprintf(err, errlen, "%s: key 'tau_min': %lld is above tau_max %lld", where,
+                 cfg->tau_min, cfg->tau_max);
+        return -1;
+    }
+    if (cfg->tau_init < cfg->tau_min || cfg->tau_init > cfg->tau_max) {
+        snprintf(err, errlen, "%s: key 'tau_init': %lld is outside [tau_min, tau_max] = [%lld, %lld]",
+                 where, cfg->tau_init, cfg->tau_min, cfg->tau_max);
+        return -1;
+    }
+    if (cfg->tau_rate_low > cfg->tau_rate_high) {
+        snprintf(err, errlen, "%s: key 'tau_rate_low': %g is above tau_rate_high %g", where,
+                 cfg->tau_rate_low, cfg->tau_rate_high);
+        return -1;
+    }
+    if (cfg->sync_quorum && cfg->workers && cfg->sync_quorum > cfg->workers) {
+        snprintf(err, errlen, "%s: key 'sync_quorum': %lld is above workers %lld", where,
+                 cfg->sync_quorum, cfg->workers);
+        return -1;
+    }
+    if (strncmp(cfg->listen, "tcp://", 6) && strncmp(cfg->listen, "ipc://", 6) &&
+        strncmp(cfg->listen, "inproc://", 9)) {
+        snprintf(err, errlen, "%s: key 'listen': '%s' is not a tcp://, ipc:// or inproc:// endpoint",
+                 where, cfg->listen);
+        return -1;
+    }
+    return 0;
+}
+
+int gddr_ps_config_read(gddr_ps_config *cfg, const char *path, char *err, size_t errlen)
+{
+    memset(cfg, 0, sizeof *cfg);
+    if (gddr__conf_defaults(gddr_ps_conf_table, cfg, err, errlen) < 0)
+        return -1;
+    if (path && gddr__conf_load(gddr_ps_conf_table, cfg, path, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+int gddr_ps_config_load(gddr_ps_config *cfg, const char *path, char *err, size_t errlen)
+{
+    if (gddr_ps_config_read(cfg, path, err, errlen) < 0)
+        return -1;
+    return gddr_ps_config_validate(cfg, path, err, errlen);
+}

@@ -1,0 +1,58 @@
+/* config.h -- gddr-ps settings: one struct, one table (config.c). */
+#ifndef GDDR_SERVER_CONFIG_H
+#define GDDR_SERVER_CONFIG_H
+
+#include "conf.h"
+
+enum { GDDR_PS_MODE_ASYNC = 0, GDDR_PS_MODE_SYNC = 1, GDDR_PS_MODE_SSP = 2 };
+
+typedef struct gddr_ps_config {
+    /* [server] */
+    char listen[GDDR_CONF_STRMAX];
+    char endpoint_file[GDDR_CONF_STRMAX];
+    long long threads;
+    long long chunk;
+    long long max_message_bytes;
+    long long max_tensors;
+    long long max_workers;
+    long long pull_wait_max_ms;
+    int log_level;
+    char metrics_listen[GDDR_CONF_STRMAX];
+    /* [consistency] */
+    int mode;
+    long long workers;
+    long long sync_quorum;
+    long long staleness_bound;
+    long long async_warmup_steps;
+    double worker_timeout_s;
+    /* [optimizer] */
+    double lr;
+    double adadelay;
+    double momentum;
+    double max_grad_norm;
+    /* [staleness] */
+    double staleness_alarm;
+    double staleness_ema_decay;
+    /* [tau] */
+    long long tau_init, tau_min, tau_max;
+    double tau_rate_high, tau_rate_low, tau_ema;
+    long long tau_patience;
+    int tau_dynamic;
+    /* [checkpoint] */
+    char checkpoint_dir[GDDR_CONF_STRMAX];
+    double checkpoint_interval_s;
+    long long checkpoint_keep;
+} gddr_ps_config;
+
+extern const gddr__conf_key gddr_ps_conf_table[];
+
+/* Defaults, then the file (path may be NULL), then validation across keys.
+ * Returns 0 or -1 with a message in err. */
+int gddr_ps_config_load(gddr_ps_config *cfg, const char *path, char *err, size_t errlen);
+/* Defaults and the file, without the cross-key checks (for callers that
+ * apply overrides before validating). */
+int gddr_ps_config_read(gddr_ps_config *cfg, const char *path, char *err, size_t errlen);
+/* Cross-key checks (tau_min <= tau_init <= tau_max, ...). */
+int gddr_ps_config_validate(const gddr_ps_config *cfg, const char *path, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,152 @@
+/* stats.c -- staleness statistics and the Prometheus text of gddr-ps. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <string.h>
+
+#include "ps.h"
+
+void ps_stale_add(ps_stale *s, uint64_t tau, double decay)
+{
+    s->ema = s->count ? decay * s->ema + (1.0 - decay) * (double)tau : (double)tau;
+    s->count++;
+    s->sum += tau;
+    if (tau > s->max)
+        s->max = tau;
+    s->hist[tau < PS_HIST - 1 ? tau : PS_HIST - 1]++;
+}
+
+double ps_stale_mean(const ps_stale *s)
+{
+    return s->count ? (double)s->sum / (double)s->count : 0.0;
+}
+
+/* A growing string buffer for the metrics page. */
+typedef struct sbuf {
+    char *p;
+    size_t len, cap;
+} sbuf;
+
+__attribute__((format(printf, 2, 3))) static void sb_printf(sbuf *b, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if (b->p && b->len + (size_t)n < b->cap) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->len + (size_t)n + 1)
+            cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q)
+            return;
+        b->p = q;
+        b->cap = cap;
+    }
+}
+
+static const char *err_label(int code)
+{
+    switch (code) {
+#define GDDR__ERR_NAME(name, num, text) case num: return #name;
+        GDDR_ERRORS(GDDR__ERR_NAME)
+#undef GDDR__ERR_NAME
+    }
+    return "OTHER";
+}
+
+char *ps_metrics_text(gddr_ps *ps)
+{
+    sbuf b = { 0 };
+    sb_printf(&b, "# HELP gddr_pushes_total Pushes accepted.\n# TYPE gddr_pushes_total counter\n"
+                  "gddr_pushes_total %llu\n", (unsigned long long)ps->pushes);
+    sb_printf(&b, "# HELP gddr_pulls_total Pulls served.\n# TYPE gddr_pulls_total counter\n"
+                  "gddr_pulls_total %llu\n", (unsigned long long)ps->pulls_served);
+    sb_printf(&b, "# HELP gddr_bytes_received_total Bytes received.\n# TYPE gddr_bytes_received_total counter\n"
+                  "gddr_bytes_received_total %llu\n", (unsigned long long)ps->bytes_in);
+    sb_printf(&b, "# HELP gddr_bytes_sent_total Bytes sent.\n# TYPE gddr_bytes_sent_total counter\n"
+                  "gddr_bytes_sent_total %llu\n", (unsigned long long)ps->bytes_out);
+    sb_printf(&b, "# HELP gddr_versions_total Updates applied over all tensors.\n# TYPE gddr_versions_total counter\n"
+                  "gddr_versions_total %llu\n", (unsigned long long)ps->versions_total);
+    sb_printf(&b, "# HELP gddr_rejected_total Requests rejected, by reason.\n# TYPE gddr_rejected_total counter\n");
+    for (int i = 1; i < PS_NERR; i++)
+        if (ps->rejected[i])
+            sb_printf(&b, "gddr_rejected_total{reason=\"%s\"} %llu\n", err_label(i),
+                      (unsigned long long)ps->rejected[i]);
+    sb_printf(&b, "# HELP gddr_staleness Staleness tau measured at apply.\n# TYPE gddr_staleness histogram\n");
+    uint64_t cum = 0;
+    for (int i = 0; i < PS_HIST - 1; i++) {
+        cum += ps->stale.hist[i];
+        sb_printf(&b, "gddr_staleness_bucket{le=\"%d\"} %llu\n", i, (unsigned long long)cum);
+    }
+    cum += ps->stale.hist[PS_HIST - 1];
+    sb_printf(&b, "gddr_staleness_bucket{le=\"+Inf\"} %llu\ngddr_staleness_sum %llu\ngddr_staleness_count %llu\n",
+              (unsigned long long)cum, (unsigned long long)ps->stale.sum,
+              (unsigned long long)ps->stale.count);
+    sb_printf(&b, "# HELP gddr_staleness_ema EMA of staleness.\n# TYPE gddr_staleness_ema gauge\ngddr_staleness_ema %g\n",
+              ps->stale.ema);
+    sb_printf(&b, "# HELP gddr_staleness_max Largest staleness seen.\n# TYPE gddr_staleness_max gauge\ngddr_staleness_max %llu\n",
+              (unsigned long long)ps->stale.max);
+    sb_printf(&b, "# HELP gddr_live_workers Workers alive.\n# TYPE gddr_live_workers gauge\ngddr_live_workers %d\n",
+              gddr_ps_live_workers(ps));
+    sb_printf(&b, "# HELP gddr_worker_deaths_total Workers declared dead.\n# TYPE gddr_worker_deaths_total counter\n"
+                  "gddr_worker_deaths_total %llu\n", (unsigned long long)ps->deaths);
+    sb_printf(&b, "# HELP gddr_tau GDDR delay bound per tensor.\n# TYPE gddr_tau gauge\n");
+    for (size_t i = 0; i < ps->ntensors; i++)
+        sb_printf(&b, "gddr_tau{tensor=\"%s\"} %d\n", ps->tensors[i]->key, ps->tensors[i]->tau);
+    sb_printf(&b, "# HELP gddr_tensor_version Updates applied per tensor.\n# TYPE gddr_tensor_version gauge\n");
+    for (size_t i = 0; i < ps->ntensors; i++)
+        sb_printf(&b, "gddr_tensor_version{tensor=\"%s\"} %llu\n", ps->tensors[i]->key,
+                  (unsigned long long)ps->tensors[i]->version);
+    sb_printf(&b, "# HELP gddr_checkpoints_total Checkpoints written.\n# TYPE gddr_checkpoints_total counter\n"
+                  "gddr_checkpoints_total %llu\n", (unsigned long long)ps->ckpt_count);
+    sb_printf(&b, "# HELP gddr_checkpoint_last_ms Duration of the last checkpoint write.\n# TYPE gddr_checkpoint_last_ms gauge\n"
+                  "gddr_checkpoint_last_ms %g\n", ps->ckpt_last_ms);
+    return b.p;
+}
+
+int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double norm)
+{
+    /* The seed's controller: track the pushed gradient norm's EMA m and the
+     * EMA of its relative change rho = |norm - m| / m. A fast-changing
+     * landscape (rho high) makes held chunks go stale quickly, so tau is
+     * halved; a calm one lets tau grow back one step at a time. */
+    if (!cfg->tau_dynamic || !(norm >= 0))
+        return 0;
+    const double e = cfg->tau_ema;
+    if (t->norm_ema <= 0) {
+        t->norm_ema = norm;
+        return 0;
+    }
+    double rate = (norm - t->norm_ema) / t->norm_ema;
+    if (rate < 0)
+        rate = -rate;
+    t->rate_ema = e * t->rate_ema + (1 - e) * rate;
+    t->norm_ema = e * t->norm_ema + (1 - e) * norm;
+    int old = t->tau;
+    if (rate > cfg->tau_rate_high || t->rate_ema > cfg->tau_rate_high) {
+        /* A spike: shorten at once, then stay put until it has calmed. */
+        if (t->calm >= 0) {
+            int nt = t->tau / 2;
+            t->tau = nt < cfg->tau_min ? (int)cfg->tau_min : nt;
+        }
+        t->calm = -(int)cfg->tau_patience;
+    } else if (t->rate_ema < cfg->tau_rate_low) {
+        if (++t->calm >= cfg->tau_patience) {
+            if (t->tau < cfg->tau_max)
+                t->tau++;
+            t->calm = 0;
+        }
+    } else if (t->calm < 0) {
+        t->calm++;
+    } else {
+        t->calm = 0;
+    }
+    return t->tau != old;
+}

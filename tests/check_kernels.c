@@ -1,0 +1,882 @@
+/* check_kernels.c -- tests of kernels/: the CPU twins against invariants and
+ * hand-computed values, then every CUDA kernel against its CPU twin.
+ *
+ * The CPU cases always run. The GPU cases run only where a usable GPU
+ * exists; elsewhere a single case prints "SKIP gpu: <reason>" and passes,
+ * because Check has no skip status. Whether a GPU is usable is asked in a
+ * forked child: CUDA initialised in the runner process would not survive the
+ * fork() Check does for every case.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "blas.h"
+#include "dc.h"
+#include "gddr/gddr.h"
+#include "gddr_hash.h"
+#include "kcompare.h"
+#include "replay.h"
+#include "residual.h"
+
+/* ---- helpers -------------------------------------------------------------- */
+
+/* A deterministic generator so a failure reproduces. */
+static uint64_t rng_state = 0x1234567887654321ull;
+
+static uint64_t rng_u64(void)
+{
+    rng_state += 0x9e3779b97f4a7c15ull;
+    return gddr__mix64(rng_state);
+}
+
+static float rng_float(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(rng_u64() >> 40) * (1.0f / 16777216.0f);
+}
+
+static void fill_random(float *x, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = rng_float(lo, hi);
+}
+
+static void *xmalloc(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    ck_assert_ptr_nonnull(p);
+    return p;
+}
+
+static int bit(const uint8_t *bm, size_t c)
+{
+    return (bm[c >> 3] >> (c & 7)) & 1;
+}
+
+static gddr_residual_args args_for(size_t n, uint32_t chunk, float alpha, uint32_t tau,
+                                   uint64_t step)
+{
+    gddr_residual_args a = { n, chunk, alpha, tau, 0x5eedull, 3, gddr_key_hash("layer0.weight"),
+                             step };
+    return a;
+}
+
+/* ---- hash ----------------------------------------------------------------- */
+
+START_TEST(test_hash_pure)
+{
+    /* Golden values pin the mask: a change to the hash would silently change
+     * which chunks every worker holds, so it must be a deliberate one. */
+    ck_assert_uint_eq(gddr_hash_u32(0, 0, 0, 0, 0), 0x631753f7u);
+    ck_assert_uint_eq(gddr_hash_u32(0x9e3779b97f4a7c15ull, 7, 0xdeadbeefu, 123456789ull, 42),
+                      0xd4c34daau);
+    for (uint32_t c = 0; c < 1000; c++) {
+        const uint32_t h = gddr_hash_u32(1, 2, 3, 4, c);
+        ck_assert_uint_eq(h, gddr_hash_u32(1, 2, 3, 4, c));
+        const float u = gddr_hash_uniform(1, 2, 3, 4, c);
+        ck_assert(u >= 0.0f && u < 1.0f);
+        ck_assert(u == (float)(h >> 8) / 16777216.0f);
+    }
+    /* Each counter changes the output. */
+    const uint32_t base = gddr_hash_u32(1, 2, 3, 4, 5);
+    ck_assert_uint_ne(base, gddr_hash_u32(2, 2, 3, 4, 5));
+    ck_assert_uint_ne(base, gddr_hash_u32(1, 3, 3, 4, 5));
+    ck_assert_uint_ne(base, gddr_hash_u32(1, 2, 4, 4, 5));
+    ck_assert_uint_ne(base, gddr_hash_u32(1, 2, 3, 5, 5));
+    ck_assert_uint_ne(base, gddr_hash_u32(1, 2, 3, 4, 6));
+    /* FNV-1a 32 test vectors. */
+    ck_assert_uint_eq(gddr_key_hash(""), 0x811c9dc5u);
+    ck_assert_uint_eq(gddr_key_hash("a"), 0xe40c292cu);
+    ck_assert_uint_eq(gddr_key_hash("foobar"), 0xbf9cf968u);
+}
+END_TEST
+
+/* ---- residual step, CPU --------------------------------------------------- */
+
+static const struct { size_t n; uint32_t chunk; } shapes[] = {
+    { 1, 1 }, { 5, 2 }, { 64, 64 }, { 1000, 64 }, { 4097, 256 }, { 777, 1 }, { 100003, 1000 },
+};
+
+/* Runs many steps with a changing tau and checks, every step, that the
+ * decision matches the rule of DESIGN section 6 step 4, and at the end that
+ * nothing was dropped: everything sent, scattered back, plus r equals the
+ * sum of every gradient. */
+START_TEST(test_residual_conservation)
+{
+    static const float alphas[] = { 0.0f, 0.3f, 0.75f, 1.0f };
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        for (size_t ai = 0; ai < sizeof alphas / sizeof alphas[0]; ai++) {
+            const size_t n = shapes[si].n;
+            const uint32_t chunk = shapes[si].chunk;
+            const size_t nc = gddr_nchunks(n, chunk), nb = gddr_bitmap_bytes(nc);
+            float *g = xmalloc(n * sizeof *g), *r = calloc(n, sizeof *r);
+            float *packed = xmalloc(n * sizeof *packed), *tmp = xmalloc(n * sizeof *tmp);
+            uint32_t *age = calloc(nc, sizeof *age), *prev = xmalloc(nc * sizeof *prev);
+            uint8_t *bm = xmalloc(nb);
+            double *gsum = calloc(n, sizeof *gsum), *ssum = calloc(n, sizeof *ssum);
+            ck_assert(r && age && gsum && ssum);
+            for (uint64_t step = 0; step < 40; step++) {
+                const uint32_t tau = step < 15 ? 4 : step < 25 ? 1 : 7;
+                const int zero_g = step % 7 == 6;
+                fill_random(g, n, -1.0f, 1.0f);
+                memcpy(prev, age, nc * sizeof *age);
+                memset(bm, 0xff, nb);
+                gddr_residual_args a = args_for(n, chunk, alphas[ai], tau, step);
+                size_t np = 0, ns = 0;
+                ck_assert_int_eq(gddr_residual_step_cpu(&a, zero_g ? NULL : g, r, age, packed,
+                                                        bm, &np, &ns),
+                                 GDDR_OK);
+                size_t cs, cf;
+                gddr_bitmap_count(bm, n, chunk, &cs, &cf);
+                ck_assert_uint_eq(cs, ns);
+                ck_assert_uint_eq(cf, np);
+                for (size_t c = nc; c < nb * 8; c++)
+                    ck_assert_msg(!bit(bm, c), "padding bit %zu set", c);
+                for (size_t c = 0; c < nc; c++) {
+                    const int held = prev[c] < tau &&
+                                     gddr_hash_uniform(a.seed, a.worker, a.key, step,
+                                                       (uint32_t)c) < a.alpha;
+                    ck_assert_int_eq(bit(bm, c), !held);
+                    ck_assert_uint_eq(age[c], held ? prev[c] + 1 : 0);
+                    ck_assert_uint_le(age[c], tau);
+                    const size_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+                    if (!held)
+                        for (size_t i = lo; i < hi; i++)
+                            ck_assert(r[i] == 0.0f);
+                }
+                memset(tmp, 0, n * sizeof *tmp);
+                ck_assert_int_eq(gddr_unpack_cpu(packed, bm, n, chunk, 1.0f, 0, tmp), GDDR_OK);
+                for (size_t i = 0; i < n; i++) {
+                    ssum[i] += tmp[i];
+                    gsum[i] += zero_g ? 0.0 : g[i];
+                }
+            }
+            for (size_t i = 0; i < n; i++) {
+                const double err = fabs(ssum[i] + r[i] - gsum[i]);
+                ck_assert_msg(err <= 1e-4 + 1e-5 * fabs(gsum[i]),
+                              "n=%zu chunk=%u alpha=%g: element %zu lost %g", n, chunk,
+                              alphas[ai], i, err);
+            }
+            free(g), free(r), free(packed), free(tmp), free(age), free(prev), free(bm);
+            free(gsum), free(ssum);
+        }
+    }
+}
+END_TEST
+
+/* The held fraction is Binomial(nchunks, alpha) when no chunk is at its age
+ * bound; 5 sigma keeps this from ever flaking while still catching a biased
+ * or broken uniform map. */
+START_TEST(test_residual_held_fraction)
+{
+    static const float alphas[] = { 0.05f, 0.25f, 0.5f, 0.9f };
+    const size_t n = 65536 * 4 + 3;
+    const uint32_t chunk = 4;
+    const size_t nc = gddr_nchunks(n, chunk);
+    float *r = calloc(n, sizeof *r), *packed = xmalloc(n * sizeof *packed);
+    uint32_t *age = calloc(nc, sizeof *age);
+    uint8_t *bm = xmalloc(gddr_bitmap_bytes(nc));
+    ck_assert(r && age);
+    for (size_t ai = 0; ai < sizeof alphas / sizeof alphas[0]; ai++) {
+        for (uint64_t step = 0; step < 5; step++) {
+            memset(age, 0, nc * sizeof *age);
+            gddr_residual_args a = args_for(n, chunk, alphas[ai], 8, step);
+            a.worker = (uint32_t)(step * 3 + ai);
+            size_t np, ns;
+            ck_assert_int_eq(gddr_residual_step_cpu(&a, NULL, r, age, packed, bm, &np, &ns),
+                             GDDR_OK);
+            const double held = (double)(nc - ns), p = alphas[ai];
+            const double mean = nc * p, sigma = sqrt(nc * p * (1 - p));
+            ck_assert_msg(fabs(held - mean) <= 5 * sigma + 1,
+                          "alpha %g: held %g of %zu, expected %g +- %g", p, held, nc, mean,
+                          5 * sigma);
+        }
+    }
+    /* The extremes are exact: alpha 0 holds nothing, alpha 1 everything. */
+    memset(age, 0, nc * sizeof *age);
+    gddr_residual_args a = args_for(n, chunk, 0.0f, 8, 1);
+    size_t np, ns;
+    ck_assert_int_eq(gddr_residual_step_cpu(&a, NULL, r, age, packed, bm, &np, &ns), GDDR_OK);
+    ck_assert_uint_eq(ns, nc);
+    ck_assert_uint_eq(np, n);
+    a.alpha = 1.0f;
+    ck_assert_int_eq(gddr_residual_step_cpu(&a, NULL, r, age, packed, bm, &np, &ns), GDDR_OK);
+    ck_assert_uint_eq(ns, 0);
+    ck_assert_uint_eq(np, 0);
+    free(r), free(packed), free(age), free(bm);
+}
+END_TEST
+
+/* With alpha = 1 only the age bound sends, so every chunk goes out exactly
+ * every tau + 1 steps and r carries tau + 1 gradients; tau = 0 sends all. */
+START_TEST(test_residual_age_bound)
+{
+    const size_t n = 300;
+    const uint32_t chunk = 32;
+    const size_t nc = gddr_nchunks(n, chunk);
+    float g[300], r[300] = { 0 }, packed[300];
+    uint32_t age[10] = { 0 };
+    uint8_t bm[2];
+    for (size_t i = 0; i < n; i++)
+        g[i] = 1.0f;
+    for (uint64_t step = 0; step < 12; step++) {
+        gddr_residual_args a = args_for(n, chunk, 1.0f, 3, step);
+        size_t np, ns;
+        ck_assert_int_eq(gddr_residual_step_cpu(&a, g, r, age, packed, bm, &np, &ns), GDDR_OK);
+        if (step % 4 == 3) {
+            ck_assert_uint_eq(ns, nc);
+            ck_assert_uint_eq(np, n);
+            for (size_t i = 0; i < n; i++)
+                ck_assert(packed[i] == 4.0f);
+        } else {
+            ck_assert_uint_eq(ns, 0);
+            for (size_t c = 0; c < nc; c++)
+                ck_assert_uint_eq(age[c], step % 4 + 1);
+        }
+    }
+    gddr_residual_args a = args_for(n, chunk, 1.0f, 0, 99);
+    size_t np, ns;
+    ck_assert_int_eq(gddr_residual_step_cpu(&a, g, r, age, packed, bm, &np, &ns), GDDR_OK);
+    ck_assert_uint_eq(ns, nc);
+}
+END_TEST
+
+static void run_mask(gddr_residual_args a, uint8_t *bm)
+{
+    float *r = calloc(a.n, sizeof *r), *packed = xmalloc(a.n * sizeof *packed);
+    uint32_t *age = calloc(gddr_nchunks(a.n, a.chunk), sizeof *age);
+    ck_assert(r && age);
+    size_t np, ns;
+    ck_assert_int_eq(gddr_residual_step_cpu(&a, NULL, r, age, packed, bm, &np, &ns), GDDR_OK);
+    free(r), free(packed), free(age);
+}
+
+/* The mask is a pure function of (seed, worker, key, step, chunk): the same
+ * inputs give the same bitmap, and changing any one of them changes it
+ * (4096 chunks at alpha 0.5: a collision has probability 2^-4096). */
+START_TEST(test_residual_mask_pure)
+{
+    const size_t n = 4096 * 16;
+    const uint32_t chunk = 16;
+    const size_t nb = gddr_bitmap_bytes(gddr_nchunks(n, chunk));
+    uint8_t *b0 = xmalloc(nb), *b1 = xmalloc(nb);
+    const gddr_residual_args base = args_for(n, chunk, 0.5f, 4, 17);
+    run_mask(base, b0);
+    run_mask(base, b1);
+    ck_assert_int_eq(memcmp(b0, b1, nb), 0);
+    gddr_residual_args v[4] = { base, base, base, base };
+    v[0].step++, v[1].worker++, v[2].key++, v[3].seed++;
+    for (int k = 0; k < 4; k++) {
+        run_mask(v[k], b1);
+        ck_assert_msg(memcmp(b0, b1, nb) != 0, "variant %d gave the same mask", k);
+    }
+    free(b0), free(b1);
+}
+END_TEST
+
+/* ---- pack / unpack / count ------------------------------------------------ */
+
+START_TEST(test_bitmap_count)
+{
+    /* 10 floats in chunks of 4: lengths 4, 4, 2. */
+    size_t cs, cf;
+    uint8_t bm = 0x5;
+    gddr_bitmap_count(&bm, 10, 4, &cs, &cf);
+    ck_assert_uint_eq(cs, 2);
+    ck_assert_uint_eq(cf, 6);
+    bm = 0x3;
+    gddr_bitmap_count(&bm, 10, 4, &cs, &cf);
+    ck_assert_uint_eq(cs, 2);
+    ck_assert_uint_eq(cf, 8);
+    bm = 0xff; /* padding bits are ignored */
+    gddr_bitmap_count(&bm, 10, 4, &cs, &cf);
+    ck_assert_uint_eq(cs, 3);
+    ck_assert_uint_eq(cf, 10);
+    uint8_t big[3] = { 0xff, 0x0f, 0x80 }; /* 17 chunks of 3 over 50 floats; last has 2 */
+    gddr_bitmap_count(big, 50, 3, &cs, &cf);
+    ck_assert_uint_eq(cs, 12);
+    ck_assert_uint_eq(cf, 36);
+    big[2] = 0x01;
+    gddr_bitmap_count(big, 50, 3, &cs, &cf);
+    ck_assert_uint_eq(cs, 13);
+    ck_assert_uint_eq(cf, 38);
+    gddr_bitmap_count(NULL, 0, 3, &cs, &cf);
+    ck_assert_uint_eq(cs, 0);
+    ck_assert_uint_eq(cf, 0);
+}
+END_TEST
+
+START_TEST(test_pack_unpack_roundtrip)
+{
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const size_t n = shapes[si].n;
+        const uint32_t chunk = shapes[si].chunk;
+        const size_t nc = gddr_nchunks(n, chunk), nb = gddr_bitmap_bytes(nc);
+        float *src = xmalloc(n * sizeof *src), *packed = xmalloc(n * sizeof *packed);
+        float *dense = xmalloc(n * sizeof *dense);
+        uint8_t *bm = xmalloc(nb);
+        fill_random(src, n, -3.0f, 3.0f);
+        for (size_t b = 0; b < nb; b++)
+            bm[b] = (uint8_t)rng_u64(); /* padding bits too: they must be ignored */
+        size_t np, cs, cf;
+        ck_assert_int_eq(gddr_pack_cpu(src, n, chunk, bm, packed, &np), GDDR_OK);
+        gddr_bitmap_count(bm, n, chunk, &cs, &cf);
+        ck_assert_uint_eq(np, cf);
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++)
+            if (bit(bm, i / chunk))
+                ck_assert(packed[k++] == src[i]);
+        ck_assert_uint_eq(k, np);
+
+        for (size_t i = 0; i < n; i++)
+            dense[i] = 42.0f;
+        ck_assert_int_eq(gddr_unpack_cpu(packed, bm, n, chunk, 1.0f, 0, dense), GDDR_OK);
+        for (size_t i = 0; i < n; i++)
+            ck_assert(dense[i] == (bit(bm, i / chunk) ? src[i] : 42.0f));
+        /* dense = src + (-2) * src = -src on the set chunks. */
+        ck_assert_int_eq(gddr_unpack_cpu(packed, bm, n, chunk, -2.0f, 1, dense), GDDR_OK);
+        for (size_t i = 0; i < n; i++)
+            ck_assert(dense[i] == (bit(bm, i / chunk) ? -src[i] : 42.0f));
+
+        memset(bm, 0xff, nb);
+        ck_assert_int_eq(gddr_pack_cpu(src, n, chunk, bm, packed, &np), GDDR_OK);
+        ck_assert_uint_eq(np, n);
+        ck_assert_int_eq(memcmp(packed, src, n * sizeof *src), 0);
+        memset(bm, 0, nb);
+        ck_assert_int_eq(gddr_pack_cpu(src, n, chunk, bm, packed, &np), GDDR_OK);
+        ck_assert_uint_eq(np, 0);
+        free(src), free(packed), free(dense), free(bm);
+    }
+}
+END_TEST
+
+START_TEST(test_invalid_args)
+{
+    float x[4] = { 0 }, p[4];
+    uint32_t age[4] = { 0 };
+    uint8_t bm[1];
+    size_t np, ns;
+    gddr_residual_args a = args_for(4, 0, 0.5f, 4, 0);
+    ck_assert_int_eq(gddr_residual_step_cpu(&a, x, x, age, p, bm, &np, &ns), GDDR_EINVAL);
+    a.chunk = 2;
+    ck_assert_int_eq(gddr_residual_step_cpu(&a, x, NULL, age, p, bm, &np, &ns), GDDR_EINVAL);
+    ck_assert_int_eq(gddr_residual_step_cpu(NULL, x, x, age, p, bm, &np, &ns), GDDR_EINVAL);
+    a.alpha = NAN;
+    ck_assert_int_eq(gddr_residual_step_cpu(&a, x, x, age, p, bm, &np, &ns), GDDR_EINVAL);
+    a.n = 0, a.alpha = 0.5f;
+    ck_assert_int_eq(gddr_residual_step_cpu(&a, NULL, NULL, NULL, NULL, NULL, &np, &ns), GDDR_OK);
+    ck_assert_uint_eq(np, 0);
+    ck_assert_uint_eq(ns, 0);
+    ck_assert_int_eq(gddr_pack_cpu(x, 4, 0, bm, p, &np), GDDR_EINVAL);
+    ck_assert_int_eq(gddr_unpack_cpu(p, NULL, 4, 2, 1.0f, 0, x), GDDR_EINVAL);
+    gddr_dc_args d = GDDR_DC_ARGS_INIT;
+    d.n = 4, d.mode = 7;
+    ck_assert_int_eq(gddr_dc_cpu(&d, x, x, x, NULL), GDDR_EINVAL);
+    d.mode = GDDR_DC_DIAG, d.adaptive = 1;
+    ck_assert_int_eq(gddr_dc_cpu(&d, x, x, x, NULL), GDDR_EINVAL);
+    ck_assert_int_eq(gddr_replay_cpu(x, p, 4, 1.5f, 0), GDDR_EINVAL);
+    ck_assert_int_eq(gddr_replay_cpu(x, NULL, 4, 0.5f, 0), GDDR_EINVAL);
+}
+END_TEST
+
+/* ---- DC-ASGD ------------------------------------------------------------- */
+
+static void assert_close(const float *got, const float *want, size_t n)
+{
+    ck_assert_uint_eq(kc_compare_f32("dc", got, want, n, 1e-6, 1e-6, NULL), 0);
+}
+
+START_TEST(test_dc_hand)
+{
+    const float w_new[3] = { 1.0f, 1.0f, 1.0f }, w_bak[3] = { 0.0f, 0.5f, 2.0f };
+    gddr_dc_args a = GDDR_DC_ARGS_INIT;
+    a.n = 3, a.lambda = 0.5f;
+
+    /* diag: g += 0.5 * g^2 * (w_new - w_bak), with w_new - w_bak = 1, 0.5, -1. */
+    float g[3] = { 1.0f, 2.0f, -1.0f };
+    ck_assert_int_eq(gddr_dc_cpu(&a, g, w_new, w_bak, NULL), GDDR_OK);
+    const float want_diag[3] = { 1.5f, 3.0f, -1.5f };
+    assert_close(g, want_diag, 3);
+
+    /* identity: g += 0.5 * (w_new - w_bak). */
+    float g2[3] = { 1.0f, 2.0f, -1.0f };
+    a.mode = GDDR_DC_IDENTITY;
+    ck_assert_int_eq(gddr_dc_cpu(&a, g2, w_new, w_bak, NULL), GDDR_OK);
+    const float want_id[3] = { 1.5f, 2.25f, -1.5f };
+    assert_close(g2, want_id, 3);
+
+    /* adaptive: ms = 0.5*14 + 0.5*g^2 = 9, 25, so lambda_i = 3/3, 3/5. */
+    const float wn[2] = { 1.0f, 0.0f }, wb[2] = { 0.5f, 1.0f };
+    float ms[2] = { 14.0f, 14.0f }, g3[2] = { 2.0f, 6.0f };
+    gddr_dc_args ad = { 2, 3.0f, GDDR_DC_DIAG, 1, 0.5f, 0.0f };
+    ck_assert_int_eq(gddr_dc_cpu(&ad, g3, wn, wb, ms), GDDR_OK);
+    const float want_ms[2] = { 9.0f, 25.0f }, want_ad[2] = { 2.0f + 1.0f * 4 * 0.5f,
+                                                             6.0f - 0.6f * 36 };
+    assert_close(ms, want_ms, 2);
+    assert_close(g3, want_ad, 2);
+
+    float ms2[2] = { 14.0f, 14.0f }, g4[2] = { 2.0f, 6.0f };
+    ad.mode = GDDR_DC_IDENTITY;
+    ad.eps = 1e-7f; /* the default eps moves the result by far less than the tolerance */
+    ck_assert_int_eq(gddr_dc_cpu(&ad, g4, wn, wb, ms2), GDDR_OK);
+    const float want_adi[2] = { 2.5f, 5.4f };
+    assert_close(g4, want_adi, 2);
+}
+END_TEST
+
+/* ---- replay --------------------------------------------------------------- */
+
+/* With r zeroed before each call, r after the call is the installment itself;
+ * their double sum must equal the orphan exactly and rem must end at 0. */
+START_TEST(test_replay_installments)
+{
+    static const float gammas[] = { 0.5f, 0.3f };
+    const size_t n = 1000;
+    float orphan[1000], rem[1000], r[1000];
+    double sum[1000];
+    for (size_t gi = 0; gi < 2; gi++) {
+        fill_random(orphan, n, -5.0f, 5.0f);
+        memcpy(rem, orphan, sizeof rem);
+        memset(sum, 0, sizeof sum);
+        for (int k = 0; k < 6; k++) {
+            memset(r, 0, sizeof r);
+            ck_assert_int_eq(gddr_replay_cpu(r, rem, n, gammas[gi], k == 5), GDDR_OK);
+            for (size_t i = 0; i < n; i++) {
+                if (k == 0 && gammas[gi] == 0.5f)
+                    ck_assert(r[i] == 0.5f * orphan[i]);
+                sum[i] += r[i];
+            }
+        }
+        for (size_t i = 0; i < n; i++) {
+            ck_assert(rem[i] == 0.0f);
+            ck_assert_msg(sum[i] == (double)orphan[i], "gamma %g: element %zu sums to %.9g, not %.9g",
+                          gammas[gi], i, sum[i], orphan[i]);
+        }
+    }
+    /* Installments land on top of an existing residual. */
+    float rr[2] = { 1.0f, -1.0f }, rm[2] = { 4.0f, 8.0f };
+    ck_assert_int_eq(gddr_replay_cpu(rr, rm, 2, 0.5f, 0), GDDR_OK);
+    ck_assert(rr[0] == 3.0f && rr[1] == 3.0f && rm[0] == 2.0f && rm[1] == 4.0f);
+    ck_assert_int_eq(gddr_replay_cpu(rr, rm, 2, 0.5f, 1), GDDR_OK);
+    ck_assert(rr[0] == 5.0f && rr[1] == 7.0f && rm[0] == 0.0f && rm[1] == 0.0f);
+}
+END_TEST
+
+/* ---- blas ----------------------------------------------------------------- */
+
+START_TEST(test_blas_cpu)
+{
+    const float v[2] = { 3.0f, 4.0f };
+    ck_assert(gddr_nrm2_cpu(v, 2) == 5.0);
+    ck_assert(gddr_nrm2_cpu(v, 0) == 0.0);
+    const size_t n = 1000000;
+    float *ones = xmalloc(n * sizeof *ones);
+    for (size_t i = 0; i < n; i++)
+        ones[i] = 1.0f;
+    ck_assert(gddr_nrm2_cpu(ones, n) == 1000.0);
+    free(ones);
+    float x[3] = { 1.0f, -2.0f, 0.5f }, y[3] = { 1.0f, 1.0f, 1.0f };
+    gddr_axpy_cpu(y, x, 3, 2.0f);
+    ck_assert(y[0] == 3.0f && y[1] == -3.0f && y[2] == 2.0f);
+    gddr_scal_cpu(x, 3, -4.0f);
+    ck_assert(x[0] == -4.0f && x[1] == 8.0f && x[2] == -2.0f);
+}
+END_TEST
+
+/* ---- GPU against the CPU twins ------------------------------------------- */
+
+#define CUDA_OK(call) ck_assert_int_eq((call), GDDR_OK)
+
+static void *dev_alloc(size_t bytes)
+{
+    void *d = NULL;
+    CUDA_OK(gddr_cuda_malloc(&d, bytes));
+    return d;
+}
+
+static void *dev_from(const void *h, size_t bytes)
+{
+    void *d = dev_alloc(bytes);
+    CUDA_OK(gddr_cuda_memcpy_h2d(d, h, bytes, NULL));
+    return d;
+}
+
+static void to_host(void *h, const void *d, size_t bytes)
+{
+    CUDA_OK(gddr_cuda_memcpy_d2h(h, d, bytes, NULL));
+    CUDA_OK(gddr_cuda_sync(NULL));
+}
+
+START_TEST(test_gpu_context)
+{
+    gddr_cuda_ctx *ctx = NULL;
+    CUDA_OK(gddr_cuda_ctx_create(&ctx));
+    ck_assert_ptr_nonnull(ctx);
+    ck_assert_ptr_nonnull(gddr_cuda_ctx_stream(ctx));
+    float h[16], back[16], *pinned = NULL;
+    fill_random(h, 16, -1.0f, 1.0f);
+    float *d = dev_from(h, sizeof h);
+    ck_assert_int_eq(gddr_cuda_is_device_ptr(d), 1);
+    ck_assert_int_eq(gddr_cuda_is_device_ptr(h), 0);
+    ck_assert_int_eq(gddr_cuda_is_device_ptr(NULL), 0);
+    CUDA_OK(gddr_cuda_host_alloc((void **)&pinned, sizeof h));
+    ck_assert_int_eq(gddr_cuda_is_device_ptr(pinned), 0);
+    CUDA_OK(gddr_cuda_memcpy_d2h(pinned, d, sizeof h, gddr_cuda_ctx_stream(ctx)));
+    CUDA_OK(gddr_cuda_sync(gddr_cuda_ctx_stream(ctx)));
+    to_host(back, d, sizeof back);
+    ck_assert_int_eq(memcmp(back, h, sizeof h), 0);
+    ck_assert_int_eq(memcmp(pinned, h, sizeof h), 0);
+    CUDA_OK(gddr_cuda_host_free(pinned));
+    CUDA_OK(gddr_cuda_free(d));
+    gddr_cuda_ctx_destroy(&ctx);
+    ck_assert_ptr_null(ctx);
+}
+END_TEST
+
+static const struct { size_t n; uint32_t chunk; int misalign; } gshapes[] = {
+    { 1, 1, 0 },       { 1000, 64, 0 },      { 4097, 256, 0 },   { 100003, 1000, 0 },
+    { 1000003, 256, 0 }, { 200001, 7, 0 },   { 1 << 20, 1, 0 },  { 50000, 256, 1 },
+};
+
+/* Both twins take the same steps from the same state; after every step the
+ * bitmaps, ages, residuals and packed values must agree exactly (u = r + g
+ * is one rounding on both), and nothing past any output may change. */
+START_TEST(test_gpu_residual)
+{
+    static const float alphas[] = { 0.0f, 0.5f, 1.0f };
+    static const uint32_t taus[] = { 4, 1, 6 };
+    const size_t G = KC_GUARD;
+    for (size_t si = 0; si < sizeof gshapes / sizeof gshapes[0]; si++) {
+        const size_t n = gshapes[si].n, off = (size_t)gshapes[si].misalign;
+        const uint32_t chunk = gshapes[si].chunk;
+        const size_t nc = gddr_nchunks(n, chunk), nb = gddr_bitmap_bytes(nc);
+        float *g = xmalloc(n * sizeof *g), *r = xmalloc((n + G) * sizeof *r);
+        float *packed = xmalloc((n + G) * sizeof *packed);
+        float *got_r = xmalloc((n + G + off) * sizeof *got_r);
+        float *got_p = xmalloc((n + G + off) * sizeof *got_p);
+        uint32_t *age = xmalloc((nc + G) * sizeof *age), *got_age = xmalloc((nc + G) * sizeof *age);
+        uint8_t *bm = xmalloc(nb + G), *got_bm = xmalloc(nb + G);
+        for (size_t ai = 0; ai < sizeof alphas / sizeof alphas[0]; ai++) {
+            fill_random(r, n, -1.0f, 1.0f);
+            kc_fill_guard_f32(r + n, G);
+            for (size_t c = 0; c < nc + G; c++)
+                age[c] = c < nc ? (uint32_t)(rng_u64() % 6) : 0xa5a5a5a5u;
+            /* Offsetting every device pointer by one float forces the
+             * one-float path even where chunk % 4 == 0. */
+            float *d_rbase = dev_alloc((n + G + off) * sizeof *r), *d_r = d_rbase + off;
+            CUDA_OK(gddr_cuda_memcpy_h2d(d_r, r, (n + G) * sizeof *r, NULL));
+            float *d_gbase = dev_alloc((n + off) * sizeof *g), *d_g = d_gbase + off;
+            float *d_pbase = dev_alloc((n + G + off) * sizeof *packed), *d_p = d_pbase + off;
+            uint32_t *d_age = dev_from(age, (nc + G) * sizeof *age);
+            uint8_t *d_bm = dev_alloc(nb + G);
+            for (uint64_t step = 0; step < 6; step++) {
+                const int zero_g = step == 4;
+                fill_random(g, n, -1.0f, 1.0f);
+                CUDA_OK(gddr_cuda_memcpy_h2d(d_g, g, n * sizeof *g, NULL));
+                kc_fill_guard_f32(got_p, n + G);
+                CUDA_OK(gddr_cuda_memcpy_h2d(d_p, got_p, (n + G) * sizeof *got_p, NULL));
+                memset(got_bm, KC_SENTINEL_U8, nb + G);
+                CUDA_OK(gddr_cuda_memcpy_h2d(d_bm, got_bm, nb + G, NULL));
+
+                gddr_residual_args a = args_for(n, chunk, alphas[ai], taus[step % 3], step);
+                size_t np, ns, gnp = 7, gns = 7;
+                CUDA_OK(gddr_residual_step_cpu(&a, zero_g ? NULL : g, r, age, packed, bm, &np,
+                                               &ns));
+                CUDA_OK(gddr_residual_step_cuda(&a, zero_g ? NULL : d_g, d_r, d_age, d_p, d_bm,
+                                                &gnp, &gns, NULL));
+                ck_assert_uint_eq(gnp, np);
+                ck_assert_uint_eq(gns, ns);
+                to_host(got_r, d_r, (n + G) * sizeof *got_r);
+                to_host(got_p, d_p, (n + G) * sizeof *got_p);
+                to_host(got_age, d_age, (nc + G) * sizeof *got_age);
+                to_host(got_bm, d_bm, nb + G);
+                size_t bad = kc_compare_u8("bitmap", got_bm, bm, nb) +
+                             kc_compare_u32("age", got_age, age, nc) +
+                             kc_compare_f32("r", got_r, r, n, 0.0, 0.0, NULL) +
+                             kc_compare_f32("packed", got_p, packed, np, 0.0, 0.0, NULL) +
+                             kc_check_guard_f32("r guard", got_r + n, G) +
+                             kc_check_guard_f32("packed tail", got_p + np, n + G - np) +
+                             kc_check_guard_bytes("bitmap guard", got_bm + nb, G, KC_SENTINEL_U8) +
+                             kc_check_guard_bytes("age guard", got_age + nc, G * sizeof *age,
+                                                  0xa5);
+                ck_assert_msg(bad == 0, "n=%zu chunk=%u misalign=%zu alpha=%g step=%llu: %zu bad",
+                              n, chunk, off, alphas[ai], (unsigned long long)step, bad);
+            }
+            CUDA_OK(gddr_cuda_free(d_rbase));
+            CUDA_OK(gddr_cuda_free(d_gbase));
+            CUDA_OK(gddr_cuda_free(d_pbase));
+            CUDA_OK(gddr_cuda_free(d_age));
+            CUDA_OK(gddr_cuda_free(d_bm));
+        }
+        free(g), free(r), free(packed), free(got_r), free(got_p), free(age), free(got_age);
+        free(bm), free(got_bm);
+    }
+}
+END_TEST
+
+START_TEST(test_gpu_pack_unpack)
+{
+    const size_t G = KC_GUARD;
+    for (size_t si = 0; si < sizeof gshapes / sizeof gshapes[0]; si++) {
+        const size_t n = gshapes[si].n;
+        const uint32_t chunk = gshapes[si].chunk;
+        const size_t nc = gddr_nchunks(n, chunk), nb = gddr_bitmap_bytes(nc);
+        float *src = xmalloc(n * sizeof *src), *packed = xmalloc(n * sizeof *packed);
+        float *got = xmalloc((n + G) * sizeof *got), *dense = xmalloc((n + G) * sizeof *dense);
+        uint8_t *bm = xmalloc(nb);
+        fill_random(src, n, -3.0f, 3.0f);
+        for (size_t b = 0; b < nb; b++)
+            bm[b] = (uint8_t)rng_u64();
+        float *d_src = dev_from(src, n * sizeof *src);
+        uint8_t *d_bm = dev_from(bm, nb);
+        kc_fill_guard_f32(got, n + G);
+        float *d_p = dev_from(got, (n + G) * sizeof *got);
+
+        size_t np, gnp = 7;
+        CUDA_OK(gddr_pack_cpu(src, n, chunk, bm, packed, &np));
+        CUDA_OK(gddr_pack_cuda(d_src, n, chunk, d_bm, d_p, &gnp, NULL));
+        ck_assert_uint_eq(gnp, np);
+        to_host(got, d_p, (n + G) * sizeof *got);
+        ck_assert_uint_eq(kc_compare_f32("pack", got, packed, np, 0.0, 0.0, NULL) +
+                              kc_check_guard_f32("pack tail", got + np, n + G - np),
+                          0);
+
+        for (int acc = 0; acc < 2; acc++) {
+            const float scale = acc ? -1.5f : 0.25f;
+            fill_random(dense, n, -1.0f, 1.0f);
+            kc_fill_guard_f32(dense + n, G);
+            float *d_dense = dev_from(dense, (n + G) * sizeof *dense);
+            CUDA_OK(gddr_unpack_cpu(packed, bm, n, chunk, scale, acc, dense));
+            CUDA_OK(gddr_unpack_cuda(d_p, d_bm, n, chunk, scale, acc, d_dense, NULL));
+            to_host(got, d_dense, (n + G) * sizeof *got);
+            ck_assert_msg(kc_compare_f32("unpack", got, dense, n, 1e-7, 1e-6, NULL) +
+                                  kc_check_guard_f32("unpack guard", got + n, G) ==
+                              0,
+                          "n=%zu chunk=%u accumulate=%d", n, chunk, acc);
+            CUDA_OK(gddr_cuda_free(d_dense));
+        }
+        CUDA_OK(gddr_cuda_free(d_src));
+        CUDA_OK(gddr_cuda_free(d_bm));
+        CUDA_OK(gddr_cuda_free(d_p));
+        free(src), free(packed), free(got), free(dense), free(bm);
+    }
+}
+END_TEST
+
+static const size_t gsizes[] = { 1, 1000, 65536, (1 << 20) + 3 };
+
+START_TEST(test_gpu_dc)
+{
+    const size_t G = KC_GUARD;
+    for (size_t si = 0; si < sizeof gsizes / sizeof gsizes[0]; si++) {
+        const size_t n = gsizes[si];
+        float *g = xmalloc((n + G) * sizeof *g), *wn = xmalloc(n * sizeof *wn);
+        float *wb = xmalloc(n * sizeof *wb), *ms = xmalloc((n + G) * sizeof *ms);
+        float *got = xmalloc((n + G) * sizeof *got);
+        for (int mode = GDDR_DC_DIAG; mode <= GDDR_DC_IDENTITY; mode++) {
+            for (int adaptive = 0; adaptive < 2; adaptive++) {
+                fill_random(g, n, -2.0f, 2.0f);
+                fill_random(wn, n, -1.0f, 1.0f);
+                fill_random(wb, n, -1.0f, 1.0f);
+                fill_random(ms, n, 0.0f, 1.0f);
+                kc_fill_guard_f32(g + n, G);
+                kc_fill_guard_f32(ms + n, G);
+                float *d_g = dev_from(g, (n + G) * sizeof *g), *d_ms = dev_from(ms, (n + G) * 4);
+                float *d_wn = dev_from(wn, n * sizeof *wn), *d_wb = dev_from(wb, n * sizeof *wb);
+                gddr_dc_args a = { n, 0.1f, mode, adaptive, 0.9f, 1e-7f };
+                CUDA_OK(gddr_dc_cpu(&a, g, wn, wb, adaptive ? ms : NULL));
+                CUDA_OK(gddr_dc_cuda(&a, d_g, d_wn, d_wb, adaptive ? d_ms : NULL, NULL));
+                size_t bad = 0;
+                to_host(got, d_g, (n + G) * sizeof *got);
+                bad += kc_compare_f32("dc g", got, g, n, 1e-6, 1e-5, NULL) +
+                       kc_check_guard_f32("dc g guard", got + n, G);
+                to_host(got, d_ms, (n + G) * sizeof *got);
+                bad += kc_compare_f32("dc ms", got, ms, n, 1e-6, 1e-5, NULL) +
+                       kc_check_guard_f32("dc ms guard", got + n, G);
+                ck_assert_msg(bad == 0, "n=%zu mode=%d adaptive=%d", n, mode, adaptive);
+                CUDA_OK(gddr_cuda_free(d_g));
+                CUDA_OK(gddr_cuda_free(d_ms));
+                CUDA_OK(gddr_cuda_free(d_wn));
+                CUDA_OK(gddr_cuda_free(d_wb));
+            }
+        }
+        free(g), free(wn), free(wb), free(ms), free(got);
+    }
+}
+END_TEST
+
+START_TEST(test_gpu_replay)
+{
+    const size_t G = KC_GUARD;
+    for (size_t si = 0; si < sizeof gsizes / sizeof gsizes[0]; si++) {
+        const size_t n = gsizes[si];
+        float *r = xmalloc((n + G) * sizeof *r), *rem = xmalloc((n + G) * sizeof *rem);
+        float *got = xmalloc((n + G) * sizeof *got);
+        fill_random(r, n, -1.0f, 1.0f);
+        fill_random(rem, n, -5.0f, 5.0f);
+        kc_fill_guard_f32(r + n, G);
+        kc_fill_guard_f32(rem + n, G);
+        float *d_r = dev_from(r, (n + G) * sizeof *r), *d_rem = dev_from(rem, (n + G) * 4);
+        for (int k = 0; k < 5; k++) {
+            const float gamma = k < 2 ? 0.5f : 0.3f;
+            CUDA_OK(gddr_replay_cpu(r, rem, n, gamma, k == 4));
+            CUDA_OK(gddr_replay_cuda(d_r, d_rem, n, gamma, k == 4, NULL));
+            size_t bad = 0;
+            to_host(got, d_r, (n + G) * sizeof *got);
+            bad += kc_compare_f32("replay r", got, r, n, 1e-6, 1e-6, NULL) +
+                   kc_check_guard_f32("replay r guard", got + n, G);
+            to_host(got, d_rem, (n + G) * sizeof *got);
+            bad += kc_compare_f32("replay rem", got, rem, n, 1e-6, 1e-6, NULL) +
+                   kc_check_guard_f32("replay rem guard", got + n, G);
+            ck_assert_msg(bad == 0, "n=%zu installment %d", n, k);
+        }
+        CUDA_OK(gddr_cuda_free(d_r));
+        CUDA_OK(gddr_cuda_free(d_rem));
+        free(r), free(rem), free(got);
+    }
+}
+END_TEST
+
+START_TEST(test_gpu_blas)
+{
+    const size_t G = KC_GUARD;
+    gddr_cuda_ctx *ctx = NULL;
+    CUDA_OK(gddr_cuda_ctx_create(&ctx));
+    for (size_t si = 0; si < sizeof gsizes / sizeof gsizes[0]; si++) {
+        const size_t n = gsizes[si];
+        float *x = xmalloc(n * sizeof *x), *y = xmalloc((n + G) * sizeof *y);
+        float *got = xmalloc((n + G) * sizeof *got);
+        fill_random(x, n, -1.0f, 1.0f);
+        fill_random(y, n, -1.0f, 1.0f);
+        kc_fill_guard_f32(y + n, G);
+        float *d_x = dev_from(x, n * sizeof *x), *d_y = dev_from(y, (n + G) * sizeof *y);
+        double nrm = -1.0;
+        CUDA_OK(gddr_nrm2_cuda(ctx, d_x, n, &nrm));
+        const double want = gddr_nrm2_cpu(x, n);
+        ck_assert_msg(fabs(nrm - want) <= 1e-5 * want, "nrm2 n=%zu: %.9g vs %.9g", n, nrm, want);
+        gddr_axpy_cpu(y, x, n, 0.75f);
+        CUDA_OK(gddr_axpy_cuda(ctx, d_y, d_x, n, 0.75f));
+        gddr_scal_cpu(y, n, -3.0f);
+        CUDA_OK(gddr_scal_cuda(ctx, d_y, n, -3.0f));
+        CUDA_OK(gddr_cuda_sync(gddr_cuda_ctx_stream(ctx)));
+        to_host(got, d_y, (n + G) * sizeof *got);
+        ck_assert_uint_eq(kc_compare_f32("axpy+scal", got, y, n, 1e-6, 1e-6, NULL) +
+                              kc_check_guard_f32("axpy guard", got + n, G),
+                          0);
+        CUDA_OK(gddr_cuda_free(d_x));
+        CUDA_OK(gddr_cuda_free(d_y));
+        free(x), free(y), free(got);
+    }
+    gddr_cuda_ctx_destroy(&ctx);
+}
+END_TEST
+
+/* ---- GPU availability ---------------------------------------------------- */
+
+static char gpu_why[256];
+
+/* Asks gddr_cuda_available() in a child so this process never initialises
+ * CUDA (see the top of the file). */
+static int gpu_probe(void)
+{
+    int fds[2];
+    if (pipe(fds) != 0) {
+        snprintf(gpu_why, sizeof gpu_why, "could not probe for a GPU (pipe failed)");
+        return 0;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]), close(fds[1]);
+        snprintf(gpu_why, sizeof gpu_why, "could not probe for a GPU (fork failed)");
+        return 0;
+    }
+    if (pid == 0) {
+        char msg[sizeof gpu_why];
+        msg[0] = (char)('0' + gddr_cuda_available(msg + 1, sizeof msg - 1));
+        ssize_t w = write(fds[1], msg, strlen(msg) + 1);
+        _exit(w > 0 ? 0 : 1);
+    }
+    close(fds[1]);
+    char msg[sizeof gpu_why] = { 0 };
+    size_t got = 0;
+    ssize_t k;
+    while (got < sizeof msg - 1 && (k = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0)
+        got += (size_t)k;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (got == 0 || !WIFEXITED(status)) {
+        snprintf(gpu_why, sizeof gpu_why, "GPU probe died (%s %d)",
+                 WIFSIGNALED(status) ? "signal" : "status",
+                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        return 0;
+    }
+    snprintf(gpu_why, sizeof gpu_why, "%s", msg + 1);
+    return msg[0] == '1';
+}
+
+START_TEST(test_gpu_skipped)
+{
+    printf("SKIP gpu: %s\n", gpu_why);
+    fflush(stdout);
+    /* A CPU-only build must still link every CUDA entry point and refuse
+     * them cleanly. */
+#ifndef GDDR_HAVE_CUDA
+    size_t np, ns;
+    gddr_residual_args a = args_for(4, 2, 0.5f, 4, 0);
+    ck_assert_int_eq(gddr_residual_step_cuda(&a, NULL, NULL, NULL, NULL, NULL, &np, &ns, NULL),
+                     GDDR_ENOTSUP);
+    ck_assert_int_eq(gddr_pack_cuda(NULL, 4, 2, NULL, NULL, &np, NULL), GDDR_ENOTSUP);
+    ck_assert_int_eq(gddr_unpack_cuda(NULL, NULL, 4, 2, 1.0f, 0, NULL, NULL), GDDR_ENOTSUP);
+    gddr_dc_args d = GDDR_DC_ARGS_INIT;
+    ck_assert_int_eq(gddr_dc_cuda(&d, NULL, NULL, NULL, NULL, NULL), GDDR_ENOTSUP);
+    ck_assert_int_eq(gddr_replay_cuda(NULL, NULL, 4, 0.5f, 0, NULL), GDDR_ENOTSUP);
+    gddr_cuda_ctx *ctx = (gddr_cuda_ctx *)&a;
+    ck_assert_int_eq(gddr_cuda_ctx_create(&ctx), GDDR_ENOTSUP);
+    ck_assert_ptr_null(ctx);
+    ck_assert_int_eq(gddr_cuda_is_device_ptr(&a), 0);
+    ck_assert_int_eq(gddr_cuda_free(NULL), GDDR_OK);
+    ck_assert(strstr(gpu_why, "built without CUDA") != NULL);
+#endif
+}
+END_TEST
+
+Suite *suite_kernels(void)
+{
+    Suite *s = suite_create("kernels");
+    TCase *cpu = tcase_create("cpu");
+    tcase_set_timeout(cpu, 60);
+    tcase_add_test(cpu, test_hash_pure);
+    tcase_add_test(cpu, test_residual_conservation);
+    tcase_add_test(cpu, test_residual_held_fraction);
+    tcase_add_test(cpu, test_residual_age_bound);
+    tcase_add_test(cpu, test_residual_mask_pure);
+    tcase_add_test(cpu, test_bitmap_count);
+    tcase_add_test(cpu, test_pack_unpack_roundtrip);
+    tcase_add_test(cpu, test_invalid_args);
+    tcase_add_test(cpu, test_dc_hand);
+    tcase_add_test(cpu, test_replay_installments);
+    tcase_add_test(cpu, test_blas_cpu);
+    suite_add_tcase(s, cpu);
+
+    TCase *gpu = tcase_create("gpu");
+    if (gpu_probe()) {
+        tcase_set_timeout(gpu, 120);
+        tcase_add_test(gpu, test_gpu_context);
+        tcase_add_test(gpu, test_gpu_residual);
+        tcase_add_test(gpu, test_gpu_pack_unpack);
+        tcase_add_test(gpu, test_gpu_dc);
+        tcase_add_test(gpu, test_gpu_replay);
+        tcase_add_test(gpu, test_gpu_blas);
+    } else {
+        tcase_add_test(gpu, test_gpu_skipped);
+    }
+    suite_add_tcase(s, gpu);
+    return s;
+}

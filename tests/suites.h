@@ -1,0 +1,19 @@
+/* suites.h -- every Check suite of the project, one row each.
+ * A module's tests live in tests/check_<name>.c and export
+ * `Suite *suite_<name>(void)`. */
+#ifndef GDDR_TESTS_SUITES_H
+#define GDDR_TESTS_SUITES_H
+#include <check.h>
+
+#define GDDR_SUITES(X) \
+    X(conf)            \
+    X(model)           \
+    X(kernels)         \
+    X(checkpoint)      \
+    X(server)
+
+#define GDDR__SUITE_DECL(name) Suite *suite_##name(void);
+GDDR_SUITES(GDDR__SUITE_DECL)
+#undef GDDR__SUITE_DECL
+
+#endif
