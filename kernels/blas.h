@@ -67,12 +67,6 @@ int gddr_cuda_sync(void *stream);                              /* waits for the 
  * are told apart. Defined in blas.cu. */
 int gddr__cuda_probe(char *why, size_t whylen);
 
-/* Error lines from kernels/. It calls gddr__logf() directly, which checks
- * the level before formatting: common/log.h's gddr_log(level, ...) names its
- * parameter `level`, which also rewrites the `.level` member it reads, so it
- * does not compile until that parameter is renamed. */
-#define GDDR__KLOG_ERROR(...) gddr__logf(&gddr__log_global, GDDR_LOG_ERROR, __VA_ARGS__)
-
 /* Error wrappers for the files that call CUDA (they must include the CUDA
  * runtime and cuBLAS headers and log.h before expanding these). Each logs
  * file:line, the failing call and CUDA's own message, then returns
@@ -82,8 +76,8 @@ int gddr__cuda_probe(char *why, size_t whylen);
     do {                                                                        \
         cudaError_t gddr__e = (call);                                           \
         if (gddr__e != cudaSuccess) {                                           \
-            GDDR__KLOG_ERROR("%s:%d: %s: %s", __FILE__, __LINE__,       \
-                     #call, cudaGetErrorString(gddr__e));                       \
+            gddr_log(GDDR_LOG_ERROR, "%s:%d: %s: %s", __FILE__, __LINE__, #call, \
+                     cudaGetErrorString(gddr__e));                              \
             return GDDR_ECUDA;                                                  \
         }                                                                       \
     } while (0)
@@ -92,8 +86,8 @@ int gddr__cuda_probe(char *why, size_t whylen);
     do {                                                                        \
         cudaError_t gddr__e = (call);                                           \
         if (gddr__e != cudaSuccess) {                                           \
-            GDDR__KLOG_ERROR("%s:%d: %s: %s", __FILE__, __LINE__,       \
-                     #call, cudaGetErrorString(gddr__e));                       \
+            gddr_log(GDDR_LOG_ERROR, "%s:%d: %s: %s", __FILE__, __LINE__, #call, \
+                     cudaGetErrorString(gddr__e));                              \
             (rc) = GDDR_ECUDA;                                                  \
             goto label;                                                         \
         }                                                                       \
@@ -103,8 +97,8 @@ int gddr__cuda_probe(char *why, size_t whylen);
     do {                                                                        \
         cublasStatus_t gddr__s = (call);                                        \
         if (gddr__s != CUBLAS_STATUS_SUCCESS) {                                 \
-            GDDR__KLOG_ERROR("%s:%d: %s: %s", __FILE__, __LINE__,       \
-                     #call, cublasGetStatusString(gddr__s));                    \
+            gddr_log(GDDR_LOG_ERROR, "%s:%d: %s: %s", __FILE__, __LINE__, #call, \
+                     cublasGetStatusString(gddr__s));                           \
             return GDDR_ECUDA;                                                  \
         }                                                                       \
     } while (0)

@@ -17,7 +17,7 @@ int gddr_dc_cpu(const gddr_dc_args *a, float *g, const float *w_new, const float
                 float *ms)
 {
     if (!a || (a->mode != GDDR_DC_DIAG && a->mode != GDDR_DC_IDENTITY)) {
-        GDDR__KLOG_ERROR("dc: unknown mode %d", a ? a->mode : -1);
+        gddr_log(GDDR_LOG_ERROR, "dc: unknown mode %d", a ? a->mode : -1);
         return GDDR_EINVAL;
     }
     if (a->n == 0)

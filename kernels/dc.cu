@@ -45,7 +45,7 @@ extern "C" int gddr_dc_cuda(const gddr_dc_args *a, float *d_g, const float *d_w_
                             const float *d_w_bak, float *d_ms, void *stream)
 {
     if (!a || (a->mode != GDDR_DC_DIAG && a->mode != GDDR_DC_IDENTITY)) {
-        GDDR__KLOG_ERROR("dc (cuda): unknown mode %d", a ? a->mode : -1);
+        gddr_log(GDDR_LOG_ERROR, "dc (cuda): unknown mode %d", a ? a->mode : -1);
         return GDDR_EINVAL;
     }
     if (a->n == 0)

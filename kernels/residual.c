@@ -20,11 +20,11 @@
 static int chunk_geometry_ok(size_t n, uint32_t chunk, const char *who)
 {
     if (chunk == 0) {
-        GDDR__KLOG_ERROR("%s: chunk size is 0", who);
+        gddr_log(GDDR_LOG_ERROR, "%s: chunk size is 0", who);
         return 0;
     }
     if (gddr_nchunks(n, chunk) > (size_t)UINT32_MAX) {
-        GDDR__KLOG_ERROR("%s: %zu floats in chunks of %u is more than 2^32 chunks", who,
+        gddr_log(GDDR_LOG_ERROR, "%s: %zu floats in chunks of %u is more than 2^32 chunks", who,
                  n, chunk);
         return 0;
     }
@@ -58,8 +58,8 @@ int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r
         const size_t len = hi - lo;
         /* Age is tested first: a chunk at its bound is sent whatever U says,
          * which is what bounds the delay by tau. */
-        const int hold =
-            age[c] < a->tau && gddr__u32_to_uniform(gddr__hash_chunk(prefix, (uint32_t)c)) < a->alpha;
+        const int hold = age[c] < a->tau &&
+                         gddr__u32_to_uniform(gddr__hash_chunk(prefix, (uint32_t)c)) < a->alpha;
         if (hold) {
             if (gc)
                 for (size_t i = 0; i < len; i++)

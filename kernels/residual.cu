@@ -105,7 +105,7 @@ static int scratch_get(scratch *s, size_t nchunks, cudaStream_t st)
 {
     s->base = NULL;
     s->cub_bytes = 0;
-    GDDR_CUDA_TRY(cub::DeviceScan::ExclusiveSum(NULL, s->cub_bytes, (const uint32_t *)NULL,
+    GDDR_CUDA_TRY(cub::DeviceScan::ExclusiveSum(NULL, s->cub_bytes, (uint32_t *)NULL,
                                                 (uint32_t *)NULL, (int)nchunks, st));
     const size_t fl = align256(nchunks * sizeof(uint32_t));
     const size_t total = 2 * fl + align256(s->cub_bytes) + align256(2 * sizeof(unsigned long long));
@@ -313,7 +313,7 @@ static int launch_elem(size_t n, uint32_t chunk, float *a, const float *g, float
 static int geometry_ok(size_t n, uint32_t chunk, const char *who)
 {
     if (chunk == 0 || gddr_nchunks(n, chunk) > (size_t)INT_MAX) {
-        GDDR__KLOG_ERROR("%s: %zu floats in chunks of %u is not supported", who, n, chunk);
+        gddr_log(GDDR_LOG_ERROR, "%s: %zu floats in chunks of %u is not supported", who, n, chunk);
         return 0;
     }
     return 1;
@@ -371,7 +371,7 @@ extern "C" int gddr_residual_step_cuda(const gddr_residual_args *a, const float 
         nchunks, prefix, a->alpha, a->tau, d_age, d_bitmap, gddr_bitmap_bytes(nchunks), s.flag);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
-        GDDR__KLOG_ERROR("%s:%d: mask_kernel: %s", __FILE__, __LINE__,
+        gddr_log(GDDR_LOG_ERROR, "%s:%d: mask_kernel: %s", __FILE__, __LINE__,
                  cudaGetErrorString(e));
         scratch_put(&s, st);
         return GDDR_ECUDA;
@@ -400,7 +400,7 @@ static int flags_from_bitmap(scratch *s, size_t n, uint32_t chunk, const uint8_t
     flags_kernel<<<blocks_for(nchunks), THREADS, 0, st>>>(nchunks, d_bitmap, s->flag);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
-        GDDR__KLOG_ERROR("%s:%d: flags_kernel: %s", __FILE__, __LINE__,
+        gddr_log(GDDR_LOG_ERROR, "%s:%d: flags_kernel: %s", __FILE__, __LINE__,
                  cudaGetErrorString(e));
         scratch_put(s, st);
         return GDDR_ECUDA;

@@ -314,6 +314,8 @@ static int sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
 
 /* ---- requests ------------------------------------------------------------- */
 
+static void worker_left(gddr_ps *ps, uint32_t rank);
+
 static void on_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
 {
     const Gddr__Hello *h = rq->hello;
@@ -693,7 +695,15 @@ static void handle_message(gddr_ps *ps, gddr__frames *f)
         if (!needs_values && rq->body_case != GDDR__REQUEST__BODY_PUSH && f->n != 2) {
             reject(ps, ident, rq->req_id, GDDR_EPROTO, "unexpected %d value frames", f->n - 2);
         } else {
-            touch_worker(ps, rq->rank);
+            /* A worker becomes known by a hello or an accepted request; a
+             * rejected one from a stranger changes nothing (section 8). Any
+             * message from a known worker counts as a heartbeat. */
+            ps_worker *w = &ps->workers[rq->rank];
+            if (!rq->observer && (rq->body_case == GDDR__REQUEST__BODY_HELLO || w->known))
+                touch_worker(ps, rq->rank);
+            uint64_t rejected_before = 0;
+            for (int i = 0; i < PS_NERR; i++)
+                rejected_before += ps->rejected[i];
             switch (rq->body_case) {
             case GDDR__REQUEST__BODY_HELLO: on_hello(ps, ident, rq); break;
             case GDDR__REQUEST__BODY_INIT: on_init(ps, ident, rq, f); break;
@@ -705,12 +715,46 @@ static void handle_message(gddr_ps *ps, gddr__frames *f)
                 ps->ckpt_now = 1;
                 send_ack(ps, ident, rq->req_id, "checkpoint requested");
                 break;
+            case GDDR__REQUEST__BODY_BYE:
+                if (!rq->observer)
+                    worker_left(ps, rq->rank);
+                send_ack(ps, ident, rq->req_id, "bye");
+                break;
             default:
                 reject(ps, ident, rq->req_id, GDDR_EPROTO, "request without a body");
             }
+            uint64_t rejected_after = 0;
+            for (int i = 0; i < PS_NERR; i++)
+                rejected_after += ps->rejected[i];
+            if (!rq->observer && !w->known && rejected_after == rejected_before &&
+                rq->body_case != GDDR__REQUEST__BODY_BYE)
+                touch_worker(ps, rq->rank);
         }
     }
     gddr__request__free_unpacked(rq, NULL);
+}
+
+/* Re-checks what a change of membership may unblock: open sync steps and
+ * parked pulls (ssp waits on the slowest live worker). */
+static void membership_changed(gddr_ps *ps)
+{
+    for (size_t i = 0; i < ps->ntensors; i++)
+        if (tensor_mode(ps, ps->tensors[i]) == GDDR_PS_MODE_SYNC)
+            sync_try_complete(ps, ps->tensors[i], 0);
+    release_pulls(ps);
+}
+
+/* A worker that said bye is gone at once; its residual snapshot becomes an
+ * orphan just as if it had died. */
+static void worker_left(gddr_ps *ps, uint32_t rank)
+{
+    ps_worker *w = &ps->workers[rank];
+    if (!w->known || !w->alive)
+        return;
+    w->alive = 0;
+    gddr_log(GDDR_LOG_INFO, "worker %u left after %llu pushes", rank, (unsigned long long)w->pushes);
+    gddr_ps_snapshot_worker_died(ps, (int)rank);
+    membership_changed(ps);
 }
 
 /* ---- timers ---------------------------------------------------------------- */
@@ -733,12 +777,8 @@ static void check_workers(gddr_ps *ps)
     }
     /* A death (or a never-arrived worker timing out) may complete a sync
      * step or free an ssp wait. */
-    if (changed || ps->npulls) {
-        for (size_t i = 0; i < ps->ntensors; i++)
-            if (tensor_mode(ps, ps->tensors[i]) == GDDR_PS_MODE_SYNC)
-                sync_try_complete(ps, ps->tensors[i], 0);
-        release_pulls(ps);
-    }
+    if (changed || ps->npulls)
+        membership_changed(ps);
 }
 
 static int next_timeout(gddr_ps *ps)

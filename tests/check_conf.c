@@ -587,11 +587,11 @@ START_TEST(test_binary_check_config)
 }
 END_TEST
 
-/* ---- known bugs, off until fixed (build with -DCHECK_CONF_KNOWN_BUGS) ---- */
-#if 1 /* these were known bugs; fixed in conf.c */
-/* inih reads at most INI_MAX_LINE (200) bytes a line, so a string value of
- * 200+ characters (allowed up to 255) is cut and the rest parsed as the next
- * line, with every later line number off by one. */
+/* ---- long lines and leading zeros ---- */
+#if 1
+/* inih reads at most INI_MAX_LINE (200) bytes a line. A value that could
+ * not be read back from a file is refused when set, a file line that long
+ * is refused with its line number, and anything shorter round-trips. */
 START_TEST(test_long_value_round_trip)
 {
     gddr_ps_config cfg;
@@ -600,8 +600,18 @@ START_TEST(test_long_value_round_trip)
     snprintf(v, sizeof v, "/var/lib/gddr/");
     memset(v + strlen(v), 'd', sizeof v - 1 - strlen(v));
     v[sizeof v - 1] = 0;
+    ck_assert_int_eq(gddr__conf_set(TAB, &cfg, NULL, "checkpoint_dir", v, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "checkpoint_dir") && strstr(err, "longer"), "err: %s", err);
+    v[170] = 0;
     ck_assert_int_eq(gddr__conf_set(TAB, &cfg, NULL, "checkpoint_dir", v, err, sizeof err), 0);
     round_trip(&cfg);
+
+    char text[600];
+    memset(v, 'x', sizeof v - 1);
+    v[sizeof v - 1] = 0;
+    snprintf(text, sizeof text, "[server]\nthreads = 3\nlisten = tcp://%s\nchunk = 64\n", v);
+    ck_assert_int_eq(gddr__conf_load_string(TAB, &cfg, text, "long.ini", err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "long.ini:3:") && strstr(err, "longer"), "err: %s", err);
 }
 END_TEST
 

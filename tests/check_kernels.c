@@ -454,8 +454,9 @@ START_TEST(test_replay_installments)
         }
         for (size_t i = 0; i < n; i++) {
             ck_assert(rem[i] == 0.0f);
-            ck_assert_msg(sum[i] == (double)orphan[i], "gamma %g: element %zu sums to %.9g, not %.9g",
-                          gammas[gi], i, sum[i], orphan[i]);
+            ck_assert_msg(sum[i] == (double)orphan[i],
+                          "gamma %g: element %zu sums to %.9g, not %.9g", gammas[gi], i, sum[i],
+                          orphan[i]);
         }
     }
     /* Installments land on top of an existing residual. */

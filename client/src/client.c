@@ -85,6 +85,7 @@ int gddr__send_req(gddr_client *c, Gddr__Request *rq, const gddr__raw *raws, int
     rq->protocol = GDDR__CONST__PROTOCOL_VERSION;
     rq->req_id = o->req_id;
     rq->rank = (uint32_t)c->info.rank;
+    rq->observer = c->o.observer != 0;
     long n = gddr__send(c->sock, NULL, &rq->base, raws, nraw);
     if (n < 0) {
         o->req_id = 0;
@@ -428,6 +429,15 @@ void gddr_client_close(gddr_client **cp)
         return;
     gddr_client *c = *cp;
     gddr__pipeline_stop(c);
+    if (c->sock && c->info.epoch && !c->o.observer) {
+        Gddr__Request rq = GDDR__REQUEST__INIT;
+        Gddr__Bye bye = GDDR__BYE__INIT;
+        rq.body_case = GDDR__REQUEST__BODY_BYE;
+        rq.bye = &bye;
+        uint64_t tk;
+        if (gddr__send_req(c, &rq, NULL, 0, OP_ACK, -1, &tk) == GDDR_OK)
+            gddr__wait_op(c, tk, c->o.timeout_ms < 1000 ? c->o.timeout_ms : 1000, NULL);
+    }
     if (c->sock)
         zmq_close(c->sock);
     if (c->zctx)
@@ -666,6 +676,7 @@ int gddr_server_metrics_text(gddr_client *c, char **text)
     rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
     rq.req_id = ++c->next_req;
     rq.rank = (uint32_t)c->info.rank;
+    rq.observer = c->o.observer != 0;
     if (gddr__send(c->sock, NULL, &rq.base, NULL, 0) < 0)
         return gddr__set_err(c, GDDR_EIO, "send failed: %s", zmq_strerror(errno));
     int64_t deadline = gddr__now_ms() + c->o.timeout_ms;
@@ -674,19 +685,23 @@ int gddr_server_metrics_text(gddr_client *c, char **text)
         if (zmq_poll(&it, 1, (long)(deadline - gddr__now_ms())) <= 0)
             continue;
         gddr__frames f;
-        if (gddr__frames_recv(c->sock, &f, ZMQ_DONTWAIT) < 0)
-            continue;
-        Gddr__Reply *r = f.n >= 1 ? gddr__reply__unpack(NULL, gddr__frame_size(&f, 0),
-                                                        gddr__frame_data(&f, 0))
-                                  : NULL;
-        gddr__frames_close(&f);
-        if (r && r->req_id == rq.req_id && r->body_case == GDDR__REPLY__BODY_STATS) {
-            *text = strdup(r->stats->prometheus ? r->stats->prometheus : "");
-            gddr__reply__free_unpacked(r, NULL);
-            return *text ? GDDR_OK : GDDR_ENOMEM;
+        while (gddr__frames_recv(c->sock, &f, ZMQ_DONTWAIT) >= 0) {
+            Gddr__Reply *r = f.n >= 1 ? gddr__reply__unpack(NULL, gddr__frame_size(&f, 0),
+                                                            gddr__frame_data(&f, 0))
+                                      : NULL;
+            if (r && r->req_id == rq.req_id && r->body_case == GDDR__REPLY__BODY_STATS) {
+                *text = strdup(r->stats->prometheus ? r->stats->prometheus : "");
+                gddr__reply__free_unpacked(r, NULL);
+                gddr__frames_close(&f);
+                return *text ? GDDR_OK : GDDR_ENOMEM;
+            }
+            /* Someone else's reply (a pull in flight): complete it as usual. */
+            if (r)
+                gddr__reply__free_unpacked(r, NULL);
+            if (f.n >= 1)
+                complete(c, &f);
+            gddr__frames_close(&f);
         }
-        if (r)
-            gddr__reply__free_unpacked(r, NULL);
     }
     return gddr__set_err(c, GDDR_ETIMEDOUT, "no metrics reply within %d ms", c->o.timeout_ms);
 }

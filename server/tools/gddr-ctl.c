@@ -32,6 +32,7 @@ int main(int argc, char **argv)
     o.rank = 0;
     o.world_size = 1;
     o.timeout_ms = 3000;
+    o.observer = 1;
     gddr_client *c;
     int rc = gddr_client_open(&o, &c);
     if (rc != GDDR_OK) {

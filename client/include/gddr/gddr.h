@@ -88,11 +88,12 @@ typedef struct gddr_client_opts {
     gddr_log_fn log;        /* NULL: silent */
     void *log_user;
     int log_level;          /* GDDR_LOG_* */
+    int observer;           /* 1: a tool (gddr-ctl), not a worker: never counted in steps */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
     { NULL, -1, 0, 5000, 30000, 0.0, 0.0, GDDR_DC_DIAG, 0, 0.95, 0.0,         \
-      0x9e3779b97f4a7c15ull, 0, 0.5, 1, NULL, NULL, GDDR_LOG_WARN }
+      0x9e3779b97f4a7c15ull, 0, 0.5, 1, NULL, NULL, GDDR_LOG_WARN, 0 }
 
 typedef struct gddr_client gddr_client;
 
@@ -110,7 +111,8 @@ int gddr_client_open(const gddr_client_opts *opts, gddr_client **out);
 int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides,
                          gddr_client **out, char *errbuf, size_t errlen);
 
-/* Closes the socket, frees everything and sets *c to NULL. NULL-safe. */
+/* Tells the server this worker is done (so sync steps stop waiting for it),
+ * closes the socket, frees everything and sets *c to NULL. NULL-safe. */
 void gddr_client_close(gddr_client **c);
 
 /* The last error's detailed message (e.g. the server's text); owned by the

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs the Check suite (build/bin/gddr-tests) from the repository root and
+# reports how long it took. Usage: scripts/run-checks.sh [suite...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export GDDR_BIN="${GDDR_BIN:-build/bin}"
+# Each test case has its own timeout; this is the bound on the whole run.
+export CK_DEFAULT_TIMEOUT="${CK_DEFAULT_TIMEOUT:-60}"
+start=$(date +%s)
+status=0
+timeout 1200 "$GDDR_BIN/gddr-tests" "$@" || status=$?
+echo "make check: $(( $(date +%s) - start )) s"
+exit "$status"

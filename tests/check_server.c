@@ -1,0 +1,1465 @@
+/* check_server.c -- integration tests of gddr-ps (DESIGN sections 2, 4, 5, 8).
+ *
+ * Every test starts its own gddr-ps on an OS-chosen loopback port through
+ * tests/harness.h, talks to it with libgddr-client or with a raw ZeroMQ
+ * DEALER speaking the wire directly (proto/gddr.proto), asserts computed
+ * values, and stops what it started. All waits are bounded.
+ *
+ *   build/bin/gddr-tests server
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "gddr/gddr.h"
+#include "harness.h"
+#include "suites.h"
+#include "wire.h"
+
+#define TCASE_TIMEOUT 30
+#define REPLY_WAIT_MS 5000
+
+/* ---- servers and clients --------------------------------------------------- */
+
+/* Starts a server with the given "key=value" settings (NULL-terminated). */
+#define START_SERVER(s, ...)                                                                  \
+    do {                                                                                      \
+        const char *sets_[] = { __VA_ARGS__, NULL };                                          \
+        char e_[512] = "";                                                                    \
+        int rc_ = gt_server_start(&(s), sets_, e_, sizeof e_);                                \
+        ck_assert_msg(rc_ == 0, "cannot start gddr-ps: %s", e_);                              \
+    } while (0)
+
+/* Stops it and insists it went down cleanly on SIGTERM with status 0. */
+static void stop_server(gt_server *s)
+{
+    int st = 0;
+    int rc = gt_server_stop(s, 5000, &st);
+    ck_assert_msg(rc == 0, "gddr-ps did not exit within 5 s of SIGTERM (rc %d)", rc);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "gddr-ps ended with %s %d after SIGTERM, expected exit status 0",
+                  WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+}
+
+/* Opens a client or returns NULL with *rc set (usable from threads). */
+static gddr_client *try_client(const char *ep, int rank, int world, int timeout_ms, int *rc)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout_ms = timeout_ms;
+    o.reconnect_timeout_ms = 1000;
+    gddr_client *c = NULL;
+    *rc = gddr_client_open(&o, &c);
+    return *rc == GDDR_OK ? c : NULL;
+}
+
+static gddr_client *open_client(const char *ep, int rank, int world)
+{
+    int rc;
+    gddr_client *c = try_client(ep, rank, world, REPLY_WAIT_MS, &rc);
+    ck_assert_msg(c != NULL, "gddr_client_open(%s, rank %d): %s", ep, rank, gddr_strerror(rc));
+    return c;
+}
+
+static gddr_server_stats get_stats(gddr_client *c)
+{
+    gddr_server_stats st;
+    memset(&st, 0xab, sizeof st);
+    int rc = gddr_server_stats_get(c, &st);
+    ck_assert_msg(rc == GDDR_OK, "gddr_server_stats_get: %s (%s)", gddr_strerror(rc),
+                  gddr_client_errmsg(c));
+    return st;
+}
+
+/* Bitwise comparison of two float vectors, naming the first difference. */
+static void assert_same_floats(const float *got, const float *want, size_t n, const char *what)
+{
+    if (memcmp(got, want, n * sizeof(float)) == 0)
+        return;
+    size_t i = 0;
+    while (i < n && memcmp(&got[i], &want[i], sizeof(float)) == 0)
+        i++;
+    ck_abort_msg("%s: element %zu of %zu is %.9g, expected %.9g (bitwise)", what, i, n,
+                 (double)got[i], (double)want[i]);
+}
+
+/* Pulls tensor id and checks it is exactly `want` at `version`. */
+static void assert_state(gddr_client *c, int id, const float *want, size_t n, uint64_t version,
+                         const char *what)
+{
+    float *got = malloc(n * sizeof(float));
+    ck_assert_ptr_nonnull(got);
+    uint64_t v = 12345;
+    int rc = gddr_pull(c, id, got, 0, &v);
+    ck_assert_msg(rc == GDDR_OK, "%s: pull failed: %s (%s)", what, gddr_strerror(rc),
+                  gddr_client_errmsg(c));
+    ck_assert_msg(v == version, "%s: version is %" PRIu64 ", expected %" PRIu64, what, v, version);
+    assert_same_floats(got, want, n, what);
+    free(got);
+}
+
+/* ---- the raw wire ------------------------------------------------------------ */
+
+typedef struct raw_conn {
+    void *ctx, *sock;
+    uint64_t next_id;
+} raw_conn;
+
+static void raw_open(raw_conn *r, const char *ep)
+{
+    memset(r, 0, sizeof *r);
+    r->ctx = zmq_ctx_new();
+    ck_assert_ptr_nonnull(r->ctx);
+    r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
+    ck_assert_ptr_nonnull(r->sock);
+    int zero = 0;
+    zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof zero);
+    ck_assert_int_eq(zmq_connect(r->sock, ep), 0);
+    r->next_id = 1000;
+}
+
+static void raw_close(raw_conn *r)
+{
+    if (r->sock)
+        zmq_close(r->sock);
+    if (r->ctx)
+        zmq_ctx_term(r->ctx);
+    memset(r, 0, sizeof *r);
+}
+
+/* A fresh request header with a valid envelope. */
+static void raw_req(raw_conn *r, Gddr__Request *rq)
+{
+    gddr__request__init(rq);
+    rq->protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq->req_id = ++r->next_id;
+    rq->rank = 0;
+}
+
+/* Sends arbitrary header bytes followed by raw frames. */
+static void raw_send_bytes(raw_conn *r, const void *hdr, size_t hlen, const gddr__raw *raws,
+                           int nraw)
+{
+    int rc = zmq_send(r->sock, hdr, hlen, nraw > 0 ? ZMQ_SNDMORE : 0);
+    ck_assert_msg(rc == (int)hlen, "zmq_send header: %s", zmq_strerror(errno));
+    for (int i = 0; i < nraw; i++) {
+        rc = zmq_send(r->sock, raws[i].data, raws[i].len, i + 1 < nraw ? ZMQ_SNDMORE : 0);
+        ck_assert_msg(rc == (int)raws[i].len, "zmq_send frame: %s", zmq_strerror(errno));
+    }
+}
+
+static void raw_send(raw_conn *r, const Gddr__Request *rq, const gddr__raw *raws, int nraw)
+{
+    ck_assert_msg(gddr__send(r->sock, NULL, &rq->base, raws, nraw) >= 0, "gddr__send: %s",
+                  zmq_strerror(errno));
+}
+
+/* Receives one reply within timeout_ms; NULL when none came. The frames are
+ * kept in *f when f is given (the caller closes them). */
+static Gddr__Reply *raw_recv(raw_conn *r, int timeout_ms, gddr__frames *f)
+{
+    zmq_pollitem_t it = { r->sock, 0, ZMQ_POLLIN, 0 };
+    int64_t deadline = gt_now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = deadline - gt_now_ms();
+        if (left < 0)
+            return NULL;
+        int rc = zmq_poll(&it, 1, (long)left);
+        if (rc > 0)
+            break;
+        if (rc < 0 && errno != EINTR)
+            return NULL;
+    }
+    gddr__frames fr;
+    if (gddr__frames_recv(r->sock, &fr, ZMQ_DONTWAIT) < 1)
+        return NULL;
+    Gddr__Reply *rep = gddr__reply__unpack(NULL, gddr__frame_size(&fr, 0), gddr__frame_data(&fr, 0));
+    ck_assert_msg(rep != NULL, "the server sent a reply that is not a valid gddr.Reply");
+    if (f)
+        *f = fr;
+    else
+        gddr__frames_close(&fr);
+    return rep;
+}
+
+/* Expects an error reply with `code` to request id req_id (or, with
+ * allow_zero, to no request: when the server could not read the header). */
+static void raw_expect_error_ex(raw_conn *r, uint64_t req_id, int allow_zero, int code,
+                                const char *what)
+{
+    Gddr__Reply *rep = raw_recv(r, REPLY_WAIT_MS, NULL);
+    ck_assert_msg(rep != NULL, "%s: no reply within %d ms", what, REPLY_WAIT_MS);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_ERROR,
+                  "%s: expected an error reply (%s), got reply body %d", what, gddr_strerror(code),
+                  rep->body_case);
+    ck_assert_msg((int)rep->error->code == code, "%s: error code %u (%s: %s), expected %d (%s)",
+                  what, rep->error->code, gddr_strerror((int)rep->error->code),
+                  rep->error->message ? rep->error->message : "", code, gddr_strerror(code));
+    ck_assert_msg(rep->error->message && rep->error->message[0],
+                  "%s: the error reply carries no message", what);
+    ck_assert_msg(rep->req_id == req_id || (allow_zero && rep->req_id == 0),
+                  "%s: reply req_id %" PRIu64 ", expected %" PRIu64, what, rep->req_id, req_id);
+    ck_assert_msg(rep->epoch != 0, "%s: reply carries no epoch", what);
+    ck_assert_msg(rep->protocol == GDDR__CONST__PROTOCOL_VERSION, "%s: reply protocol %u", what,
+                  rep->protocol);
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+static void raw_expect_error(raw_conn *r, uint64_t req_id, int code, const char *what)
+{
+    raw_expect_error_ex(r, req_id, 0, code, what);
+}
+
+/* Sends a push built from its parts; returns its req_id. */
+static uint64_t raw_push(raw_conn *r, uint32_t id, const float *vals, size_t nvals,
+                         uint64_t payload_bytes, const uint8_t *bm, size_t bmlen, uint64_t birth,
+                         uint64_t base, float norm)
+{
+    Gddr__Request rq;
+    Gddr__Push p = GDDR__PUSH__INIT;
+    raw_req(r, &rq);
+    p.id = id;
+    p.birth_version = birth;
+    p.base_version = base;
+    p.grad_norm = norm;
+    p.bitmap.data = (uint8_t *)bm;
+    p.bitmap.len = bm ? bmlen : 0;
+    p.payload_bytes = payload_bytes;
+    rq.body_case = GDDR__REQUEST__BODY_PUSH;
+    rq.push = &p;
+    gddr__raw raw = { vals, nvals * sizeof(float), NULL, NULL };
+    raw_send(r, &rq, &raw, 1);
+    return rq.req_id;
+}
+
+/* Registers through the wire; returns the reply (caller frees). */
+static Gddr__Reply *raw_init(raw_conn *r, const char *key, const float *vals, size_t n,
+                             uint64_t payload_bytes, size_t frame_n, uint64_t *req_id)
+{
+    Gddr__Request rq;
+    Gddr__InitTensor in = GDDR__INIT_TENSOR__INIT;
+    raw_req(r, &rq);
+    in.key = (char *)key;
+    in.n = n;
+    in.payload_bytes = payload_bytes;
+    rq.body_case = GDDR__REQUEST__BODY_INIT;
+    rq.init = &in;
+    gddr__raw raw = { vals, frame_n * sizeof(float), NULL, NULL };
+    raw_send(r, &rq, &raw, 1);
+    if (req_id)
+        *req_id = rq.req_id;
+    Gddr__Reply *rep = raw_recv(r, REPLY_WAIT_MS, NULL);
+    ck_assert_msg(rep != NULL, "init '%s': no reply", key);
+    ck_assert_msg(rep->req_id == rq.req_id, "init '%s': reply req_id %" PRIu64 ", expected %" PRIu64,
+                  key, rep->req_id, rq.req_id);
+    return rep;
+}
+
+/* ---- 1. register, pull, push: exact values ----------------------------------- */
+
+START_TEST(test_register_pull_push_exact)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=64", "lr=0.5");
+    enum { N = 300 }; /* 5 chunks of 64, the last short (44) */
+    const float lr = 0.5f;
+    float init[N], g[N], want[N], got[N];
+    for (int i = 0; i < N; i++) {
+        init[i] = sinf((float)i * 0.731f) * 3.7f + 0.01f * (float)i;
+        g[i] = cosf((float)i * 0.37f) * 2.3f - 0.5f;
+    }
+    gddr_client *c = open_client(s.endpoint, 0, 2);
+    gddr_server_info info;
+    ck_assert_int_eq(gddr_client_info(c, &info), GDDR_OK);
+    ck_assert_int_eq(info.chunk, 64);
+    ck_assert_int_eq(info.mode, GDDR_MODE_ASYNC);
+    ck_assert_int_eq(info.rank, 0);
+    ck_assert_msg(info.epoch != 0, "hello carried no epoch");
+
+    int id = -1;
+    uint64_t v = 99;
+    ck_assert_int_eq(gddr_register(c, "w", init, N, &id, &v), GDDR_OK);
+    ck_assert_int_eq(id, 0);
+    ck_assert_uint_eq(v, 0);
+
+    /* Pull: exactly the registered values, version 0. */
+    memset(got, 0xff, sizeof got);
+    v = 99;
+    ck_assert_int_eq(gddr_pull(c, id, got, 0, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 0);
+    assert_same_floats(got, init, N, "pull after register");
+
+    /* One push: w - lr*g, computed in float, version 1. */
+    for (int i = 0; i < N; i++)
+        want[i] = init[i] - lr * g[i];
+    v = 99;
+    ck_assert_int_eq(gddr_push(c, id, g, &v), GDDR_OK);
+    ck_assert_msg(v == 1, "push returned version %" PRIu64 ", expected 1", v);
+    assert_state(c, id, want, N, 1, "after one push");
+
+    /* A second worker registering the same key and length gets the existing
+     * tensor: success, version 1, values unchanged (its init is ignored). */
+    gddr_client *c2 = open_client(s.endpoint, 1, 2);
+    float other[N];
+    for (int i = 0; i < N; i++)
+        other[i] = 42.0f + (float)i;
+    int id2 = -1;
+    v = 99;
+    ck_assert_int_eq(gddr_register(c2, "w", other, N, &id2, &v), GDDR_OK);
+    ck_assert_msg(v == 1, "re-registration returned version %" PRIu64 ", expected 1", v);
+    assert_state(c2, id2, want, N, 1, "after re-registration (second client)");
+
+    /* Another length is GDDR_ELENGTH and changes nothing. */
+    float longer[N + 1];
+    memcpy(longer, other, sizeof other);
+    longer[N] = 1.0f;
+    int id3 = -1;
+    int rc = gddr_register(c2, "w2", init, N, &id3, NULL); /* a second tensor is fine */
+    ck_assert_int_eq(rc, GDDR_OK);
+    gddr_client *c3 = open_client(s.endpoint, 1, 2);
+    rc = gddr_register(c3, "w", longer, N + 1, &id3, NULL);
+    ck_assert_msg(rc == GDDR_ELENGTH, "re-registration with another length: %s, expected %s",
+                  gddr_strerror(rc), gddr_strerror(GDDR_ELENGTH));
+    rc = gddr_register(c3, "w", longer, N - 1, &id3, NULL);
+    ck_assert_msg(rc == GDDR_ELENGTH, "re-registration with a shorter length: %s",
+                  gddr_strerror(rc));
+    assert_state(c, id, want, N, 1, "after the refused re-registrations");
+
+    /* On the wire: created is false for the existing key, true for a new one,
+     * and the id and version are the existing tensor's. */
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    Gddr__Reply *rep = raw_init(&r, "w", other, N, N * 4, N, NULL);
+    ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_INIT);
+    ck_assert_msg(!rep->init->created, "re-registering 'w' says created = true");
+    ck_assert_uint_eq(rep->init->id, 0);
+    ck_assert_uint_eq(rep->init->version, 1);
+    ck_assert_uint_eq(rep->init->n, N);
+    gddr__reply__free_unpacked(rep, NULL);
+    rep = raw_init(&r, "fresh", other, 10, 40, 10, NULL);
+    ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_INIT);
+    ck_assert_msg(rep->init->created, "registering a new key says created = false");
+    ck_assert_uint_eq(rep->init->id, 2);
+    ck_assert_uint_eq(rep->init->version, 0);
+    gddr__reply__free_unpacked(rep, NULL);
+    /* payload_bytes that disagrees with n, and a frame that disagrees with
+     * payload_bytes: GDDR_ELENGTH, nothing registered. */
+    uint64_t rid;
+    rep = raw_init(&r, "bad1", other, 10, 44, 11, &rid);
+    ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_ERROR);
+    ck_assert_uint_eq(rep->error->code, GDDR_ELENGTH);
+    gddr__reply__free_unpacked(rep, NULL);
+    rep = raw_init(&r, "bad2", other, 10, 40, 9, &rid);
+    ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_ERROR);
+    ck_assert_uint_eq(rep->error->code, GDDR_ELENGTH);
+    gddr__reply__free_unpacked(rep, NULL);
+    raw_close(&r);
+    assert_state(c, id, want, N, 1, "after the raw registrations");
+
+    gddr_server_stats st = get_stats(c);
+    ck_assert_uint_eq(st.pushes, 1);
+    ck_assert_uint_eq(st.versions_total, 1);
+    ck_assert_uint_eq(st.rejected, 4);
+
+    gddr_client_close(&c3);
+    gddr_client_close(&c2);
+    gddr_client_close(&c);
+    ck_assert_ptr_null(c);
+    stop_server(&s);
+}
+END_TEST
+
+/* A sparse push touches only the chunks in its bitmap (DESIGN section 5). */
+START_TEST(test_sparse_push_exact)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=64", "lr=0.25");
+    enum { N = 200 }; /* chunks: 64, 64, 64, 8 */
+    float init[N], want[N];
+    for (int i = 0; i < N; i++)
+        init[i] = 1.5f * (float)(i % 13) - 4.0f + 0.001f * (float)i;
+    gddr_client *c = open_client(s.endpoint, 0, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "sp", init, N, &id, NULL), GDDR_OK);
+    /* chunks 1 and 3: 64 + 8 values, contiguous in chunk order */
+    float vals[72];
+    for (int i = 0; i < 72; i++)
+        vals[i] = 0.75f * (float)i - 20.0f;
+    memcpy(want, init, sizeof want);
+    for (int i = 0; i < 64; i++)
+        want[64 + i] = init[64 + i] - 0.25f * vals[i];
+    for (int i = 0; i < 8; i++)
+        want[192 + i] = init[192 + i] - 0.25f * vals[64 + i];
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    uint8_t bm = 0x0a;
+    uint64_t rid = raw_push(&r, (uint32_t)id, vals, 72, 72 * 4, &bm, 1, 0, 0, 1.0f);
+    Gddr__Reply *rep = raw_recv(&r, REPLY_WAIT_MS, NULL);
+    ck_assert_msg(rep != NULL, "sparse push: no reply");
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_PUSH, "sparse push refused: %s",
+                  rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->message : "?");
+    ck_assert_uint_eq(rep->req_id, rid);
+    ck_assert_uint_eq(rep->push->version, 1);
+    ck_assert(rep->push->applied);
+    ck_assert_uint_eq(rep->push->staleness, 0);
+    gddr__reply__free_unpacked(rep, NULL);
+    raw_close(&r);
+    assert_state(c, id, want, N, 1, "after a sparse push of chunks 1 and 3");
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 2. concurrent pushes ------------------------------------------------------ */
+
+#define CONC_WORKERS 4
+#define CONC_PUSHES 50
+#define CONC_BIG 200000 /* above the server's inline limit (65536): parallel apply */
+#define CONC_SMALL 1000
+
+typedef struct conc_arg {
+    const char *ep;
+    int rank;
+    pthread_barrier_t *bar;
+    int fail;
+    char why[256];
+} conc_arg;
+
+static float conc_init(int i) { return (float)(i % 17) - 8.0f; }
+static float conc_grad(int rank, int i) { return (float)((rank + 1) * ((i % 3) - 1)); }
+
+static void *conc_worker(void *p)
+{
+    conc_arg *a = p;
+    int rc;
+    float *big = malloc(CONC_BIG * sizeof(float)), *small = malloc(CONC_SMALL * sizeof(float));
+    gddr_client *c = try_client(a->ep, a->rank, CONC_WORKERS, 10000, &rc);
+    int ib = -1, is = -1;
+    if (!c) {
+        snprintf(a->why, sizeof a->why, "open: %s", gddr_strerror(rc));
+        goto out;
+    }
+    for (int i = 0; i < CONC_BIG; i++)
+        big[i] = conc_init(i);
+    for (int i = 0; i < CONC_SMALL; i++)
+        small[i] = conc_init(i);
+    if ((rc = gddr_register(c, "big", big, CONC_BIG, &ib, NULL)) != GDDR_OK ||
+        (rc = gddr_register(c, "small", small, CONC_SMALL, &is, NULL)) != GDDR_OK) {
+        snprintf(a->why, sizeof a->why, "register: %s", gddr_strerror(rc));
+        goto out;
+    }
+    for (int i = 0; i < CONC_BIG; i++)
+        big[i] = conc_grad(a->rank, i);
+    for (int i = 0; i < CONC_SMALL; i++)
+        small[i] = conc_grad(a->rank, i);
+    pthread_barrier_wait(a->bar);
+    uint64_t lastb = 0, lasts = 0;
+    for (int k = 0; k < CONC_PUSHES; k++) {
+        uint64_t vb = 0, vs = 0;
+        if ((rc = gddr_push(c, ib, big, &vb)) != GDDR_OK ||
+            (rc = gddr_push(c, is, small, &vs)) != GDDR_OK) {
+            snprintf(a->why, sizeof a->why, "push %d: %s (%s)", k, gddr_strerror(rc),
+                     gddr_client_errmsg(c));
+            goto out;
+        }
+        /* Each push bumps the version once, so the versions one worker sees
+         * strictly increase and never pass the total. */
+        if (vb <= lastb || vs <= lasts || vb > CONC_WORKERS * CONC_PUSHES ||
+            vs > CONC_WORKERS * CONC_PUSHES) {
+            snprintf(a->why, sizeof a->why,
+                     "push %d returned versions big %" PRIu64 " small %" PRIu64
+                     " after %" PRIu64 " / %" PRIu64, k, vb, vs, lastb, lasts);
+            goto out;
+        }
+        lastb = vb, lasts = vs;
+    }
+    free(big), free(small);
+    gddr_client_close(&c);
+    return NULL;
+out:
+    a->fail = 1;
+    /* The others wait at the barrier; a failure before it must not hang. */
+    if (ib < 0 || is < 0)
+        pthread_barrier_wait(a->bar);
+    free(big), free(small);
+    gddr_client_close(&c);
+    return NULL;
+}
+
+START_TEST(test_concurrent_pushes_exact)
+{
+    gt_server s;
+    START_SERVER(s, "threads=2", "lr=1", "chunk=1024");
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, CONC_WORKERS);
+    pthread_t th[CONC_WORKERS];
+    conc_arg args[CONC_WORKERS];
+    int64_t t0 = gt_now_ms();
+    for (int r = 0; r < CONC_WORKERS; r++) {
+        args[r] = (conc_arg){ s.endpoint, r, &bar, 0, "" };
+        ck_assert_int_eq(pthread_create(&th[r], NULL, conc_worker, &args[r]), 0);
+    }
+    for (int r = 0; r < CONC_WORKERS; r++)
+        pthread_join(th[r], NULL);
+    pthread_barrier_destroy(&bar);
+    for (int r = 0; r < CONC_WORKERS; r++)
+        ck_assert_msg(!args[r].fail, "worker %d: %s", r, args[r].why);
+    fprintf(stderr, "server: concurrent: %d workers x %d pushes of %d + %d floats in %lld ms\n",
+            CONC_WORKERS, CONC_PUSHES, CONC_BIG, CONC_SMALL, (long long)(gt_now_ms() - t0));
+
+    /* w = init - lr * sum over workers and pushes, exact (small integers). */
+    gddr_client *c = open_client(s.endpoint, 0, CONC_WORKERS);
+    float *big = malloc(CONC_BIG * sizeof(float)), *want = malloc(CONC_BIG * sizeof(float));
+    ck_assert_ptr_nonnull(big);
+    ck_assert_ptr_nonnull(want);
+    for (int i = 0; i < CONC_BIG; i++) {
+        float sum = 0;
+        for (int r = 0; r < CONC_WORKERS; r++)
+            sum += conc_grad(r, i);
+        want[i] = conc_init(i) - (float)CONC_PUSHES * sum;
+        big[i] = conc_init(i);
+    }
+    int ib, is;
+    ck_assert_int_eq(gddr_register(c, "big", big, CONC_BIG, &ib, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c, "small", big, CONC_SMALL, &is, NULL), GDDR_OK);
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_pull(c, ib, big, 0, &v), GDDR_OK);
+    ck_assert_msg(v == CONC_WORKERS * CONC_PUSHES, "big: version %" PRIu64 ", expected %d", v,
+                  CONC_WORKERS * CONC_PUSHES);
+    for (int i = 0; i < CONC_BIG; i++)
+        ck_assert_msg(big[i] == want[i], "big[%d] = %.9g, expected %.9g (init %g, sum of grads %g)", i,
+                      (double)big[i], (double)want[i], (double)conc_init(i),
+                      (double)(conc_init(i) - want[i]));
+    ck_assert_int_eq(gddr_pull(c, is, big, 0, &v), GDDR_OK);
+    ck_assert_msg(v == CONC_WORKERS * CONC_PUSHES, "small: version %" PRIu64 ", expected %d", v,
+                  CONC_WORKERS * CONC_PUSHES);
+    for (int i = 0; i < CONC_SMALL; i++)
+        ck_assert_msg(big[i] == want[i], "small[%d] = %.9g, expected %.9g", i, (double)big[i],
+                      (double)want[i]);
+    gddr_server_stats st = get_stats(c);
+    ck_assert_uint_eq(st.pushes, 2 * CONC_WORKERS * CONC_PUSHES);
+    ck_assert_uint_eq(st.versions_total, 2 * CONC_WORKERS * CONC_PUSHES);
+    ck_assert_uint_eq(st.rejected, 0);
+    free(big), free(want);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 3. no torn reads ---------------------------------------------------------- */
+
+#define TORN_N 300000
+#define TORN_PUSHES 100 /* per pusher */
+#define TORN_PULLS 200  /* at least */
+#define TORN_INIT 1000.0f
+
+typedef struct torn_arg {
+    const char *ep;
+    int rank;
+    pthread_barrier_t *bar;
+    volatile int *pushers_left;
+    pthread_mutex_t *mu;
+    int fail;
+    char why[256];
+    int pulls, distinct;
+    uint64_t first_v, last_v;
+} torn_arg;
+
+static void *torn_pusher(void *p)
+{
+    torn_arg *a = p;
+    int rc, id = -1;
+    float *g = malloc(TORN_N * sizeof(float));
+    for (int i = 0; i < TORN_N; i++)
+        g[i] = TORN_INIT;
+    gddr_client *c = try_client(a->ep, a->rank, 3, 10000, &rc);
+    if (!c || (rc = gddr_register(c, "torn", g, TORN_N, &id, NULL)) != GDDR_OK) {
+        snprintf(a->why, sizeof a->why, "open/register: %s", gddr_strerror(rc));
+        a->fail = 1;
+    }
+    for (int i = 0; i < TORN_N; i++)
+        g[i] = 1.0f;
+    pthread_barrier_wait(a->bar);
+    for (int k = 0; !a->fail && k < TORN_PUSHES; k++)
+        if ((rc = gddr_push(c, id, g, NULL)) != GDDR_OK) {
+            snprintf(a->why, sizeof a->why, "push %d: %s", k, gddr_strerror(rc));
+            a->fail = 1;
+        }
+    pthread_mutex_lock(a->mu);
+    (*a->pushers_left)--;
+    pthread_mutex_unlock(a->mu);
+    free(g);
+    gddr_client_close(&c);
+    return NULL;
+}
+
+static void *torn_puller(void *p)
+{
+    torn_arg *a = p;
+    int rc, id = -1;
+    float *w = malloc(TORN_N * sizeof(float));
+    for (int i = 0; i < TORN_N; i++)
+        w[i] = TORN_INIT;
+    gddr_client *c = try_client(a->ep, a->rank, 3, 10000, &rc);
+    if (!c || (rc = gddr_register(c, "torn", w, TORN_N, &id, NULL)) != GDDR_OK) {
+        snprintf(a->why, sizeof a->why, "open/register: %s", gddr_strerror(rc));
+        a->fail = 1;
+    }
+    pthread_barrier_wait(a->bar);
+    uint64_t prev = UINT64_MAX;
+    for (int k = 0; !a->fail; k++) {
+        pthread_mutex_lock(a->mu);
+        int left = *a->pushers_left;
+        pthread_mutex_unlock(a->mu);
+        uint64_t v = 0;
+        if ((rc = gddr_pull(c, id, w, 0, &v)) != GDDR_OK) {
+            snprintf(a->why, sizeof a->why, "pull %d: %s", k, gddr_strerror(rc));
+            a->fail = 1;
+            break;
+        }
+        const float want = TORN_INIT - (float)v;
+        for (int i = 0; i < TORN_N; i++)
+            if (w[i] != want) {
+                snprintf(a->why, sizeof a->why,
+                         "pull %d at version %" PRIu64 ": element %d is %g, element 0 is %g, expected all %g (torn read)",
+                         k, v, i, (double)w[i], (double)w[0], (double)want);
+                a->fail = 1;
+                break;
+            }
+        if (prev != UINT64_MAX && v < prev) {
+            snprintf(a->why, sizeof a->why, "pull %d: version went back from %" PRIu64 " to %" PRIu64,
+                     k, prev, v);
+            a->fail = 1;
+        }
+        if (k == 0)
+            a->first_v = v;
+        if (v != prev)
+            a->distinct++;
+        prev = v;
+        a->last_v = v;
+        a->pulls = k + 1;
+        /* Go on until both the pull count is reached and the pushers were
+         * done before this pull started (so the last pull sees the end). */
+        if (k + 1 >= TORN_PULLS && left == 0)
+            break;
+        if (k > 100000) {
+            snprintf(a->why, sizeof a->why, "pushers never finished");
+            a->fail = 1;
+        }
+    }
+    free(w);
+    gddr_client_close(&c);
+    return NULL;
+}
+
+START_TEST(test_no_torn_reads)
+{
+    gt_server s;
+    START_SERVER(s, "threads=2", "lr=1", "chunk=1024");
+    pthread_barrier_t bar;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    volatile int left = 2;
+    pthread_barrier_init(&bar, NULL, 3);
+    torn_arg a[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        memset(&a[i], 0, sizeof a[i]);
+        a[i].ep = s.endpoint;
+        a[i].rank = i;
+        a[i].bar = &bar;
+        a[i].pushers_left = &left;
+        a[i].mu = &mu;
+    }
+    ck_assert_int_eq(pthread_create(&th[0], NULL, torn_pusher, &a[0]), 0);
+    ck_assert_int_eq(pthread_create(&th[1], NULL, torn_pusher, &a[1]), 0);
+    ck_assert_int_eq(pthread_create(&th[2], NULL, torn_puller, &a[2]), 0);
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&bar);
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(!a[i].fail, "thread %d: %s", i, a[i].why);
+    fprintf(stderr, "server: torn reads: %d pulls saw %d distinct versions (%" PRIu64 "..%" PRIu64 ")\n",
+            a[2].pulls, a[2].distinct, a[2].first_v, a[2].last_v);
+    ck_assert_int_ge(a[2].pulls, TORN_PULLS);
+    ck_assert_uint_eq(a[2].last_v, 2 * TORN_PUSHES);
+    ck_assert_msg(a[2].distinct >= 2, "the puller saw only one version: no overlap with pushes");
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 4. bad requests ------------------------------------------------------------ */
+
+START_TEST(test_bad_requests)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=64", "lr=0.5");
+    enum { N = 200 }; /* 4 chunks: 64, 64, 64, 8; bitmap of 1 byte */
+    float init[N], g[N], want[N], bad[N + 1];
+    for (int i = 0; i < N; i++) {
+        init[i] = 0.5f * (float)i - 7.25f;
+        g[i] = (float)((i * 7) % 11) - 5.0f;
+        want[i] = init[i] - 0.5f * g[i];
+    }
+    gddr_client *c = open_client(s.endpoint, 0, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "t", init, N, &id, NULL), GDDR_OK);
+    uint64_t v;
+    ck_assert_int_eq(gddr_push(c, id, g, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 1);
+    assert_state(c, id, want, N, 1, "before the bad requests");
+    gddr_server_stats st0 = get_stats(c);
+    ck_assert_uint_eq(st0.rejected, 0);
+    ck_assert_uint_eq(st0.pushes, 1);
+
+    /* Through the API: unknown ids are refused (client-side, GDDR_ENOKEY). */
+    float buf[N];
+    int rc = gddr_pull(c, 7, buf, 0, NULL);
+    ck_assert_msg(rc == GDDR_ENOKEY, "pull of unknown id 7: %s", gddr_strerror(rc));
+    rc = gddr_push(c, -1, g, NULL);
+    ck_assert_msg(rc == GDDR_ENOKEY, "push to unknown id -1: %s", gddr_strerror(rc));
+    assert_state(c, id, want, N, 1, "after API calls with unknown ids");
+
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    uint64_t rid;
+    int nbad = 0;
+    const uint32_t uid = (uint32_t)id;
+#define EXPECT(code, what)                                                                    \
+    do {                                                                                      \
+        raw_expect_error(&r, rid, (code), (what));                                            \
+        nbad++;                                                                               \
+        assert_state(c, id, want, N, 1, "after " what);                                       \
+    } while (0)
+
+    for (int i = 0; i <= N; i++)
+        bad[i] = 1.0f;
+    /* wrong lengths */
+    rid = raw_push(&r, uid, bad, N - 1, (N - 1) * 4, NULL, 0, 1, 1, 1.0f);
+    EXPECT(GDDR_ELENGTH, "a dense push one value short");
+    rid = raw_push(&r, uid, bad, N + 1, (N + 1) * 4, NULL, 0, 1, 1, 1.0f);
+    EXPECT(GDDR_ELENGTH, "a dense push one value long");
+    rid = raw_push(&r, uid, bad, N - 1, N * 4, NULL, 0, 1, 1, 1.0f);
+    EXPECT(GDDR_ELENGTH, "a push whose frame is shorter than payload_bytes");
+    /* unknown tensor */
+    {
+        Gddr__Request rq;
+        Gddr__Pull p = GDDR__PULL__INIT;
+        raw_req(&r, &rq);
+        p.id = 7;
+        p.wait_ms = 100;
+        rq.body_case = GDDR__REQUEST__BODY_PULL;
+        rq.pull = &p;
+        raw_send(&r, &rq, NULL, 0);
+        rid = rq.req_id;
+        EXPECT(GDDR_ENOKEY, "a pull of unknown tensor id 7");
+    }
+    rid = raw_push(&r, 7, bad, N, N * 4, NULL, 0, 0, 0, 1.0f);
+    EXPECT(GDDR_ENOKEY, "a push to unknown tensor id 7");
+    /* garbage and truncated headers */
+    {
+        const unsigned char junk[] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
+                                       0xff, 0xff, 0xff, 0x01, 0x02, 0x03 };
+        raw_send_bytes(&r, junk, sizeof junk, NULL, 0);
+        rid = 0;
+        EXPECT(GDDR_EPROTO, "a garbage header");
+        gddr__raw raw = { bad, N * 4, NULL, NULL };
+        raw_send_bytes(&r, "\x0f\x0f\x0f", 3, &raw, 1);
+        rid = 0;
+        EXPECT(GDDR_EPROTO, "a garbage header followed by a payload");
+
+        Gddr__Request rq;
+        Gddr__Pull p = GDDR__PULL__INIT;
+        raw_req(&r, &rq);
+        p.id = uid;
+        p.wait_ms = 100;
+        rq.body_case = GDDR__REQUEST__BODY_PULL;
+        rq.pull = &p;
+        uint8_t packed[128];
+        size_t len = gddr__request__pack(&rq, packed);
+        ck_assert_uint_gt(len, 2);
+        raw_send_bytes(&r, packed, len - 1, NULL, 0);
+        rid = 0;
+        EXPECT(GDDR_EPROTO, "a truncated header");
+    }
+    /* wrong protocol version, missing payload frame, extra frames */
+    {
+        Gddr__Request rq;
+        Gddr__Pull p = GDDR__PULL__INIT;
+        raw_req(&r, &rq);
+        rq.protocol = GDDR__CONST__PROTOCOL_VERSION + 1;
+        p.id = uid;
+        rq.body_case = GDDR__REQUEST__BODY_PULL;
+        rq.pull = &p;
+        raw_send(&r, &rq, NULL, 0);
+        rid = rq.req_id;
+        EXPECT(GDDR_EPROTO, "a request of another protocol version");
+
+        Gddr__Push pu = GDDR__PUSH__INIT;
+        raw_req(&r, &rq);
+        pu.id = uid;
+        pu.birth_version = pu.base_version = 1;
+        pu.payload_bytes = N * 4;
+        rq.body_case = GDDR__REQUEST__BODY_PUSH;
+        rq.push = &pu;
+        raw_send(&r, &rq, NULL, 0);
+        rid = rq.req_id;
+        EXPECT(GDDR_EPROTO, "a push without its payload frame");
+
+        raw_req(&r, &rq);
+        rq.body_case = GDDR__REQUEST__BODY_PUSH;
+        rq.push = &pu;
+        gddr__raw two[2] = { { bad, N * 4, NULL, NULL }, { bad, N * 4, NULL, NULL } };
+        raw_send(&r, &rq, two, 2);
+        rid = rq.req_id;
+        EXPECT(GDDR_EPROTO, "a push with an extra frame and no residual_snapshot");
+
+        raw_req(&r, &rq);
+        rq.body_case = GDDR__REQUEST__BODY_PULL;
+        rq.pull = &p;
+        rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+        gddr__raw one = { bad, 16, NULL, NULL };
+        raw_send(&r, &rq, &one, 1);
+        rid = rq.req_id;
+        EXPECT(GDDR_EPROTO, "a pull with a value frame");
+
+        raw_req(&r, &rq);
+        rq.body_case = GDDR__REQUEST__BODY__NOT_SET;
+        raw_send(&r, &rq, NULL, 0);
+        rid = rq.req_id;
+        EXPECT(GDDR_EPROTO, "a request without a body");
+
+        raw_req(&r, &rq);
+        rq.rank = 5000; /* max_workers defaults to 1024 */
+        rq.body_case = GDDR__REQUEST__BODY_PULL;
+        rq.pull = &p;
+        raw_send(&r, &rq, NULL, 0);
+        rid = rq.req_id;
+        EXPECT(GDDR_EWORKER, "a request from rank 5000");
+
+        /* more frames than any message has (GDDR_MAX_FRAMES = 8) */
+        raw_req(&r, &rq);
+        rq.body_case = GDDR__REQUEST__BODY_PUSH;
+        rq.push = &pu;
+        gddr__raw many[9];
+        for (int i = 0; i < 9; i++)
+            many[i] = (gddr__raw){ bad, N * 4, NULL, NULL };
+        raw_send(&r, &rq, many, 9);
+        /* The server drops frames past the 8th and does not parse the
+         * header, so it may answer with req_id 0. */
+        raw_expect_error_ex(&r, rq.req_id, 1, GDDR_EPROTO, "a push with 9 value frames");
+        nbad++;
+        assert_state(c, id, want, N, 1, "after a push with 9 value frames");
+    }
+    /* registrations that must be refused (and must not create anything) */
+    {
+        static const char *const keys[] = { "", "has space", "tab\there", "\x7f" };
+        for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
+            Gddr__Reply *rep = raw_init(&r, keys[k], bad, 4, 16, 4, &rid);
+            ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_ERROR &&
+                              rep->error->code == GDDR_EINVAL,
+                          "registering key '%s': body %d code %u, expected GDDR_EINVAL", keys[k],
+                          rep->body_case,
+                          rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->code : 0);
+            gddr__reply__free_unpacked(rep, NULL);
+            nbad++;
+        }
+        char longkey[140];
+        memset(longkey, 'k', 128);
+        longkey[128] = 0;
+        Gddr__Reply *rep = raw_init(&r, longkey, bad, 4, 16, 4, &rid);
+        ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_ERROR && rep->error->code == GDDR_EINVAL,
+                      "registering a 128-character key was not refused with GDDR_EINVAL");
+        gddr__reply__free_unpacked(rep, NULL);
+        nbad++;
+        float nanv[4] = { 1, NAN, 2, 3 };
+        rep = raw_init(&r, "nan-init", nanv, 4, 16, 4, &rid);
+        ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_ERROR &&
+                          rep->error->code == GDDR_ENONFINITE,
+                      "registering NaN initial values was not refused with GDDR_ENONFINITE");
+        gddr__reply__free_unpacked(rep, NULL);
+        nbad++;
+        rep = raw_init(&r, "zero", bad, 0, 0, 0, &rid);
+        ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_ERROR && rep->error->code == GDDR_ELENGTH,
+                      "registering 0 values was not refused with GDDR_ELENGTH");
+        gddr__reply__free_unpacked(rep, NULL);
+        nbad++;
+        /* None of them exists: the next new key gets id 1. */
+        rep = raw_init(&r, "ok-key", bad, 4, 16, 4, &rid);
+        ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_INIT);
+        ck_assert(rep->init->created);
+        ck_assert_uint_eq(rep->init->id, 1);
+        gddr__reply__free_unpacked(rep, NULL);
+        assert_state(c, id, want, N, 1, "after the refused registrations");
+    }
+    /* bitmaps that do not match the payload */
+    {
+        uint8_t bm = 0x03; /* chunks 0 and 1: 128 values */
+        rid = raw_push(&r, uid, bad, 64, 64 * 4, &bm, 1, 1, 1, 1.0f);
+        EXPECT(GDDR_EBITMAP, "a bitmap selecting 128 values with a payload of 64");
+        bm = 0x08; /* chunk 3 is short: 8 values */
+        rid = raw_push(&r, uid, bad, 64, 64 * 4, &bm, 1, 1, 1, 1.0f);
+        EXPECT(GDDR_EBITMAP, "a bitmap selecting the short last chunk with 64 values");
+        bm = 0x11; /* chunk 4 does not exist */
+        rid = raw_push(&r, uid, bad, 64, 64 * 4, &bm, 1, 1, 1, 1.0f);
+        EXPECT(GDDR_EBITMAP, "a bitmap with a bit past the last chunk");
+        uint8_t bm2[2] = { 0x01, 0x00 };
+        rid = raw_push(&r, uid, bad, 64, 64 * 4, bm2, 2, 1, 1, 1.0f);
+        EXPECT(GDDR_EBITMAP, "a bitmap of 2 bytes for 4 chunks");
+    }
+    /* non-finite values */
+    {
+        float nanv[N];
+        memcpy(nanv, g, sizeof nanv);
+        nanv[N / 2] = NAN;
+        rid = raw_push(&r, uid, nanv, N, N * 4, NULL, 0, 1, 1, 1.0f);
+        EXPECT(GDDR_ENONFINITE, "a dense push with a NaN");
+        nanv[N / 2] = g[N / 2];
+        nanv[N - 1] = -INFINITY;
+        rid = raw_push(&r, uid, nanv, N, N * 4, NULL, 0, 1, 1, 1.0f);
+        EXPECT(GDDR_ENONFINITE, "a dense push with -Inf in the last element");
+        nanv[N - 1] = g[N - 1];
+        rid = raw_push(&r, uid, nanv, N, N * 4, NULL, 0, 1, 1, NAN);
+        EXPECT(GDDR_ENONFINITE, "a push whose grad_norm is NaN");
+        uint8_t bm = 0x08;
+        float sp[8] = { 1, 2, 3, 4, 5, 6, 7, INFINITY };
+        rid = raw_push(&r, uid, sp, 8, 8 * 4, &bm, 1, 1, 1, 1.0f);
+        EXPECT(GDDR_ENONFINITE, "a sparse push with +Inf");
+    }
+    /* versions from the future */
+    {
+        rid = raw_push(&r, uid, g, N, N * 4, NULL, 0, 2, 2, 1.0f);
+        EXPECT(GDDR_EVERSION, "a push based on version 2 of a tensor at version 1");
+        rid = raw_push(&r, uid, g, N, N * 4, NULL, 0, 0, 1000000, 1.0f);
+        EXPECT(GDDR_EVERSION, "a push based on version 1000000");
+        rid = raw_push(&r, uid, g, N, N * 4, NULL, 0, 1, 0, 1.0f);
+        EXPECT(GDDR_EVERSION, "a push whose birth (1) is after its base (0)");
+        Gddr__Request rq;
+        Gddr__Pull p = GDDR__PULL__INIT;
+        raw_req(&r, &rq);
+        p.id = uid;
+        p.min_version = 1000;
+        p.wait_ms = 100;
+        rq.body_case = GDDR__REQUEST__BODY_PULL;
+        rq.pull = &p;
+        raw_send(&r, &rq, NULL, 0);
+        rid = rq.req_id;
+        EXPECT(GDDR_EVERSION, "a pull asking for version 1000");
+    }
+#undef EXPECT
+
+    /* The raw connection is still served normally. */
+    {
+        Gddr__Request rq;
+        Gddr__Pull p = GDDR__PULL__INIT;
+        raw_req(&r, &rq);
+        p.id = uid;
+        rq.body_case = GDDR__REQUEST__BODY_PULL;
+        rq.pull = &p;
+        raw_send(&r, &rq, NULL, 0);
+        gddr__frames f;
+        Gddr__Reply *rep = raw_recv(&r, REPLY_WAIT_MS, &f);
+        ck_assert_msg(rep != NULL, "raw pull after the bad requests: no reply");
+        ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_PULL);
+        ck_assert_uint_eq(rep->req_id, rq.req_id);
+        ck_assert_uint_eq(rep->pull->version, 1);
+        ck_assert_uint_eq(rep->pull->payload_bytes, N * 4);
+        ck_assert_int_eq(f.n, 2);
+        ck_assert_uint_eq(gddr__frame_size(&f, 1), N * 4);
+        assert_same_floats(gddr__frame_data(&f, 1), want, N, "raw pull after the bad requests");
+        gddr__frames_close(&f);
+        gddr__reply__free_unpacked(rep, NULL);
+    }
+    raw_close(&r);
+
+    gddr_server_stats st = get_stats(c);
+    ck_assert_msg(st.rejected == st0.rejected + (uint64_t)nbad,
+                  "rejected counter is %" PRIu64 ", expected %d more than %" PRIu64, st.rejected,
+                  nbad, st0.rejected);
+    ck_assert_uint_eq(st.pushes, 1);
+    ck_assert_uint_eq(st.versions_total, 1);
+
+    /* And a good push still works and is exact. */
+    float want2[N];
+    for (int i = 0; i < N; i++)
+        want2[i] = want[i] - 0.5f * g[i];
+    ck_assert_int_eq(gddr_push(c, id, g, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 2);
+    assert_state(c, id, want2, N, 2, "a good push after the bad ones");
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* A message above max_message_bytes is dropped by ZeroMQ; the server lives
+ * on, unchanged, and serves others. */
+START_TEST(test_oversized_message)
+{
+    gt_server s;
+    START_SERVER(s, "max_message_bytes=4096", "lr=0.5");
+    enum { N = 100 };
+    float init[N];
+    for (int i = 0; i < N; i++)
+        init[i] = (float)i;
+    gddr_client *c = open_client(s.endpoint, 0, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "small", init, N, &id, NULL), GDDR_OK);
+    gddr_client_close(&c);
+    float *big = calloc(2048, sizeof(float));
+    ck_assert_ptr_nonnull(big);
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    /* A header claiming more values than max_message_bytes allows. */
+    uint64_t rid;
+    Gddr__Reply *rep = raw_init(&r, "huge", big, 2000, 2000 * 4, 4, &rid);
+    (void)rid;
+    ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_ERROR);
+    ck_assert_uint_eq(rep->error->code, GDDR_ELENGTH);
+    gddr__reply__free_unpacked(rep, NULL);
+    raw_close(&r);
+    /* A push bigger than the limit: ZeroMQ drops it (and the connection). */
+    raw_open(&r, s.endpoint);
+    raw_push(&r, (uint32_t)id, big, 2048, 2048 * 4, NULL, 0, 0, 0, 0.0f);
+    rep = raw_recv(&r, 500, NULL);
+    if (rep) { /* an error reply would be fine too; a push reply would not */
+        ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_ERROR);
+        gddr__reply__free_unpacked(rep, NULL);
+    }
+    raw_close(&r);
+    free(big);
+    c = open_client(s.endpoint, 0, 1);
+    ck_assert_int_eq(gddr_register(c, "small", init, N, &id, NULL), GDDR_OK);
+    assert_state(c, id, init, N, 0, "after an oversized push");
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* A request refused before it is served must not change the server's
+ * state (DESIGN section 8) -- membership included: a stranger rank whose
+ * only request was rejected is not a live worker, and in sync mode a step
+ * must not wait for it. */
+START_TEST(test_rejected_stranger_is_not_a_worker)
+{
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=0", "lr=0.5", "worker_timeout_s=10");
+    enum { N = 8 };
+    float init[N] = { 1, 2, 3, 4, 5, 6, 7, 8 }, g[N] = { 1, 1, 1, 1, 1, 1, 1, 1 }, want[N];
+    for (int i = 0; i < N; i++)
+        want[i] = init[i] - 0.5f * g[i];
+    gddr_client *c = open_client(s.endpoint, 0, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "s", init, N, &id, NULL), GDDR_OK);
+    gddr_server_stats st = get_stats(c);
+    ck_assert_int_eq(st.live_workers, 1);
+
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    Gddr__Request rq;
+    Gddr__Pull p = GDDR__PULL__INIT;
+    raw_req(&r, &rq);
+    rq.rank = 7;
+    p.id = 99;
+    rq.body_case = GDDR__REQUEST__BODY_PULL;
+    rq.pull = &p;
+    raw_send(&r, &rq, NULL, 0);
+    raw_expect_error(&r, rq.req_id, GDDR_ENOKEY, "a pull of unknown tensor 99 from rank 7");
+    raw_close(&r);
+
+    st = get_stats(c);
+    ck_assert_msg(st.live_workers == 1,
+                  "a rejected request from rank 7 made it a live worker (live_workers %d)",
+                  st.live_workers);
+    /* The only worker's push completes the sync step at once. */
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_push(c, id, g, &v), GDDR_OK);
+    float out[N];
+    gddr_ticket tk;
+    ck_assert_int_eq(gddr_pull_async(c, id, out, 1, &tk), GDDR_OK);
+    int rc = gddr_wait(c, tk, 3000, &v);
+    ck_assert_msg(rc == GDDR_OK,
+                  "sync step of the only worker did not complete within 3 s after a stranger's "
+                  "rejected request: %s", gddr_strerror(rc));
+    ck_assert_uint_eq(v, 1);
+    assert_same_floats(out, want, N, "sync step of one worker");
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 5. no server ------------------------------------------------------------- */
+
+START_TEST(test_no_server_times_out)
+{
+    /* Learn a free loopback port, then free it. */
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_ROUTER);
+    int zero = 0;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    ck_assert_int_eq(zmq_bind(sock, "tcp://127.0.0.1:*"), 0);
+    char ep[256];
+    size_t len = sizeof ep;
+    ck_assert_int_eq(zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, ep, &len), 0);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = 0;
+    o.world_size = 1;
+    o.timeout_ms = 300;
+    o.reconnect_timeout_ms = 300;
+    gddr_client *c = (gddr_client *)&o; /* must be overwritten with NULL */
+    int64_t t0 = gt_now_ms();
+    int rc = gddr_client_open(&o, &c);
+    int64_t ms = gt_now_ms() - t0;
+    ck_assert_msg(rc == GDDR_ETIMEDOUT, "open with no server at %s: %s, expected %s", ep,
+                  gddr_strerror(rc), gddr_strerror(GDDR_ETIMEDOUT));
+    ck_assert_ptr_null(c);
+    ck_assert_msg(ms >= 250 && ms <= 2000, "gddr_client_open took %lld ms with timeout_ms = 300",
+                  (long long)ms);
+}
+END_TEST
+
+/* ---- 6. max_grad_norm ------------------------------------------------------------ */
+
+START_TEST(test_max_grad_norm)
+{
+    gt_server s;
+    START_SERVER(s, "max_grad_norm=1", "lr=0.5");
+    enum { N = 100 };
+    float init[N], g[N], want[N];
+    for (int i = 0; i < N; i++) {
+        init[i] = 0.25f * (float)i;
+        g[i] = 1.0f; /* norm 10 */
+    }
+    gddr_client *c = open_client(s.endpoint, 0, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "m", init, N, &id, NULL), GDDR_OK);
+    uint64_t v = 77;
+    int rc = gddr_push(c, id, g, &v);
+    ck_assert_msg(rc == GDDR_EGRADNORM, "push of norm 10 with max_grad_norm=1: %s",
+                  gddr_strerror(rc));
+    assert_state(c, id, init, N, 0, "after a push of norm 10");
+
+    /* A lie about the norm does not help: the server measures it too. */
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    uint64_t rid = raw_push(&r, (uint32_t)id, g, N, N * 4, NULL, 0, 0, 0, 0.5f);
+    raw_expect_error(&r, rid, GDDR_EGRADNORM, "a push of norm 10 that reports 0.5");
+    /* Nor does a reported norm above the limit pass with small values. */
+    float tiny[N];
+    for (int i = 0; i < N; i++)
+        tiny[i] = 0.01f;
+    rid = raw_push(&r, (uint32_t)id, tiny, N, N * 4, NULL, 0, 0, 0, 5.0f);
+    raw_expect_error(&r, rid, GDDR_EGRADNORM, "a push of norm 0.1 that reports 5");
+    raw_close(&r);
+    assert_state(c, id, init, N, 0, "after the refused pushes");
+    gddr_server_stats st = get_stats(c);
+    ck_assert_uint_eq(st.rejected, 3);
+    ck_assert_uint_eq(st.pushes, 0);
+
+    /* Under the limit (norm 0.5) it is applied, exactly. */
+    for (int i = 0; i < N; i++) {
+        g[i] = 0.05f;
+        want[i] = init[i] - 0.5f * g[i];
+    }
+    ck_assert_int_eq(gddr_push(c, id, g, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 1);
+    assert_state(c, id, want, N, 1, "after a push of norm 0.5");
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 7. the trainer ------------------------------------------------------------- */
+
+START_TEST(test_trainer_softmax)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.2");
+    char bin[512];
+    gt_bin_path(bin, sizeof bin, "gddr-train");
+    char *argv[] = { bin, "--server", s.endpoint, "--synthetic", "2000", "--workload", "softmax",
+                     "--steps", "300", "--rank", "0", "--world", "1", "--progress", "0",
+                     "--timeout-ms", "5000", NULL };
+    char *out = NULL, err[512] = "";
+    int st = 0;
+    int64_t t0 = gt_now_ms();
+    int rc = gt_run_capture(argv, 20000, 0, &out, &st, err, sizeof err);
+    int64_t ms = gt_now_ms() - t0;
+    ck_assert_msg(rc == 0, "gddr-train: %s; output:\n%s", err, out ? out : "");
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gddr-train exited with %d; output:\n%s",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st), out ? out : "");
+    double loss = -1, acc = -1, steps = -1;
+    ck_assert_msg(gt_result_double(out, "train_loss", &loss) == 0, "no train_loss in:\n%s", out);
+    ck_assert_msg(gt_result_double(out, "test_accuracy", &acc) == 0, "no test_accuracy in:\n%s", out);
+    ck_assert_msg(gt_result_double(out, "steps", &steps) == 0, "no steps in:\n%s", out);
+    char rank[16];
+    ck_assert_int_eq(gt_result_field(out, "rank", rank, sizeof rank), 0);
+    ck_assert_str_eq(rank, "0");
+    fprintf(stderr, "server: trainer: train_loss %.4f test_accuracy %.4f in %lld ms\n", loss, acc,
+            (long long)ms);
+    ck_assert_msg(steps == 300, "steps=%g, expected 300", steps);
+    ck_assert_msg(loss >= 0 && loss < 1.0, "train_loss %g is not well below ln(10) = 2.30", loss);
+    ck_assert_msg(acc > 0.5 && acc <= 1.0, "test_accuracy %g is not above 0.5", acc);
+    free(out);
+
+    /* The server saw 300 steps of pushes. */
+    gddr_client *c = open_client(s.endpoint, 1, 2);
+    gddr_server_stats ss = get_stats(c);
+    ck_assert_msg(ss.pushes >= 300 && ss.pushes % 300 == 0,
+                  "server counted %" PRIu64 " pushes for 300 steps", ss.pushes);
+    ck_assert_uint_eq(ss.rejected, 0);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 8. staleness histogram -------------------------------------------------------- */
+
+START_TEST(test_staleness_histogram)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.5");
+    enum { N = 16 };
+    float init[N], g[N];
+    for (int i = 0; i < N; i++) {
+        init[i] = (float)i;
+        g[i] = 0.125f;
+    }
+    gddr_client *c = open_client(s.endpoint, 3, 4);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "h", init, N, &id, NULL), GDDR_OK);
+    gddr_push_tags tags;
+    memset(&tags, 0, sizeof tags);
+    tags.has_birth = 1;
+    tags.birth_version = 0;
+    tags.base_version = 0;
+    for (int k = 0; k < 5; k++) {
+        uint64_t v = 0;
+        int rc = gddr_push_ex(c, id, g, &tags, &v);
+        ck_assert_msg(rc == GDDR_OK, "push %d: %s", k, gddr_strerror(rc));
+        ck_assert_uint_eq(v, (uint64_t)k + 1);
+    }
+    gddr_server_stats st = get_stats(c);
+    ck_assert_uint_eq(st.pushes, 5);
+    ck_assert_uint_eq(st.versions_total, 5);
+    for (int t = 0; t < 17; t++)
+        ck_assert_msg(st.staleness_hist[t] == (t < 5 ? 1u : 0u),
+                      "staleness_hist[%d] = %" PRIu64 ", expected %d", t, st.staleness_hist[t],
+                      t < 5 ? 1 : 0);
+    ck_assert_uint_eq(st.staleness_max, 4);
+    ck_assert_msg(fabs(st.staleness_mean - 2.0) < 1e-12, "staleness_mean %g, expected 2",
+                  st.staleness_mean);
+    ck_assert_uint_eq(st.worker_pushes, 5);
+    ck_assert_msg(fabs(st.worker_staleness_mean - 2.0) < 1e-12,
+                  "worker_staleness_mean %g, expected 2", st.worker_staleness_mean);
+    ck_assert_msg(st.staleness_ema > 0 && st.staleness_ema < 4, "staleness_ema %g",
+                  st.staleness_ema);
+    ck_assert_msg(st.epoch != 0, "stats carry no epoch");
+    /* Another worker has pushed nothing. */
+    gddr_client *c2 = open_client(s.endpoint, 0, 4);
+    gddr_server_stats st2 = get_stats(c2);
+    ck_assert_uint_eq(st2.worker_pushes, 0);
+    ck_assert_uint_eq(st2.pushes, 5);
+    gddr_client_close(&c2);
+    /* The values moved by five pushes: 5 * 0.5 * 0.125 (exact). */
+    float want[N];
+    for (int i = 0; i < N; i++)
+        want[i] = init[i] - 0.3125f;
+    assert_state(c, id, want, N, 5, "after five pushes");
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 9. metrics ------------------------------------------------------------------- */
+
+/* Every sample line of a Prometheus text is NAME[{LABELS}] VALUE. */
+static void assert_prometheus_syntax(const char *text)
+{
+    char *copy = strdup(text), *save = NULL;
+    int lineno = 0;
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        lineno++;
+        if (line[0] == '#') {
+            ck_assert_msg(strncmp(line, "# HELP ", 7) == 0 || strncmp(line, "# TYPE ", 7) == 0,
+                          "metrics line %d: bad comment '%s'", lineno, line);
+            continue;
+        }
+        const char *p = line;
+        ck_assert_msg((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_',
+                      "metrics line %d: bad name in '%s'", lineno, line);
+        while ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+               *p == '_' || *p == ':')
+            p++;
+        if (*p == '{') {
+            p = strchr(p, '}');
+            ck_assert_msg(p != NULL, "metrics line %d: unclosed labels in '%s'", lineno, line);
+            p++;
+        }
+        ck_assert_msg(*p == ' ', "metrics line %d: no space before the value in '%s'", lineno, line);
+        char *end;
+        strtod(p + 1, &end);
+        ck_assert_msg(end != p + 1 && *end == 0, "metrics line %d: bad value in '%s'", lineno, line);
+    }
+    free(copy);
+}
+
+START_TEST(test_metrics_text)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.5");
+    enum { N = 8 };
+    float init[N] = { 1, 2, 3, 4, 5, 6, 7, 8 }, g[N] = { 1, 1, 1, 1, 1, 1, 1, 1 };
+    gddr_client *c = open_client(s.endpoint, 0, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "m", init, N, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_push(c, id, g, NULL), GDDR_OK);
+    /* One refused push shows up by reason. */
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    uint64_t rid = raw_push(&r, (uint32_t)id, g, N - 1, (N - 1) * 4, NULL, 0, 0, 0, 1.0f);
+    raw_expect_error(&r, rid, GDDR_ELENGTH, "a short push");
+    raw_close(&r);
+
+    char *text = NULL;
+    int rc = gddr_server_metrics_text(c, &text);
+    ck_assert_msg(rc == GDDR_OK, "gddr_server_metrics_text: %s", gddr_strerror(rc));
+    ck_assert_ptr_nonnull(text);
+    static const char *const want[] = {
+        "# TYPE gddr_pushes_total counter\n",
+        "\ngddr_pushes_total 1\n",
+        "\ngddr_versions_total 1\n",
+        "\ngddr_rejected_total{reason=\"GDDR_ELENGTH\"} 1\n",
+        "# TYPE gddr_staleness histogram\n",
+        "\ngddr_staleness_bucket{le=\"0\"} 1\n",
+        "\ngddr_staleness_bucket{le=\"1\"} 1\n",
+        "\ngddr_staleness_bucket{le=\"15\"} 1\n",
+        "\ngddr_staleness_bucket{le=\"+Inf\"} 1\n",
+        "\ngddr_staleness_sum 0\n",
+        "\ngddr_staleness_count 1\n",
+        "\ngddr_tensor_version{tensor=\"m\"} 1\n",
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(text, want[i]) != NULL, "metrics text lacks '%s'; text:\n%s", want[i],
+                      text);
+    assert_prometheus_syntax(text);
+    free(text);
+    /* The client is still in step with the server afterwards. */
+    gddr_server_stats st = get_stats(c);
+    ck_assert_uint_eq(st.pushes, 1);
+    ck_assert_uint_eq(st.rejected, 1);
+
+    /* Asking for the metrics while a non-blocking pull is in flight must not
+     * lose that pull's reply. */
+    float out[N], wantv[N];
+    for (int i = 0; i < N; i++)
+        wantv[i] = init[i] - 0.5f * g[i];
+    memset(out, 0, sizeof out);
+    gddr_ticket tk;
+    ck_assert_int_eq(gddr_pull_async(c, id, out, 0, &tk), GDDR_OK);
+    text = NULL;
+    rc = gddr_server_metrics_text(c, &text);
+    ck_assert_msg(rc == GDDR_OK, "gddr_server_metrics_text with a pull in flight: %s",
+                  gddr_strerror(rc));
+    free(text);
+    uint64_t v = 0;
+    rc = gddr_wait(c, tk, 2000, &v);
+    ck_assert_msg(rc == GDDR_OK,
+                  "a pull in flight across gddr_server_metrics_text() never completed: %s (%s)",
+                  gddr_strerror(rc), gddr_client_errmsg(c));
+    ck_assert_uint_eq(v, 1);
+    assert_same_floats(out, wantv, N, "pull in flight across gddr_server_metrics_text()");
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 10. SIGTERM ------------------------------------------------------------------- */
+
+START_TEST(test_sigterm_exits_zero)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.5");
+    enum { N = 32 };
+    float init[N] = { 0 };
+    gddr_client *c = open_client(s.endpoint, 0, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "x", init, N, &id, NULL), GDDR_OK);
+    /* A pull parked for version 1 (nothing will push) is answered with
+     * GDDR_ESHUTDOWN when the server stops. */
+    float out[N];
+    gddr_ticket tk;
+    ck_assert_int_eq(gddr_pull_async(c, id, out, 1, &tk), GDDR_OK);
+    gddr_server_stats st = get_stats(c); /* the server has read the pull by now */
+    ck_assert_uint_eq(st.pulls, 0);
+    int64_t t0 = gt_now_ms();
+    ck_assert_int_eq(gt_server_signal(&s, SIGTERM), 0);
+    int rc = gddr_wait(c, tk, 5000, NULL);
+    ck_assert_msg(rc == GDDR_ESHUTDOWN, "parked pull at SIGTERM: %s, expected %s",
+                  gddr_strerror(rc), gddr_strerror(GDDR_ESHUTDOWN));
+    int status = 0;
+    int w = gt_wait_pid(s.pid, 5000, &status);
+    int64_t ms = gt_now_ms() - t0;
+    if (w != 1)
+        gt_server_stop(&s, 0, NULL);
+    else
+        s.pid = 0;
+    ck_assert_msg(w == 1, "gddr-ps still runs 5 s after SIGTERM");
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "gddr-ps ended with %s %d after SIGTERM",
+                  WIFEXITED(status) ? "status" : "signal",
+                  WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    ck_assert_msg(ms < 3000, "gddr-ps took %lld ms to exit after SIGTERM", (long long)ms);
+    gddr_client_close(&c);
+
+    /* SIGINT, idle: the same. */
+    START_SERVER(s, NULL);
+    ck_assert_int_eq(gt_server_signal(&s, SIGINT), 0);
+    w = gt_wait_pid(s.pid, 5000, &status);
+    if (w != 1)
+        gt_server_stop(&s, 0, NULL);
+    else
+        s.pid = 0;
+    ck_assert_msg(w == 1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "gddr-ps after SIGINT: wait %d, status %d", w, status);
+}
+END_TEST
+
+/* ---- suite ------------------------------------------------------------------------ */
+
+#define ADD_CASE(s, name, fn)                                                                 \
+    do {                                                                                      \
+        TCase *tc_ = tcase_create(name);                                                      \
+        tcase_set_timeout(tc_, TCASE_TIMEOUT);                                                \
+        tcase_add_test(tc_, fn);                                                              \
+        suite_add_tcase((s), tc_);                                                            \
+    } while (0)
+
+Suite *suite_server(void)
+{
+    Suite *s = suite_create("server");
+    ADD_CASE(s, "register_pull_push", test_register_pull_push_exact);
+    ADD_CASE(s, "sparse_push", test_sparse_push_exact);
+    ADD_CASE(s, "concurrent_pushes", test_concurrent_pushes_exact);
+    ADD_CASE(s, "no_torn_reads", test_no_torn_reads);
+    ADD_CASE(s, "bad_requests", test_bad_requests);
+    ADD_CASE(s, "oversized_message", test_oversized_message);
+    ADD_CASE(s, "rejected_stranger", test_rejected_stranger_is_not_a_worker);
+    ADD_CASE(s, "no_server", test_no_server_times_out);
+    ADD_CASE(s, "max_grad_norm", test_max_grad_norm);
+    ADD_CASE(s, "trainer", test_trainer_softmax);
+    ADD_CASE(s, "staleness_histogram", test_staleness_histogram);
+    ADD_CASE(s, "metrics", test_metrics_text);
+    ADD_CASE(s, "sigterm", test_sigterm_exits_zero);
+    return s;
+}
