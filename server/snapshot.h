@@ -29,6 +29,7 @@ typedef int (*gddr_ps_add_section_fn)(struct gddr_ckpt_section **s, size_t *n, s
 int gddr_ps_orphan_sections(gddr_ps *ps, struct gddr_ckpt_section **s, size_t *n, size_t *cap,
                             gddr_ps_add_section_fn add);
 void gddr_ps_orphan_restore(gddr_ps *ps, const struct gddr_ckpt *c);
+void gddr_ps_orphan_stats(gddr_ps *ps, uint64_t *handed, uint64_t *recovered, double *last_s);
 
 /* ops.c */
 void gddr_ps_reload(gddr_ps *ps);

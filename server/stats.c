@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ps.h"
+#include "snapshot.h"
 
 void ps_stale_add(ps_stale *s, uint64_t tau, double decay)
 {
@@ -108,6 +109,15 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_checkpoints_total %llu\n", (unsigned long long)ps->ckpt_count);
     sb_printf(&b, "# HELP gddr_checkpoint_last_ms Duration of the last checkpoint write.\n# TYPE gddr_checkpoint_last_ms gauge\n"
                   "gddr_checkpoint_last_ms %g\n", ps->ckpt_last_ms);
+    uint64_t handed, recovered;
+    double last_s;
+    gddr_ps_orphan_stats(ps, &handed, &recovered, &last_s);
+    sb_printf(&b, "# HELP gddr_orphans_handed_total Dead workers' residuals handed to live workers.\n# TYPE gddr_orphans_handed_total counter\n"
+                  "gddr_orphans_handed_total %llu\n", (unsigned long long)handed);
+    sb_printf(&b, "# HELP gddr_orphans_recovered_total Orphans fully re-injected.\n# TYPE gddr_orphans_recovered_total counter\n"
+                  "gddr_orphans_recovered_total %llu\n", (unsigned long long)recovered);
+    sb_printf(&b, "# HELP gddr_recovery_seconds Last time from a death to its orphan re-injected.\n# TYPE gddr_recovery_seconds gauge\n"
+                  "gddr_recovery_seconds %g\n", last_s);
     return b.p;
 }
 

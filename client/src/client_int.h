@@ -57,6 +57,8 @@ typedef struct ctensor {
     float *ms;         /* DC adaptive: EMA of g^2 */
     residual res;
     int tau;
+    struct gddr__dtensor *dev; /* step.c: device-side GDDR state (NULL until a
+                                * step is given CUDA device pointers) */
 } ctensor;
 
 struct gddr_client {
@@ -75,6 +77,9 @@ struct gddr_client {
     gddr_client_counters k;
     char errmsg[512];
     struct pipeline *pipe; /* NULL unless gddr_step_submit was used */
+    void *cuda;            /* step.c: gddr_cuda_ctx of the device path, or NULL */
+    int ptr_kind;          /* step.c: 0 no step yet, 1 host, 2 device gradients */
+    uint32_t orphans_done; /* orphans fully replayed, not yet reported */
 };
 
 /* client.c */
@@ -98,6 +103,30 @@ int gddr__residual_snapshot(gddr_client *c, int i, const uint8_t *sent_bm, const
                             const uint8_t **snap_bm, size_t *snap_vals);
 /* An Orphan message from the server: installments to add to tensor i. */
 void gddr__orphan_received(gddr_client *c, const Gddr__Orphan *o, gddr__frames *f);
+/* Adds tensor i's next orphan installment (if any) into target (n floats). */
+void gddr__orphan_replay(gddr_client *c, int i, float *target);
+
+/* step.c: the step itself, without the pipeline check (the library thread
+ * of pipeline.c calls it); the public gddr_step_from() refuses with
+ * GDDR_ESTATE while the pipeline has steps in flight. */
+int gddr__step_run(gddr_client *c, const float *const *grads, const float *const *computed_on,
+                   const uint64_t *versions, float *const *params);
+/* Device-to-device copy (GDDR_ENOTSUP without CUDA); waits for it. */
+int gddr__cuda_d2d(void *dst, const void *src, size_t bytes);
+/* Releases the device path's CUDA context (tensor buffers go with
+ * gddr__step_free). */
+void gddr__step_dev_close(gddr_client *c);
+
+/* pipeline.c */
+/* 1 while gddr_step_submit() has steps the trainer has not waited for
+ * (trainer thread only). */
+int gddr__pipeline_busy(const gddr_client *c);
+/* Joins the library thread and frees the pipeline (gddr_client_close). */
+void gddr__pipeline_stop(gddr_client *c);
+/* Test hooks: copy tensor id's residual (n floats) / chunk ages (nchunks)
+ * to host memory. Only while no step is in flight. */
+int gddr__residual_get(gddr_client *c, int id, float *out);
+int gddr__residual_age_get(gddr_client *c, int id, uint32_t *out, size_t *nchunks);
 
 /* options.c */
 int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, size_t strlen_,

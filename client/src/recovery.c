@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "client_int.h"
+#include "replay.h"
 #include "residual.h"
 
 int gddr__residual_snapshot(gddr_client *c, int i, const uint8_t *sent_bm, const float **snap,
@@ -75,4 +76,25 @@ void gddr__orphan_received(gddr_client *c, const Gddr__Orphan *o, gddr__frames *
     c->k.orphans_received++;
     gddr__logf(&c->log, GDDR_LOG_INFO, "took over an orphan residual of rank %u for '%s' (%zu values)",
                o->from_rank, t->key, nvals);
+}
+
+void gddr__orphan_replay(gddr_client *c, int i, float *target)
+{
+    ctensor *t = &c->t[i];
+    residual *r = &t->res;
+    if (!r->orphan)
+        return;
+    /* gamma, gamma(1-gamma), ... and the last installment takes the
+     * remainder, so the installments add up to the orphan exactly. */
+    int last = r->orphan_left <= 1;
+    gddr_replay_cpu(target, r->orphan, t->n, (float)c->o.replay_decay, last);
+    if (!last) {
+        r->orphan_left--;
+        return;
+    }
+    free(r->orphan);
+    r->orphan = NULL;
+    r->orphan_left = 0;
+    c->orphans_done++;
+    gddr__logf(&c->log, GDDR_LOG_INFO, "orphan residual of '%s' fully re-injected", t->key);
 }

@@ -24,7 +24,7 @@
 
 typedef struct args {
     const char *config, *server, *workload, *data;
-    int rank, world, synthetic, epochs, steps, batch, hidden, stale, quiet, timeout_ms;
+    int rank, world, synthetic, epochs, steps, batch, hidden, stale, quiet, verbose, timeout_ms;
     double progress, clip_norm, dc_lambda, delay_fraction;
     int dc_mode, dc_adaptive, residual_ckpt;
     unsigned long long seed;
@@ -64,7 +64,8 @@ static void usage(FILE *f)
             "  --residual-checkpoint-steps N\n"
             "  --timeout-ms MS        bound on every wait\n"
             "  --progress SEC         seconds between progress lines (default 2; 0 = none)\n"
-            "  --quiet                only the RESULT line\n");
+            "  --quiet                only the RESULT line\n"
+            "  --verbose              log the library's info lines (reconnects, orphans)\n");
 }
 
 static int parse_args(int argc, char **argv, args *a)
@@ -90,7 +91,8 @@ static int parse_args(int argc, char **argv, args *a)
         { "simulate-staleness", 1, 0, 'D' }, { "clip-norm", 1, 0, 'C' }, { "dc-lambda", 1, 0, 'L' },
         { "dc-mode", 1, 0, 'M' },         { "dc-adaptive", 0, 0, 'A' }, { "delay-fraction", 1, 0, 'a' },
         { "progress", 1, 0, 'p' },        { "quiet", 0, 0, 'q' },      { "timeout-ms", 1, 0, 'T' },
-        { "residual-checkpoint-steps", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { 0, 0, 0, 0 },
+        { "residual-checkpoint-steps", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { "verbose", 0, 0, 'v' },
+        { 0, 0, 0, 0 },
     };
     int c;
     while ((c = getopt_long(argc, argv, "h", o, NULL)) != -1) {
@@ -119,6 +121,7 @@ static int parse_args(int argc, char **argv, args *a)
         case 'a': a->delay_fraction = atof(optarg); break;
         case 'p': a->progress = atof(optarg); break;
         case 'q': a->quiet = 1; break;
+        case 'v': a->verbose = 1; break;
         case 'T': a->timeout_ms = atoi(optarg); break;
         case 'R': a->residual_ckpt = atoi(optarg); break;
         case 'h': usage(stdout); exit(0);
@@ -169,7 +172,7 @@ static int open_client(const args *a, int *rank_store, gddr_client **c)
         o.residual_checkpoint_steps = a->residual_ckpt;
     o.log = log_cb;
     o.log_user = rank_store;
-    o.log_level = a->quiet ? GDDR_LOG_ERROR : GDDR_LOG_WARN;
+    o.log_level = a->quiet ? GDDR_LOG_ERROR : a->verbose ? GDDR_LOG_INFO : GDDR_LOG_WARN;
     char err[512] = "";
     int rc = a->config ? gddr_client_open_ini(a->config, &o, c, err, sizeof err)
                        : gddr_client_open(&o, c);
