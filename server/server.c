@@ -302,7 +302,10 @@ static int sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
         return 0;
     if (ps->cfg.momentum > 0 && !t->mom)
         t->mom = calloc(t->n, sizeof(float));
-    ps_job job = { PS_JOB_SYNC, t, NULL, NULL, 1.0f / (float)live, (float)ps->cfg.momentum };
+    /* When workers left with their last pushes still in the step (a final
+     * residual flush), divide by those who took part, not by who is left. */
+    int divisor = (int)t->ncontrib > live ? (int)t->ncontrib : live;
+    ps_job job = { PS_JOB_SYNC, t, NULL, NULL, 1.0f / (float)divisor, (float)ps->cfg.momentum };
     ps_pool_run(ps->pool, &job);
     t->version++;
     ps->versions_total++;

@@ -430,6 +430,8 @@ void gddr_client_close(gddr_client **cp)
     gddr_client *c = *cp;
     gddr__pipeline_stop(c);
     if (c->sock && c->info.epoch && !c->o.observer) {
+        if (c->o.delay_fraction > 0 && gddr__residual_flush(c) != GDDR_OK)
+            gddr__logf(&c->log, GDDR_LOG_WARN, "could not flush the residual on close: %s", c->errmsg);
         Gddr__Request rq = GDDR__REQUEST__INIT;
         Gddr__Bye bye = GDDR__BYE__INIT;
         rq.body_case = GDDR__REQUEST__BODY_BYE;

@@ -103,6 +103,8 @@ int gddr__residual_snapshot(gddr_client *c, int i, const uint8_t *sent_bm, const
                             const uint8_t **snap_bm, size_t *snap_vals);
 /* An Orphan message from the server: installments to add to tensor i. */
 void gddr__orphan_received(gddr_client *c, const Gddr__Orphan *o, gddr__frames *f);
+/* Pushes every held residual chunk (on close). */
+int gddr__residual_flush(gddr_client *c);
 /* Adds tensor i's next orphan installment (if any) into target (n floats). */
 void gddr__orphan_replay(gddr_client *c, int i, float *target);
 

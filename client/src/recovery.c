@@ -98,3 +98,39 @@ void gddr__orphan_replay(gddr_client *c, int i, float *target)
     c->orphans_done++;
     gddr__logf(&c->log, GDDR_LOG_INFO, "orphan residual of '%s' fully re-injected", t->key);
 }
+
+/* On close, a GDDR worker still holds part of its gradients; push them so
+ * that a finished run has lost nothing (Σ sent = Σ g exactly). Held chunks
+ * are those whose age is above zero. */
+int gddr__residual_flush(gddr_client *c)
+{
+    int rc = GDDR_OK;
+    for (int i = 0; i < c->nt && rc == GDDR_OK; i++) {
+        ctensor *t = &c->t[i];
+        residual *r = &t->res;
+        if (!r->r || !r->age || !r->bitmap)
+            continue;
+        size_t bytes = gddr_bitmap_bytes(r->nchunks), any = 0;
+        memset(r->bitmap, 0, bytes);
+        for (size_t ch = 0; ch < r->nchunks; ch++)
+            if (r->age[ch] > 0) {
+                r->bitmap[ch / 8] |= (uint8_t)(1u << (ch % 8));
+                any++;
+            }
+        if (!any)
+            continue;
+        size_t np = 0;
+        gddr_pack_cpu(r->r, t->n, (uint32_t)c->info.chunk, r->bitmap, r->packed, &np);
+        uint64_t tk;
+        rc = gddr__push_tensor(c, i, r->packed, r->bitmap, bytes, np, t->version, t->version, 0.0f,
+                               NULL, NULL, 0, &tk);
+        if (rc == GDDR_OK)
+            rc = gddr__wait_op(c, tk, -1, NULL);
+        if (rc == GDDR_OK) {
+            memset(r->r, 0, t->n * 4);
+            memset(r->age, 0, r->nchunks * sizeof *r->age);
+            gddr__logf(&c->log, GDDR_LOG_INFO, "flushed %zu held chunks of '%s' on close", any, t->key);
+        }
+    }
+    return rc;
+}
