@@ -8,6 +8,10 @@ export GDDR_BIN="${GDDR_BIN:-build/bin}"
 export CK_DEFAULT_TIMEOUT="${CK_DEFAULT_TIMEOUT:-60}"
 start=$(date +%s)
 status=0
+# The install check first, so that Check's summary line closes the output.
+if [ $# -eq 0 ]; then
+  scripts/test-install.sh || status=$?
+fi
 timeout 1200 "$GDDR_BIN/gddr-tests" "$@" || status=$?
-echo "make check: $(( $(date +%s) - start )) s"
+echo "make check: $(( $(date +%s) - start )) s, exit status $status" >&2
 exit "$status"
