@@ -8,6 +8,7 @@
  * runs build/bin/gddr-ps (or $GDDR_PS_BIN) from the repository root and
  * skips with a reason where it has not been built.
  */
+#include "gddr/gddr.h"
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -627,6 +628,42 @@ START_TEST(test_leading_zero_is_decimal)
 END_TEST
 #endif
 
+/* The client's [client] table: the example file parses and holds exactly
+ * the library's defaults, and a bad value names file, line and key. */
+int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, size_t buflen,
+                        char *err, size_t errlen);
+
+START_TEST(test_client_ini)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    char sbuf[256], err[512] = "";
+    ck_assert_msg(gddr__opts_from_ini("config/gddr-client.ini", &o, sbuf, sizeof sbuf, err,
+                                      sizeof err) == GDDR_OK, "err: %s", err);
+    const gddr_client_opts d = GDDR_CLIENT_OPTS_INIT;
+    ck_assert_str_eq(o.server, "tcp://127.0.0.1:5555");
+    ck_assert_int_eq(o.rank, d.rank);
+    ck_assert_int_eq(o.timeout_ms, d.timeout_ms);
+    ck_assert_int_eq(o.reconnect_timeout_ms, d.reconnect_timeout_ms);
+    ck_assert(o.clip_norm == d.clip_norm && o.dc_lambda == d.dc_lambda);
+    ck_assert_int_eq(o.dc_mode, d.dc_mode);
+    ck_assert_int_eq(o.dc_adaptive, d.dc_adaptive);
+    ck_assert(o.dc_ms_decay == d.dc_ms_decay && o.delay_fraction == d.delay_fraction);
+    ck_assert(o.replay_decay == d.replay_decay);
+    ck_assert_int_eq(o.residual_checkpoint_steps, d.residual_checkpoint_steps);
+
+    char path[] = "/tmp/gddr-client-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    const char *bad = "[client]\nserver = tcp://127.0.0.1:1\ndelay_fraction = 1.5\n";
+    ck_assert_int_eq(write(fd, bad, strlen(bad)), (ssize_t)strlen(bad));
+    close(fd);
+    int rc = gddr__opts_from_ini(path, &o, sbuf, sizeof sbuf, err, sizeof err);
+    unlink(path);
+    ck_assert_int_eq(rc, GDDR_ECONFIG);
+    ck_assert_msg(strstr(err, ":3:") && strstr(err, "delay_fraction"), "err: %s", err);
+}
+END_TEST
+
 Suite *suite_conf(void)
 {
     Suite *s = suite_create("conf");
@@ -647,6 +684,7 @@ Suite *suite_conf(void)
     tcase_add_test(tc, test_dump_round_trip_changed);
     tcase_add_test(tc, test_missing_file);
     tcase_add_test(tc, test_example_ini);
+    tcase_add_test(tc, test_client_ini);
 #if 1 /* these were known bugs; fixed in conf.c */
     tcase_add_test(tc, test_long_value_round_trip);
     tcase_add_test(tc, test_leading_zero_is_decimal);
