@@ -88,7 +88,8 @@ LIB_A    := $(BUILD)/lib/libgddr-client.a
 LIB_SO   := $(BUILD)/lib/libgddr-client.so
 SERVER_A := $(BUILD)/lib/libgddr-server.a
 TRAIN_A  := $(BUILD)/lib/libgddr-train.a
-BINS     := $(BUILD)/bin/gddr-ps $(BUILD)/bin/gddr-train $(BUILD)/bin/gddr-ctl
+BINS     := $(BUILD)/bin/gddr-ps $(BUILD)/bin/gddr-train $(BUILD)/bin/gddr-ctl \
+            $(BUILD)/bin/gddr-keygen
 TESTBIN  := $(BUILD)/bin/gddr-tests
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 

@@ -85,6 +85,11 @@ const gddr__conf_key gddr_ps_conf_table[] = {
       0, 1e7, NULL, 1, "seconds between checkpoints; 0 = only on SIGTERM and on request" },
     { "checkpoint", "checkpoint_keep", GDDR_CONF_INT, OFF(checkpoint_keep), "3", 1, 1000, NULL,
       0, "how many checkpoints to keep" },
+
+    { "security", "curve_secret_key_file", GDDR_CONF_STRING, OFF(curve_secret_key_file), "", 0, 0,
+      NULL, 0, "the server's CURVE key file (gddr-keygen); set = encrypt and authenticate every connection" },
+    { "security", "authorized_keys", GDDR_CONF_STRING, OFF(authorized_keys), "", 0, 0, NULL, 0,
+      "file of client public keys allowed in (one per line; re-read on SIGHUP); needs curve_secret_key_file" },
     { NULL, NULL, 0, 0, NULL, 0, 0, NULL, 0, NULL },
 };
 
@@ -109,6 +114,16 @@ int gddr_ps_config_validate(const gddr_ps_config *cfg, const char *path, char *e
     if (cfg->sync_quorum && cfg->workers && cfg->sync_quorum > cfg->workers) {
         snprintf(err, errlen, "%s: key 'sync_quorum': %lld is above workers %lld", where,
                  cfg->sync_quorum, cfg->workers);
+        return -1;
+    }
+    if (cfg->authorized_keys[0] && !cfg->curve_secret_key_file[0]) {
+        snprintf(err, errlen, "%s: key 'authorized_keys': needs curve_secret_key_file (no CURVE, no keys to check)",
+                 where);
+        return -1;
+    }
+    if (cfg->curve_secret_key_file[0] && !cfg->authorized_keys[0]) {
+        snprintf(err, errlen, "%s: key 'curve_secret_key_file': set authorized_keys too (CURVE without an allowlist lets any key in)",
+                 where);
         return -1;
     }
     if (strncmp(cfg->listen, "tcp://", 6) && strncmp(cfg->listen, "ipc://", 6) &&

@@ -42,6 +42,9 @@ typedef struct gddr_ps_config {
     char checkpoint_dir[GDDR_CONF_STRMAX];
     double checkpoint_interval_s;
     long long checkpoint_keep;
+    /* [security] */
+    char curve_secret_key_file[GDDR_CONF_STRMAX];
+    char authorized_keys[GDDR_CONF_STRMAX];
 } gddr_ps_config;
 
 extern const gddr__conf_key gddr_ps_conf_table[];

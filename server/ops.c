@@ -43,6 +43,8 @@ void gddr_ps_reload(gddr_ps *ps)
         changed++;
     }
     gddr__log_global.level = ps->cfg.log_level;
+    if (ps->zap)
+        gddr_ps_auth_reload(ps);
     /* Keep every tensor's tau inside the new bounds. */
     for (size_t i = 0; i < ps->ntensors; i++) {
         ps_tensor *t = ps->tensors[i];

@@ -12,6 +12,16 @@
  * orphan goes to the next live worker that pushes, which replays it into
  * its own residual in installments. What is lost is only what the dead
  * worker accumulated after its last snapshot.
+ *
+ * A worker declared dead may only have been slow (a step longer than
+ * worker_timeout_s, a network stall): then it comes back still holding the
+ * residual that was handed out, and that mass would count twice. The first
+ * push of each tensor after the death tells: a worker whose step counter
+ * goes on from where it was (step + 1 >= its clock at the death) is the
+ * same process; a restarted one counts from 0. For the same process an
+ * orphan not yet handed out is withdrawn, and one already handed out is
+ * taken back: the worker receives the negated orphan and replays it like
+ * any other, so the survivor's +orphan and its -orphan cancel exactly.
  */
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +38,11 @@ typedef struct snap_rec {
     size_t n, nbytes;       /* floats, bitmap bytes */
     float *snap;
     uint8_t *held, *sent;
+    /* Set at a death that left an orphan here: the worker's clock then and
+     * the chunks of snap that went out as the orphan. */
+    int dead;
+    uint64_t dead_clock;
+    uint8_t *orphan_bm;
     struct snap_rec *next;
 } snap_rec;
 
@@ -38,6 +53,8 @@ typedef struct orphan {
     float *vals;            /* packed held & ~sent chunks */
     int64_t declared_ms;
     int delivered;
+    int withdraw;           /* the negated orphan of a worker that was only
+                             * slow, for that worker itself (to_rank) */
     struct orphan *next;
 } orphan;
 
@@ -119,10 +136,67 @@ int gddr_ps_snapshot_check(gddr_ps *ps, ps_tensor *t, const Gddr__Push *p, gddr_
     return GDDR_OK;
 }
 
+static void orphan_free(orphan *x)
+{
+    free(x->bitmap), free(x->vals), free(x);
+}
+
+/* The first push of tensor t by a rank declared dead with an orphan in it. */
+static void came_back(gddr_ps *ps, ps_tensor *t, snap_rec *r, uint32_t rank, uint64_t step)
+{
+    r->dead = 0;
+    /* A restarted process counts its steps from 0 again: its residual
+     * started empty, so the orphan rightly stays where it went. */
+    if (r->dead_clock < 2 || step + 1 < r->dead_clock)
+        return;
+    struct ps_orphans *o = state(ps);
+    for (orphan **pp = &o->orphans; *pp; pp = &(*pp)->next) {
+        orphan *x = *pp;
+        if (!x->withdraw && !x->delivered && x->from_rank == rank && x->id == t->id) {
+            *pp = x->next;
+            gddr_log(GDDR_LOG_INFO,
+                     "worker %u was slow, not dead: its orphan residual in tensor '%s' (%zu values) is withdrawn",
+                     rank, t->key, x->nvals);
+            orphan_free(x);
+            return;
+        }
+    }
+    /* Handed out already: the worker gives the same mass back. */
+    orphan *x = calloc(1, sizeof *x);
+    if (x) {
+        x->bitmap = malloc(r->nbytes);
+        x->vals = malloc(r->n * sizeof(float));
+    }
+    if (!x || !x->bitmap || !x->vals) {
+        if (x)
+            orphan_free(x);
+        gddr_log(GDDR_LOG_ERROR, "out of memory: the orphan of worker %u in tensor '%s' counts twice",
+                 rank, t->key);
+        return;
+    }
+    memcpy(x->bitmap, r->orphan_bm, r->nbytes);
+    gddr_pack_cpu(r->snap, r->n, t->chunk, x->bitmap, x->vals, &x->nvals);
+    for (size_t i = 0; i < x->nvals; i++)
+        x->vals[i] = -x->vals[i];
+    x->from_rank = rank;
+    x->to_rank = rank;
+    x->id = t->id;
+    x->withdraw = 1;
+    x->declared_ms = gddr__now_ms();
+    x->next = o->orphans;
+    o->orphans = x;
+    gddr_log(GDDR_LOG_INFO,
+             "worker %u was slow, not dead: the %zu values of its residual in tensor '%s' handed over at "
+             "its death are taken back from it",
+             rank, x->nvals, t->key);
+}
+
 void gddr_ps_snapshot_after_push(gddr_ps *ps, ps_tensor *t, uint32_t rank, const Gddr__Push *p,
                                  gddr__frames *f)
 {
     snap_rec *r = find_rec(ps, rank, t->id);
+    if (r && r->dead)
+        came_back(ps, t, r, rank, p->step);
     if (r) {
         /* What this push sent carried the snapshot's value for those chunks. */
         if (p->bitmap.len)
@@ -137,13 +211,17 @@ void gddr_ps_snapshot_after_push(gddr_ps *ps, ps_tensor *t, uint32_t rank, const
         for (orphan **pp = &o->orphans; *pp;) {
             orphan *x = *pp;
             if (x->delivered && x->to_rank == rank) {
-                o->recovered++;
-                o->last_recovery_s = (double)(now - x->declared_ms) / 1000.0;
-                gddr_log(GDDR_LOG_INFO,
-                         "orphan of rank %u (tensor %u) fully re-injected by rank %u %.3f s after the death was declared",
-                         x->from_rank, x->id, rank, o->last_recovery_s);
+                if (x->withdraw) {
+                    gddr_log(GDDR_LOG_INFO, "worker %u gave back its orphan of tensor %u", rank, x->id);
+                } else {
+                    o->recovered++;
+                    o->last_recovery_s = (double)(now - x->declared_ms) / 1000.0;
+                    gddr_log(GDDR_LOG_INFO,
+                             "orphan of rank %u (tensor %u) fully re-injected by rank %u %.3f s after the death was declared",
+                             x->from_rank, x->id, rank, o->last_recovery_s);
+                }
                 *pp = x->next;
-                free(x->bitmap), free(x->vals), free(x);
+                orphan_free(x);
             } else {
                 pp = &x->next;
             }
@@ -186,9 +264,16 @@ void gddr_ps_snapshot_worker_died(gddr_ps *ps, int rank)
         /* The snapshot is spent: a rejoining worker starts a fresh one. */
         memset(r->held, 0, r->nbytes);
         memset(r->sent, 0, r->nbytes);
+        r->dead = 0;
         if (x->nvals == 0) {
             free(x->bitmap), free(x->vals), free(x);
             continue;
+        }
+        /* Kept until the rank pushes again, in case it was only slow. */
+        if (r->orphan_bm || (r->orphan_bm = malloc(r->nbytes))) {
+            memcpy(r->orphan_bm, x->bitmap, r->nbytes);
+            r->dead = 1;
+            r->dead_clock = ps->workers[rank].clock;
         }
         x->from_rank = (uint32_t)rank;
         x->id = r->id;
@@ -213,7 +298,7 @@ void gddr_ps_snapshot_offer_orphans(gddr_ps *ps, zmq_msg_t *ident, uint32_t rank
     if (!o)
         return;
     for (orphan *x = o->orphans; x; x = x->next) {
-        if (x->delivered || x->from_rank == rank)
+        if (x->delivered || (x->withdraw ? x->to_rank != rank : x->from_rank == rank))
             continue;
         ps_tensor *t = x->id < ps->ntensors ? ps->tensors[x->id] : NULL;
         if (!t)
@@ -238,6 +323,11 @@ void gddr_ps_snapshot_offer_orphans(gddr_ps *ps, zmq_msg_t *ident, uint32_t rank
         ps->bytes_out += (uint64_t)n;
         x->delivered = 1;
         x->to_rank = rank;
+        if (x->withdraw) {
+            gddr_log(GDDR_LOG_INFO, "negated orphan (tensor '%s', %zu values) handed back to rank %u",
+                     t->key, x->nvals, rank);
+            continue;
+        }
         o->handed++;
         gddr_log(GDDR_LOG_INFO, "orphan of rank %u (tensor '%s', %zu values) handed to rank %u", x->from_rank,
                  t->key, x->nvals, rank);
@@ -252,7 +342,7 @@ void gddr_ps_snapshot_free(gddr_ps *ps)
     while (o->snaps) {
         snap_rec *r = o->snaps;
         o->snaps = r->next;
-        free(r->snap), free(r->held), free(r->sent), free(r);
+        free(r->snap), free(r->held), free(r->sent), free(r->orphan_bm), free(r);
     }
     while (o->orphans) {
         orphan *x = o->orphans;
@@ -304,7 +394,7 @@ int gddr_ps_orphan_sections(gddr_ps *ps, struct gddr_ckpt_section **s, size_t *n
     int k = 0;
     for (orphan *x = o ? o->orphans : NULL; x; x = x->next) {
         ps_tensor *t = x->id < ps->ntensors ? ps->tensors[x->id] : NULL;
-        if (x->delivered || !t)
+        if (x->delivered || x->withdraw || !t)
             continue;
         size_t nb = gddr_bitmap_bytes(t->nchunks);
         size_t len = sizeof(snap_head) + nb + x->nvals * 4;

@@ -108,6 +108,12 @@ typedef struct gddr_ps {
     /* residual snapshots and orphans (orphan.c) */
     struct ps_orphans *orphans;
 
+    /* CURVE allowlist (auth.c) */
+    void *zap;
+    unsigned char (*allow)[32];
+    int nallow;
+    uint64_t auth_rejected;
+
     void (*tick)(struct gddr_ps *); /* called every loop turn (watchdog) */
     volatile sig_atomic_t stop, reload, ckpt_now;
 } gddr_ps;
@@ -136,6 +142,12 @@ typedef struct ps_job {
 int ps_pool_start(ps_pool **out, int threads);
 void ps_pool_run(ps_pool *p, const ps_job *job);
 void ps_pool_stop(ps_pool **p);
+
+/* auth.c: CURVE on the ROUTER and a ZAP handler checking client keys. */
+int gddr_ps_auth_setup(gddr_ps *ps, char *err, size_t errlen);
+void gddr_ps_auth_poll(gddr_ps *ps);
+int gddr_ps_auth_reload(gddr_ps *ps);
+void gddr_ps_auth_close(gddr_ps *ps);
 
 /* stats.c */
 void ps_stale_add(ps_stale *s, uint64_t tau, double decay);

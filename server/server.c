@@ -327,7 +327,7 @@ static void on_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
                h->world_size, ps->cfg.max_workers);
         return;
     }
-    if ((int)h->world_size > ps->announced_world)
+    if (!rq->observer && (int)h->world_size > ps->announced_world)
         ps->announced_world = (int)h->world_size;
     gddr_log(GDDR_LOG_INFO, "hello from rank %u (world %u, %s)", rq->rank, h->world_size,
              h->client ? h->client : "?");
@@ -832,6 +832,11 @@ int gddr_ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path,
     zmq_setsockopt(ps->router, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(ps->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(ps->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    int arc = gddr_ps_auth_setup(ps, err, errlen);
+    if (arc != GDDR_OK) {
+        gddr_ps_close(&ps);
+        return arc;
+    }
     if (zmq_bind(ps->router, cfg->listen) != 0) {
         snprintf(err, errlen, "cannot bind %s: %s", cfg->listen, zmq_strerror(errno));
         gddr_ps_close(&ps);
@@ -859,9 +864,13 @@ int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
         ready(ps);
     int64_t last_check = gddr__now_ms();
     while (!ps->stop) {
-        zmq_pollitem_t items[2] = { { ps->router, 0, ZMQ_POLLIN, 0 },
-                                    { ps->metrics, 0, ZMQ_POLLIN, 0 } };
-        int rc = zmq_poll(items, ps->metrics ? 2 : 1, next_timeout(ps));
+        zmq_pollitem_t items[3] = { { ps->router, 0, ZMQ_POLLIN, 0 } };
+        int nitems = 1;
+        if (ps->zap)
+            items[nitems++] = (zmq_pollitem_t){ ps->zap, 0, ZMQ_POLLIN, 0 };
+        if (ps->metrics)
+            items[nitems++] = (zmq_pollitem_t){ ps->metrics, 0, ZMQ_POLLIN, 0 };
+        int rc = zmq_poll(items, nitems, next_timeout(ps));
         if (rc < 0 && errno != EINTR)
             break;
         /* Drain what is waiting, but not forever: timers must run too. */
@@ -872,6 +881,8 @@ int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
             handle_message(ps, &f);
             gddr__frames_close(&f);
         }
+        if (ps->zap)
+            gddr_ps_auth_poll(ps);
         if (ps->metrics)
             gddr_ps_metrics_poll(ps);
         int64_t now = gddr__now_ms();
@@ -909,6 +920,7 @@ void gddr_ps_close(gddr_ps **pp)
         zmq_close(ps->router);
     if (ps->metrics)
         zmq_close(ps->metrics);
+    gddr_ps_auth_close(ps);
     if (ps->zctx)
         zmq_ctx_term(ps->zctx);
     if (ps->pool)

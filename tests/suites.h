@@ -10,7 +10,11 @@
     X(model)           \
     X(kernels)         \
     X(checkpoint)      \
-    X(server)
+    X(server)          \
+    X(security)        \
+    X(consistency)     \
+    X(recovery)        \
+    X(residual)
 
 #define GDDR__SUITE_DECL(name) Suite *suite_##name(void);
 GDDR_SUITES(GDDR__SUITE_DECL)

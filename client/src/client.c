@@ -18,6 +18,7 @@
 
 #include "client_int.h"
 #include "gddr_hash.h"
+#include "keys.h"
 
 int gddr__set_err(gddr_client *c, int rc, const char *fmt, ...)
 {
@@ -131,7 +132,10 @@ static void complete(gddr_client *c, gddr__frames *f)
     }
     o->done = 1;
     o->rc = GDDR_OK;
-    if (o->tensor >= 0 && o->tensor < c->nt)
+    /* Only a tensor's own reply says its tau (an error reply carries the
+     * server default, which is not this tensor's). */
+    if (o->tensor >= 0 && o->tensor < c->nt &&
+        (r->body_case == GDDR__REPLY__BODY_PUSH || r->body_case == GDDR__REPLY__BODY_PULL))
         c->t[o->tensor].tau = (int)r->tau;
     switch (r->body_case) {
     case GDDR__REPLY__BODY_ERROR:
@@ -291,6 +295,18 @@ static int open_socket(gddr_client *c)
     zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+    if (c->curve_server[0]) {
+        char pub[GDDR_Z85_KEY], sec[GDDR_Z85_KEY], err[512];
+        if (gddr__keyfile_read(c->curve_file, pub, sec, err, sizeof err) < 0)
+            return gddr__set_err(c, GDDR_ECONFIG, "curve_key_file: %s", err);
+        if (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, c->curve_server, 40) != 0 ||
+            zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, 40) != 0 ||
+            zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, 40) != 0) {
+            memset(sec, 0, sizeof sec);
+            return gddr__set_err(c, GDDR_ECONFIG, "CURVE keys refused by libzmq: %s", zmq_strerror(errno));
+        }
+        memset(sec, 0, sizeof sec);
+    }
     if (zmq_connect(c->sock, c->server) != 0)
         return gddr__set_err(c, GDDR_EINVAL, "cannot connect to '%s': %s", c->server,
                              zmq_strerror(errno));
@@ -394,6 +410,16 @@ int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
     c->o = *opts;
     snprintf(c->server, sizeof c->server, "%s", opts->server);
     c->o.server = c->server;
+    if (opts->curve_server_key && opts->curve_server_key[0]) {
+        if (strlen(opts->curve_server_key) != 40 || !opts->curve_key_file) {
+            free(c);
+            return GDDR_ECONFIG;
+        }
+        snprintf(c->curve_server, sizeof c->curve_server, "%s", opts->curve_server_key);
+        snprintf(c->curve_file, sizeof c->curve_file, "%s", opts->curve_key_file);
+    }
+    c->o.curve_server_key = c->curve_server;
+    c->o.curve_key_file = c->curve_file;
     c->log.fn = opts->log;
     c->log.user = opts->log_user;
     c->log.level = opts->log_level;

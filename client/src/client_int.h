@@ -64,6 +64,7 @@ typedef struct ctensor {
 struct gddr_client {
     gddr_client_opts o;
     char server[512];
+    char curve_server[64], curve_file[512];
     gddr__logger log;
     void *zctx, *sock;
     uint64_t next_req;

@@ -16,6 +16,7 @@ typedef struct client_conf {
     double clip_norm, dc_lambda, dc_ms_decay, delay_fraction, replay_decay;
     int dc_mode, dc_adaptive, log_level;
     long long seed;
+    char curve_server_key[GDDR_CONF_STRMAX], curve_key_file[GDDR_CONF_STRMAX];
 } client_conf;
 
 static const char *const dc_modes[] = { "diag", "identity", NULL };
@@ -53,8 +54,15 @@ const gddr__conf_key gddr__client_conf_table[] = {
       "gamma of orphan installments" },
     { "client", "log_level", GDDR_CONF_ENUM, OFF(log_level), "warn", 0, 0, levels, 0,
       "library log level (needs a logger callback)" },
+    { "client", "curve_server_key", GDDR_CONF_STRING, OFF(curve_server_key), "", 0, 0, NULL, 0,
+      "the server's CURVE public key (Z85, from its .pub file); empty = no encryption" },
+    { "client", "curve_key_file", GDDR_CONF_STRING, OFF(curve_key_file), "", 0, 0, NULL, 0,
+      "this client's key file from gddr-keygen (NAME.key, mode 600)" },
     { NULL, NULL, 0, 0, NULL, 0, 0, NULL, 0, NULL },
 };
+
+/* Strings from the file live here until gddr_client_open copies them. */
+static __thread char curve_server_buf[GDDR_CONF_STRMAX], curve_file_buf[GDDR_CONF_STRMAX];
 
 int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, size_t buflen,
                         char *err, size_t errlen)
@@ -80,6 +88,12 @@ int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, siz
     o->residual_checkpoint_steps = (int)cc.residual_checkpoint_steps;
     o->replay_decay = cc.replay_decay;
     o->log_level = cc.log_level;
+    if (cc.curve_server_key[0]) {
+        snprintf(curve_server_buf, sizeof curve_server_buf, "%s", cc.curve_server_key);
+        snprintf(curve_file_buf, sizeof curve_file_buf, "%s", cc.curve_key_file);
+        o->curve_server_key = curve_server_buf;
+        o->curve_key_file = curve_file_buf;
+    }
     return GDDR_OK;
 }
 
@@ -103,7 +117,8 @@ int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gd
         OVR(server); OVR(rank); OVR(world_size); OVR(timeout_ms); OVR(reconnect_timeout_ms);
         OVR(clip_norm); OVR(dc_lambda); OVR(dc_mode); OVR(dc_adaptive); OVR(dc_ms_decay);
         OVR(delay_fraction); OVR(seed); OVR(residual_checkpoint_steps); OVR(replay_decay);
-        OVR(async_pipeline); OVR(log); OVR(log_user); OVR(log_level);
+        OVR(async_pipeline); OVR(log); OVR(log_user); OVR(log_level); OVR(observer);
+        OVR(curve_server_key); OVR(curve_key_file);
 #undef OVR
     }
     rc = gddr_client_open(&o, out);

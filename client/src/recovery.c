@@ -23,6 +23,15 @@ int gddr__residual_snapshot(gddr_client *c, int i, const uint8_t *sent_bm, const
     int every = c->o.residual_checkpoint_steps;
     if (every <= 0 || (c->step + 1) % (uint64_t)every != 0)
         return GDDR_OK;
+    /* Every chunk was sent (a dense push, sent_bm == NULL): the worker
+     * holds nothing, and the push goes without a chunk bitmap, so a
+     * snapshot bitmap could not travel with it (the wire gives the snapshot
+     * the push's bitmap length, 0 here, which the server rejects with
+     * GDDR_EBITMAP). None is needed: the server marks every chunk of a
+     * dense push as sent since the last snapshot, so that snapshot's orphan
+     * becomes empty -- exactly what an empty snapshot would say. */
+    if (!sent_bm)
+        return GDDR_OK;
     ctensor *t = &c->t[i];
     residual *r = &t->res;
     size_t bytes = gddr_bitmap_bytes(r->nchunks);
@@ -30,7 +39,7 @@ int gddr__residual_snapshot(gddr_client *c, int i, const uint8_t *sent_bm, const
         return gddr__set_err(c, GDDR_ENOMEM, "no memory for a residual snapshot");
     /* Held = not sent. Padding bits past the last chunk stay zero. */
     for (size_t b = 0; b < bytes; b++)
-        r->snap_bm[b] = sent_bm ? (uint8_t)~sent_bm[b] : 0;
+        r->snap_bm[b] = (uint8_t)~sent_bm[b];
     if (r->nchunks % 8)
         r->snap_bm[bytes - 1] &= (uint8_t)((1u << (r->nchunks % 8)) - 1);
     size_t nsel = 0, nvals = 0;
@@ -101,22 +110,34 @@ void gddr__orphan_replay(gddr_client *c, int i, float *target)
 
 /* On close, a GDDR worker still holds part of its gradients; push them so
  * that a finished run has lost nothing (Σ sent = Σ g exactly). Held chunks
- * are those whose age is above zero. */
+ * are those whose age is above zero. An orphan still being replayed joins
+ * the residual first, whole (its remainder is the last installment), so a
+ * survivor that closes in the middle of a replay loses none of it either;
+ * the chunks it touches go out with the held ones. */
 int gddr__residual_flush(gddr_client *c)
 {
     int rc = GDDR_OK;
+    uint32_t chunk = (uint32_t)c->info.chunk;
     for (int i = 0; i < c->nt && rc == GDDR_OK; i++) {
         ctensor *t = &c->t[i];
         residual *r = &t->res;
         if (!r->r || !r->age || !r->bitmap)
             continue;
+        if (r->orphan) {
+            r->orphan_left = 1;
+            gddr__orphan_replay(c, i, r->r);
+        }
         size_t bytes = gddr_bitmap_bytes(r->nchunks), any = 0;
         memset(r->bitmap, 0, bytes);
-        for (size_t ch = 0; ch < r->nchunks; ch++)
-            if (r->age[ch] > 0) {
+        for (size_t ch = 0; ch < r->nchunks; ch++) {
+            int held = r->age[ch] > 0;
+            for (size_t k = ch * chunk; !held && k < t->n && k < (ch + 1) * chunk; k++)
+                held = r->r[k] != 0.0f;
+            if (held) {
                 r->bitmap[ch / 8] |= (uint8_t)(1u << (ch % 8));
                 any++;
             }
+        }
         if (!any)
             continue;
         size_t np = 0;

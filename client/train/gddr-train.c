@@ -25,6 +25,7 @@
 typedef struct args {
     const char *config, *server, *workload, *data;
     int rank, world, synthetic, epochs, steps, batch, hidden, stale, quiet, verbose, timeout_ms;
+    int pipeline;
     double progress, clip_norm, dc_lambda, delay_fraction;
     int dc_mode, dc_adaptive, residual_ckpt;
     unsigned long long seed;
@@ -61,6 +62,8 @@ static void usage(FILE *f)
             "  --simulate-staleness D compute each gradient on the parameters pulled D steps earlier\n"
             "  --clip-norm X --dc-lambda X --dc-mode diag|identity --dc-adaptive\n"
             "  --delay-fraction A     GDDR alpha\n"
+            "  --pipeline             overlap: compute the next gradient while the step is in flight\n"
+            "                         (gddr_step_submit/gddr_step_wait; one-step-stale parameters)\n"
             "  --residual-checkpoint-steps N\n"
             "  --timeout-ms MS        bound on every wait\n"
             "  --progress SEC         seconds between progress lines (default 2; 0 = none)\n"
@@ -92,6 +95,7 @@ static int parse_args(int argc, char **argv, args *a)
         { "dc-mode", 1, 0, 'M' },         { "dc-adaptive", 0, 0, 'A' }, { "delay-fraction", 1, 0, 'a' },
         { "progress", 1, 0, 'p' },        { "quiet", 0, 0, 'q' },      { "timeout-ms", 1, 0, 'T' },
         { "residual-checkpoint-steps", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { "verbose", 0, 0, 'v' },
+        { "pipeline", 0, 0, 'P' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -122,6 +126,7 @@ static int parse_args(int argc, char **argv, args *a)
         case 'p': a->progress = atof(optarg); break;
         case 'q': a->quiet = 1; break;
         case 'v': a->verbose = 1; break;
+        case 'P': a->pipeline = 1; break;
         case 'T': a->timeout_ms = atoi(optarg); break;
         case 'R': a->residual_ckpt = atoi(optarg); break;
         case 'h': usage(stdout); exit(0);
@@ -134,6 +139,10 @@ static int parse_args(int argc, char **argv, args *a)
     }
     if (a->batch < 1 || a->epochs < 1 || a->steps < 0 || a->stale < 0 || a->hidden < 1) {
         fprintf(stderr, "gddr-train: --batch, --epochs and --hidden must be positive, --steps and --simulate-staleness not negative\n");
+        return -1;
+    }
+    if (a->pipeline && a->stale > 0) {
+        fprintf(stderr, "gddr-train: --pipeline and --simulate-staleness do not mix\n");
         return -1;
     }
     if (strcmp(a->workload, "softmax") && strcmp(a->workload, "mlp") && strcmp(a->workload, "quadratic")) {
@@ -301,9 +310,12 @@ int main(int argc, char **argv)
     for (int i = 0; a.stale > 0 && i < nt; i++)
         memcpy(h.p[i], params[i], len[i] * 4); /* slot 0: the initial values */
 
+    /* gddr_step with DC-ASGD returns the w' it pulled before pushing (DESIGN
+     * section 6 step 6), one version behind a plain async step. */
+    int dc_returns_wprime = a.dc_lambda > 0 && info.mode != GDDR_MODE_SYNC;
     int *order = quad ? NULL : malloc((size_t)shard.n * sizeof *order);
     uint64_t rng = a.seed * 0x9E3779B97F4A7C15ull + (uint64_t)rank + 1;
-    double loss_ema = NAN, last_print = now_s(), t_train = now_s(), compute_s = 0;
+    double loss_ema = NAN, last_print = now_s(), t_train = now_s(), compute_s = 0, wait_s = 0;
     int pos = shard.n;
     if (!a.quiet)
         printf("[rank %d] %s on %s: %ld steps, batch %d, %d tensors (mode %s, loaded in %.1f s)\n",
@@ -317,7 +329,12 @@ int main(int argc, char **argv)
         uint64_t vers[8];
         int use_hist = a.stale > 0;
         if (use_hist) {
-            long k = s - a.stale < 0 ? 0 : s - a.stale;
+            /* Slot k holds what step k-1 returned: the parameters after its
+             * push (version k), or with DC-ASGD the w' pulled before it
+             * (version k-1). Pick the slot whose version is s - D. */
+            long k = s - a.stale + (dc_returns_wprime ? 1 : 0);
+            if (k < 0)
+                k = 0;
             int slot = (int)(k % h.slots);
             for (int i = 0; i < nt; i++) {
                 on[i] = h.p[slot * nt + i];
@@ -352,8 +369,22 @@ int main(int argc, char **argv)
         float *out[8];
         for (int i = 0; i < nt; i++)
             out[i] = use_hist ? h.p[(int)((s + 1) % h.slots) * nt + i] : params[i];
-        int rc = gddr_step_from(c, (const float *const *)grads, use_hist ? on : NULL,
+        int rc;
+        double tw = now_s();
+        if (a.pipeline) {
+            /* This gradient was computed while step s-1 was in flight, on
+             * the parameters step s-2 returned (which it is tagged with):
+             * hand it over, then collect s-1, whose parameters the next
+             * gradient is computed on while step s is in flight. */
+            rc = gddr_step_submit(c, (const float *const *)grads);
+            if (rc == GDDR_OK && s > 0)
+                rc = gddr_step_wait(c, params);
+            wait_s += now_s() - tw;
+        } else {
+            rc = gddr_step_from(c, (const float *const *)grads, use_hist ? on : NULL,
                                 use_hist ? vers : NULL, out);
+            wait_s += now_s() - tw;
+        }
         if (rc != GDDR_OK) {
             fprintf(stderr, "[rank %d] step %ld failed: %s: %s\n", rank, s, gddr_strerror(rc),
                     gddr_client_errmsg(c));
@@ -374,6 +405,16 @@ int main(int argc, char **argv)
             last_print = now_s();
         }
     }
+    if (a.pipeline && steps > 0) {
+        double tw = now_s();
+        int rc = gddr_step_wait(c, params);
+        wait_s += now_s() - tw;
+        if (rc != GDDR_OK) {
+            fprintf(stderr, "[rank %d] last step failed: %s: %s\n", rank, gddr_strerror(rc),
+                    gddr_client_errmsg(c));
+            return 1;
+        }
+    }
     double train_s = now_s() - t_train;
 
     /* Final parameters: the newest the server has. */
@@ -387,6 +428,13 @@ int main(int argc, char **argv)
     gddr_server_stats st;
     memset(&st, 0, sizeof st);
     int have_stats = gddr_server_stats_get(c, &st) == GDDR_OK;
+    /* Communication: time inside the library's steps (on its thread when
+     * pipelined). Hidden: the part the trainer did not spend blocked. */
+    double comm_s = (double)k.step_ns * 1e-9;
+    double overlap = a.pipeline && comm_s > 0 ? 1.0 - wait_s / comm_s : 0.0;
+    if (overlap < 0)
+        overlap = 0;
+    double mean_tau = k.tau_count ? (double)k.tau_sum / (double)k.tau_count : 0.0;
     if (quad) {
         printf("RESULT rank=%d w=%.6f loss=%.6g steps=%ld bytes_pushed=%llu bytes_pulled=%llu mean_staleness=%.3f\n",
                rank, (double)qw, gddr_quadratic_loss(qw), steps, (unsigned long long)k.bytes_pushed,
@@ -397,12 +445,13 @@ int main(int argc, char **argv)
         gddr_model_evaluate(m, &shard, &train_loss);
         printf("RESULT rank=%d test_accuracy=%.4f test_loss=%.4f train_loss=%.4f steps=%ld "
                "bytes_pushed=%llu bytes_pulled=%llu values_pushed=%llu mean_staleness=%.3f "
-               "max_staleness=%llu train_seconds=%.2f compute_seconds=%.2f reconnects=%llu\n",
+               "max_staleness=%llu train_seconds=%.2f compute_seconds=%.2f reconnects=%llu "
+               "comm_seconds=%.3f wait_seconds=%.3f overlap=%.3f mean_tau=%.3f\n",
                rank, acc, test_loss, train_loss, steps, (unsigned long long)k.bytes_pushed,
                (unsigned long long)k.bytes_pulled, (unsigned long long)k.values_pushed,
                have_stats ? st.worker_staleness_mean : -1.0,
                (unsigned long long)(have_stats ? st.staleness_max : 0), train_s, compute_s,
-               (unsigned long long)k.reconnects);
+               (unsigned long long)k.reconnects, comm_s, wait_s, overlap, mean_tau);
     }
     fflush(stdout);
     history_free(&h);

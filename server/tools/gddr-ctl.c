@@ -4,6 +4,9 @@
  *   gddr-ctl [-s ENDPOINT] metrics       the Prometheus text
  *   gddr-ctl [-s ENDPOINT] checkpoint    write a checkpoint now
  *
+ * For a server with CURVE, set GDDR_CURVE_SERVER_KEY (its public key) and
+ * GDDR_CURVE_KEY_FILE (a key file whose public key is authorized).
+ *
  * It talks to the server through libgddr-client with rank 0 and a world
  * of 0 workers, so it never changes what a sync step waits for.
  */
@@ -33,6 +36,9 @@ int main(int argc, char **argv)
     o.world_size = 1;
     o.timeout_ms = 3000;
     o.observer = 1;
+    /* A server with CURVE: its public key and our key file. */
+    o.curve_server_key = getenv("GDDR_CURVE_SERVER_KEY");
+    o.curve_key_file = getenv("GDDR_CURVE_KEY_FILE");
     gddr_client *c;
     int rc = gddr_client_open(&o, &c);
     if (rc != GDDR_OK) {

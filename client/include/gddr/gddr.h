@@ -89,11 +89,13 @@ typedef struct gddr_client_opts {
     void *log_user;
     int log_level;          /* GDDR_LOG_* */
     int observer;           /* 1: a tool (gddr-ctl), not a worker: never counted in steps */
+    const char *curve_server_key; /* the server's Z85 public key; NULL = no CURVE */
+    const char *curve_key_file;   /* this client's key file (gddr-keygen NAME -> NAME.key) */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
     { NULL, -1, 0, 5000, 30000, 0.0, 0.0, GDDR_DC_DIAG, 0, 0.95, 0.0,         \
-      0x9e3779b97f4a7c15ull, 0, 0.5, 1, NULL, NULL, GDDR_LOG_WARN, 0 }
+      0x9e3779b97f4a7c15ull, 0, 0.5, 1, NULL, NULL, GDDR_LOG_WARN, 0, NULL, NULL }
 
 typedef struct gddr_client gddr_client;
 
@@ -180,6 +182,34 @@ int gddr_step(gddr_client *c, const float *const *grads, float *const *params);
 int gddr_step_from(gddr_client *c, const float *const *grads, const float *const *computed_on,
                    const uint64_t *versions, float *const *params);
 
+/* Pipelined steps (DESIGN section 6, "Threads"). gddr_step_submit() copies
+ * grads[i] (host or CUDA device memory; a device gradient must be complete,
+ * i.e. its stream synchronised) into a free slot of a two-slot lock-free
+ * single-producer/single-consumer ring and returns at once; a library
+ * thread, started by the first submit, runs gddr_step() on the slots in
+ * order while the caller goes on computing. Two steps may be in flight; a
+ * third submit returns GDDR_ESTATE. The gradient is tagged with the
+ * versions of the parameters the caller last received from
+ * gddr_step_wait() (or pulled before the first submit): a trainer that
+ * computes the next gradient while a step is in flight trains on
+ * one-step-stale parameters, the price of hiding the communication.
+ * With opts.async_pipeline = 0 the step runs inside submit instead.
+ * Register every tensor before the first submit (gddr_register() answers
+ * GDDR_ESTATE afterwards).
+ * Ownership and threads: call submit and wait from one thread. From the
+ * first submit until every submitted step has been waited for, the library
+ * thread owns the client (its socket included): call no other function on
+ * it meanwhile (gddr_step() and gddr_step_from() answer GDDR_ESTATE). */
+int gddr_step_submit(gddr_client *c, const float *const *grads);
+
+/* Waits for the oldest submitted step and returns its result; on success
+ * copies its new parameters into params[i] (host or device memory, n floats
+ * each). The wait is bounded by 3 * timeout_ms + reconnect_timeout_ms + 2 s:
+ * GDDR_ETIMEDOUT then means the step is still in flight (wait again, or
+ * close the client, which joins the library thread). GDDR_ESTATE: nothing
+ * is in flight. Same thread as gddr_step_submit(). */
+int gddr_step_wait(gddr_client *c, float *const *params);
+
 /* Asks the server for its Prometheus text; *text is malloc'd, the caller
  * frees it. */
 int gddr_server_metrics_text(gddr_client *c, char **text);
@@ -204,6 +234,10 @@ typedef struct gddr_client_counters {
     uint64_t reconnects;
     uint64_t staleness_sum;              /* server-measured tau summed over pushes */
     uint64_t orphans_received;           /* orphaned residuals handed to us */
+    uint64_t tau_sum, tau_count;         /* GDDR delay bound in force, summed over
+                                            tensor pushes of gddr_step (mean = sum/count) */
+    uint64_t step_ns;                    /* time spent inside gddr_step calls (on the
+                                            library thread when pipelined) */
 } gddr_client_counters;
 int gddr_client_counters_get(const gddr_client *c, gddr_client_counters *out);
 

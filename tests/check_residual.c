@@ -1,0 +1,847 @@
+/* check_residual.c -- GDDR delayed reconvergence end to end (DESIGN section 6
+ * steps 4-6, section 5 sparse apply).
+ *
+ * Each test starts its own gddr-ps (tests/harness.h) and drives it with
+ * libgddr-client or a raw ZeroMQ DEALER speaking proto/gddr.proto. Values
+ * are small integers (and learning rates powers of two), so every expected
+ * number is exact in float and compared bitwise. All waits are bounded.
+ *
+ *   build/bin/gddr-tests residual
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+#include "blas.h"
+#include "gddr/gddr.h"
+#include "gddr_hash.h"
+#include "harness.h"
+#include "residual.h"
+#include "suites.h"
+#include "wire.h"
+
+/* Test hooks of libgddr-client (client/src/client_int.h). */
+int gddr__residual_get(gddr_client *c, int id, float *out);
+int gddr__residual_age_get(gddr_client *c, int id, uint32_t *out, size_t *nchunks);
+
+#define TCASE_TIMEOUT 60
+#define REPLY_WAIT_MS 5000
+#define SEED 0x1234abcdull
+
+/* ---- servers and clients --------------------------------------------------- */
+
+#define START_SERVER(s, ...)                                                                  \
+    do {                                                                                      \
+        const char *sets_[] = { __VA_ARGS__, NULL };                                          \
+        char e_[512] = "";                                                                    \
+        int rc_ = gt_server_start(&(s), sets_, e_, sizeof e_);                                \
+        ck_assert_msg(rc_ == 0, "cannot start gddr-ps: %s", e_);                              \
+    } while (0)
+
+static void stop_server(gt_server *s)
+{
+    int st = 0;
+    int rc = gt_server_stop(s, 5000, &st);
+    ck_assert_msg(rc == 0, "gddr-ps did not exit within 5 s of SIGTERM (rc %d)", rc);
+}
+
+static gddr_client *open_client_ex(const char *ep, int rank, int world, double alpha, int timeout_ms,
+                                   int reconnect_ms, int pipelined)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout_ms = timeout_ms;
+    o.reconnect_timeout_ms = reconnect_ms;
+    o.delay_fraction = alpha;
+    o.seed = SEED;
+    o.async_pipeline = pipelined;
+    gddr_client *c = NULL;
+    int rc = gddr_client_open(&o, &c);
+    ck_assert_msg(rc == GDDR_OK, "gddr_client_open(%s, rank %d): %s", ep, rank, gddr_strerror(rc));
+    return c;
+}
+
+static gddr_client *open_client(const char *ep, int rank, int world, double alpha)
+{
+    return open_client_ex(ep, rank, world, alpha, REPLY_WAIT_MS, 1000, 1);
+}
+
+static void assert_same_floats(const float *got, const float *want, size_t n, const char *what)
+{
+    if (memcmp(got, want, n * sizeof(float)) == 0)
+        return;
+    size_t i = 0;
+    while (i < n && memcmp(&got[i], &want[i], sizeof(float)) == 0)
+        i++;
+    ck_abort_msg("%s: element %zu of %zu is %.9g, expected %.9g (bitwise)", what, i, n,
+                 (double)got[i], (double)want[i]);
+}
+
+static void pull_exact(gddr_client *c, int id, const float *want, size_t n, uint64_t min_version,
+                       const char *what)
+{
+    float *got = malloc(n * sizeof(float));
+    ck_assert_ptr_nonnull(got);
+    uint64_t v = 0;
+    int rc = gddr_pull(c, id, got, min_version, &v);
+    ck_assert_msg(rc == GDDR_OK, "%s: pull: %s (%s)", what, gddr_strerror(rc), gddr_client_errmsg(c));
+    ck_assert_msg(v >= min_version, "%s: version %" PRIu64 " < %" PRIu64, what, v, min_version);
+    assert_same_floats(got, want, n, what);
+    free(got);
+}
+
+static int server_tau(gddr_client *c)
+{
+    gddr_server_stats st;
+    int rc = gddr_server_stats_get(c, &st);
+    ck_assert_msg(rc == GDDR_OK, "stats: %s", gddr_strerror(rc));
+    return st.tau;
+}
+
+/* ---- the raw wire --------------------------------------------------------------- */
+
+typedef struct raw_conn {
+    void *ctx, *sock;
+    uint64_t next_id;
+} raw_conn;
+
+static void raw_open(raw_conn *r, const char *ep)
+{
+    memset(r, 0, sizeof *r);
+    r->ctx = zmq_ctx_new();
+    r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
+    ck_assert_ptr_nonnull(r->sock);
+    int zero = 0;
+    zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof zero);
+    ck_assert_int_eq(zmq_connect(r->sock, ep), 0);
+    r->next_id = 5000;
+}
+
+static void raw_close(raw_conn *r)
+{
+    if (r->sock)
+        zmq_close(r->sock);
+    if (r->ctx)
+        zmq_ctx_term(r->ctx);
+    memset(r, 0, sizeof *r);
+}
+
+/* Sends a push of rank `rank`: nvals floats in the frame, the header
+ * claiming payload_bytes. bm NULL: dense. Returns the req_id. */
+static uint64_t raw_push(raw_conn *r, uint32_t rank, uint32_t id, const float *vals, size_t nvals,
+                         uint64_t payload_bytes, const uint8_t *bm, size_t bmlen, uint64_t version,
+                         float norm)
+{
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Push p = GDDR__PUSH__INIT;
+    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq.req_id = ++r->next_id;
+    rq.rank = rank;
+    p.id = id;
+    p.birth_version = version;
+    p.base_version = version;
+    p.grad_norm = norm;
+    p.bitmap.data = (uint8_t *)bm;
+    p.bitmap.len = bm ? bmlen : 0;
+    p.payload_bytes = payload_bytes;
+    rq.body_case = GDDR__REQUEST__BODY_PUSH;
+    rq.push = &p;
+    gddr__raw raw = { vals, nvals * sizeof(float), NULL, NULL };
+    ck_assert_msg(gddr__send(r->sock, NULL, &rq.base, &raw, 1) >= 0, "send: %s",
+                  zmq_strerror(errno));
+    return rq.req_id;
+}
+
+static Gddr__Reply *raw_recv(raw_conn *r, int timeout_ms)
+{
+    zmq_pollitem_t it = { r->sock, 0, ZMQ_POLLIN, 0 };
+    int64_t deadline = gt_now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = deadline - gt_now_ms();
+        if (left < 0)
+            return NULL;
+        int rc = zmq_poll(&it, 1, (long)left);
+        if (rc > 0)
+            break;
+        if (rc < 0 && errno != EINTR)
+            return NULL;
+    }
+    gddr__frames f;
+    if (gddr__frames_recv(r->sock, &f, ZMQ_DONTWAIT) < 1)
+        return NULL;
+    Gddr__Reply *rep = gddr__reply__unpack(NULL, gddr__frame_size(&f, 0), gddr__frame_data(&f, 0));
+    gddr__frames_close(&f);
+    ck_assert_msg(rep != NULL, "not a gddr.Reply");
+    return rep;
+}
+
+/* Expects a push reply to rid; returns applied and stores the version. */
+static int raw_push_ok(raw_conn *r, uint64_t rid, uint64_t *version, const char *what)
+{
+    Gddr__Reply *rep = raw_recv(r, REPLY_WAIT_MS);
+    ck_assert_msg(rep != NULL, "%s: no reply", what);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_PUSH, "%s: refused: %s", what,
+                  rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->message : "?");
+    ck_assert_uint_eq(rep->req_id, rid);
+    int applied = rep->push->applied;
+    if (version)
+        *version = rep->push->version;
+    gddr__reply__free_unpacked(rep, NULL);
+    return applied;
+}
+
+static void raw_push_refused(raw_conn *r, uint64_t rid, int code, const char *what)
+{
+    Gddr__Reply *rep = raw_recv(r, REPLY_WAIT_MS);
+    ck_assert_msg(rep != NULL, "%s: no reply", what);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_ERROR, "%s: accepted, expected %s", what,
+                  gddr_strerror(code));
+    ck_assert_msg((int)rep->error->code == code, "%s: error %u (%s), expected %d (%s)", what,
+                  rep->error->code, rep->error->message, code, gddr_strerror(code));
+    ck_assert_uint_eq(rep->req_id, rid);
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+/* Packs the chunks of `dense` selected by bm (chunk size k, n floats). */
+static size_t pack(const float *dense, size_t n, uint32_t k, const uint8_t *bm, float *out)
+{
+    size_t np = 0;
+    ck_assert_int_eq(gddr_pack_cpu(dense, n, k, bm, out, &np), GDDR_OK);
+    return np;
+}
+
+/* ---- 1. wire size of a sparse push ------------------------------------------------ */
+
+/* The push of a GDDR step is its protobuf header (bitmap included) plus one
+ * raw frame of exactly the sent chunks: the client's bytes_pushed grows by
+ * that and nothing else. The mask is replayed here with the CPU kernel. */
+START_TEST(test_wire_size_of_sparse_push)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=16", "lr=0.5", "tau_dynamic=false", "tau_init=4", "tau_min=1");
+    enum { N = 100, K = 16, STEPS = 12 }; /* 7 chunks: 6 x 16 + 4 */
+    const uint32_t nch = (uint32_t)gddr_nchunks(N, K);
+    float init[N] = { 0 };
+    gddr_client *c = open_client(s.endpoint, 0, 1, 0.5);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "ws", init, N, &id, NULL), GDDR_OK);
+    float r[N] = { 0 }, g[N], packed[N], params[N];
+    uint32_t age[8] = { 0 };
+    uint8_t bm[1];
+    int saw_sparse = 0, saw_dense = 0;
+    for (int k = 0; k < STEPS; k++) {
+        for (int i = 0; i < N; i++)
+            g[i] = (float)((i + 3 * k) % 5 - 2 + (i == 0));
+        gddr_client_counters before, after;
+        gddr_client_counters_get(c, &before);
+        const float *gp[1] = { g };
+        float *pp[1] = { params };
+        ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_OK);
+        gddr_client_counters_get(c, &after);
+
+        /* What the client must have sent. */
+        gddr_residual_args a = { N, K, 0.5f, 4, SEED, 0, gddr_key_hash("ws"), (uint64_t)k };
+        size_t np = 0, ns = 0;
+        ck_assert_int_eq(gddr_residual_step_cpu(&a, g, r, age, packed, bm, &np, &ns), GDDR_OK);
+        Gddr__Request rq = GDDR__REQUEST__INIT;
+        Gddr__Push p = GDDR__PUSH__INIT;
+        rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+        rq.req_id = 3 + 2 * (uint64_t)k; /* any id of the same varint length */
+        rq.rank = 0;
+        p.id = 0;
+        p.birth_version = p.base_version = (uint64_t)k; /* async: one version per step */
+        p.step = (uint64_t)k;
+        p.grad_norm = (float)gddr_nrm2_cpu(g, N);
+        if (ns < nch) {
+            p.bitmap.data = bm;
+            p.bitmap.len = sizeof bm;
+            saw_sparse = 1;
+        } else {
+            saw_dense = 1;
+        }
+        p.payload_bytes = np * 4;
+        rq.body_case = GDDR__REQUEST__BODY_PUSH;
+        rq.push = &p;
+        size_t hdr = protobuf_c_message_get_packed_size(&rq.base);
+        uint64_t got = after.bytes_pushed - before.bytes_pushed;
+        ck_assert_msg(got == hdr + 4 * np,
+                      "step %d: push of %zu of %u chunks (%zu values) took %" PRIu64
+                      " bytes, expected header %zu + payload %zu",
+                      k, ns, nch, np, got, hdr, 4 * np);
+        ck_assert_uint_eq(after.values_pushed - before.values_pushed, np);
+    }
+    ck_assert_msg(saw_sparse, "no step sent a sparse push");
+    (void)saw_dense;
+    /* And the residual the client keeps is the one replayed here. */
+    float rc_[N];
+    ck_assert_int_eq(gddr__residual_get(c, id, rc_), GDDR_OK);
+    assert_same_floats(rc_, r, N, "client residual vs the CPU kernel replay");
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 2. sparse apply touches only present chunks (momentum) ----------------------- */
+
+/* With momentum an absent chunk must keep both its value and its velocity:
+ * a later push of that chunk sees the velocity it had, not a decayed one. */
+START_TEST(test_sparse_apply_momentum_present_only)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=4", "lr=0.5", "momentum=0.5");
+    enum { N = 12 }; /* 3 chunks */
+    float w[N], v[N] = { 0 };
+    for (int i = 0; i < N; i++)
+        w[i] = (float)(i - 5);
+    gddr_client *c = open_client(s.endpoint, 0, 1, 0);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "m", w, N, &id, NULL), GDDR_OK);
+    raw_conn rw;
+    raw_open(&rw, s.endpoint);
+    uint64_t ver = 0;
+    /* push 1: chunks 0 and 2; push 2: chunk 1; push 3: chunk 0; push 4: dense */
+    const uint8_t masks[4] = { 0x05, 0x02, 0x01, 0x07 };
+    for (int k = 0; k < 4; k++) {
+        float g[N], pk[N];
+        for (int i = 0; i < N; i++)
+            g[i] = (float)((i * 3 + k) % 7 - 3);
+        uint8_t bm = masks[k];
+        size_t np = pack(g, N, 4, &bm, pk);
+        int dense = bm == 0x07;
+        uint64_t rid = raw_push(&rw, 0, (uint32_t)id, dense ? g : pk, dense ? N : np,
+                                (dense ? N : np) * 4, dense ? NULL : &bm, 1, ver, 1.0f);
+        ck_assert(raw_push_ok(&rw, rid, &ver, "momentum push"));
+        for (int ch = 0; ch < 3; ch++) {
+            if (!(bm >> ch & 1))
+                continue;
+            for (int i = ch * 4; i < ch * 4 + 4; i++) {
+                v[i] = 0.5f * v[i] + 0.5f * g[i];
+                w[i] -= v[i];
+            }
+        }
+        char what[64];
+        snprintf(what, sizeof what, "after momentum push %d (mask 0x%02x)", k + 1, bm);
+        pull_exact(c, id, w, N, 0, what);
+    }
+    raw_close(&rw);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 3. sync: sparse reduction vs a dense reference, malformed pushes ------------- */
+
+START_TEST(test_sync_sparse_reduction)
+{
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=2", "chunk=4", "lr=0.5");
+    enum { N = 14, NCH = 4 }; /* chunks 4, 4, 4, 2 */
+    float w0[N];
+    for (int i = 0; i < N; i++)
+        w0[i] = (float)(3 * i - 20);
+    gddr_client *c0 = open_client(s.endpoint, 0, 2, 0);
+    gddr_client *c1 = open_client(s.endpoint, 1, 2, 0);
+    int ids, idd, id9;
+    ck_assert_int_eq(gddr_register(c0, "sp", w0, N, &ids, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c0, "dn", w0, N, &idd, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c1, "sp", w0, N, &ids, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c1, "dn", w0, N, &idd, NULL), GDDR_OK);
+    float z36[36] = { 0 };
+    ck_assert_int_eq(gddr_register(c0, "nine", z36, 36, &id9, NULL), GDDR_OK); /* 9 chunks */
+    raw_conn r0, r1;
+    raw_open(&r0, s.endpoint);
+    raw_open(&r1, s.endpoint);
+
+    float w[N];
+    memcpy(w, w0, sizeof w);
+    /* Steps: (rank 0 mask, rank 1 mask). Chunk 1 is absent from both in
+     * step 1; in step 2 rank 0 sends nothing at all (an empty bitmap). */
+    const uint8_t m0[3] = { 0x05, 0x00, 0x0f };
+    const uint8_t m1[3] = { 0x0c, 0x02, 0x09 };
+    for (int k = 0; k < 3; k++) {
+        float g0[N], g1[N], p0[N], p1[N], d0[N] = { 0 }, d1[N] = { 0 };
+        for (int i = 0; i < N; i++) {
+            g0[i] = (float)((i + k) % 5 - 2);
+            g1[i] = (float)((2 * i + k) % 7 - 3);
+        }
+        uint8_t b0 = m0[k], b1 = m1[k];
+        size_t n0 = pack(g0, N, 4, &b0, p0), n1 = pack(g1, N, 4, &b1, p1);
+        /* The dense reference: the same pushes with zeros where absent. */
+        ck_assert_int_eq(gddr_unpack_cpu(p0, &b0, N, 4, 1.0f, 0, d0), GDDR_OK);
+        ck_assert_int_eq(gddr_unpack_cpu(p1, &b1, N, 4, 1.0f, 0, d1), GDDR_OK);
+        uint64_t v = (uint64_t)k, ver = 0;
+        uint64_t rid = raw_push(&r0, 0, (uint32_t)ids, p0, n0, n0 * 4, &b0, 1, v, 1.0f);
+        ck_assert(!raw_push_ok(&r0, rid, NULL, "sync sparse push of rank 0"));
+        rid = raw_push(&r0, 0, (uint32_t)idd, d0, N, N * 4, NULL, 0, v, 1.0f);
+        ck_assert(!raw_push_ok(&r0, rid, NULL, "sync dense push of rank 0"));
+        if (k == 2) {
+            /* Malformed pushes of rank 1 while the step is open: each is
+             * refused and neither counts as rank 1's push nor touches the
+             * accumulator (the step must still be waiting afterwards). */
+            uint8_t bad = 0x1d; /* a padding bit (chunk 4 of 4) */
+            rid = raw_push(&r1, 1, (uint32_t)ids, p1, n1, n1 * 4, &bad, 1, v, 1.0f);
+            raw_push_refused(&r1, rid, GDDR_EBITMAP, "bitmap with a padding bit");
+            bad = 0x0b; /* chunks 0, 1, 3: 10 values, payload holds 6 */
+            rid = raw_push(&r1, 1, (uint32_t)ids, p1, n1, n1 * 4, &bad, 1, v, 1.0f);
+            raw_push_refused(&r1, rid, GDDR_EBITMAP, "bitmap selecting more than the payload");
+            bad = 0x01; /* chunk 0 only: 4 values, payload holds 6 */
+            rid = raw_push(&r1, 1, (uint32_t)ids, p1, n1, n1 * 4, &bad, 1, v, 1.0f);
+            raw_push_refused(&r1, rid, GDDR_EBITMAP, "bitmap selecting less than the payload");
+            uint8_t two[2] = { b1, 0 };
+            rid = raw_push(&r1, 1, (uint32_t)ids, p1, n1, n1 * 4, two, 2, v, 1.0f);
+            raw_push_refused(&r1, rid, GDDR_EBITMAP, "bitmap of 2 bytes for 4 chunks");
+            rid = raw_push(&r1, 1, (uint32_t)ids, p1, n1, n1 * 4 + 4, &b1, 1, v, 1.0f);
+            raw_push_refused(&r1, rid, GDDR_ELENGTH, "header payload_bytes not the frame's");
+            float nanp[N];
+            memcpy(nanp, p1, sizeof nanp);
+            nanp[n1 - 1] = NAN;
+            rid = raw_push(&r1, 1, (uint32_t)ids, nanp, n1, n1 * 4, &b1, 1, v, 1.0f);
+            raw_push_refused(&r1, rid, GDDR_ENONFINITE, "sparse payload with a NaN");
+            /* 9 chunks: a 2-byte bitmap whose second byte names chunk 9 */
+            uint8_t nine[2] = { 0x01, 0x02 };
+            float four[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+            rid = raw_push(&r1, 1, (uint32_t)id9, four, 8, 32, nine, 2, 0, 1.0f);
+            raw_push_refused(&r1, rid, GDDR_EBITMAP, "bit of chunk 9 of 9 (second byte)");
+            gddr_server_stats st;
+            ck_assert_int_eq(gddr_server_stats_get(c0, &st), GDDR_OK);
+            ck_assert_uint_eq(st.versions_total, 4); /* 2 steps x 2 tensors */
+        }
+        rid = raw_push(&r1, 1, (uint32_t)ids, p1, n1, n1 * 4, &b1, 1, v, 1.0f);
+        ck_assert(raw_push_ok(&r1, rid, &ver, "sync sparse push of rank 1"));
+        ck_assert_uint_eq(ver, v + 1);
+        rid = raw_push(&r1, 1, (uint32_t)idd, d1, N, N * 4, NULL, 0, v, 1.0f);
+        ck_assert(raw_push_ok(&r1, rid, &ver, "sync dense push of rank 1"));
+        /* expected = w - lr * (sum over the pushes that carry the chunk) / N */
+        for (int i = 0; i < N; i++) {
+            int ch = i / 4;
+            float sum = 0.5f * ((b0 >> ch & 1) ? g0[i] : 0.0f) + 0.5f * ((b1 >> ch & 1) ? g1[i] : 0.0f);
+            w[i] -= sum * 0.5f;
+        }
+        char what[80];
+        snprintf(what, sizeof what, "sync step %d: sparse pushes", k + 1);
+        pull_exact(c0, ids, w, N, (uint64_t)k + 1, what);
+        snprintf(what, sizeof what, "sync step %d: dense reference", k + 1);
+        pull_exact(c0, idd, w, N, (uint64_t)k + 1, what);
+    }
+    /* chunk 1 was touched only in steps 2 and 3 */
+    (void)NCH;
+    raw_close(&r0);
+    raw_close(&r1);
+    gddr_client_close(&c0);
+    gddr_client_close(&c1);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 4. conservation through the real server -------------------------------------- */
+
+/* lr = 1, async, one worker, integer gradients, alpha = 0.5: after every
+ * step the server's w0 - w is exactly sum(g) - r, no chunk is older than
+ * tau, and a chunk that was just sent holds no residual. */
+START_TEST(test_conservation_end_to_end)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=8", "lr=1", "tau_dynamic=false", "tau_init=3", "tau_min=1");
+    enum { N = 50, STEPS = 40 }; /* 7 chunks: 6 x 8 + 2 */
+    float w0[N], sumg[N] = { 0 }, g[N], params[N], r[N];
+    for (int i = 0; i < N; i++)
+        w0[i] = (float)(i % 9 - 4);
+    gddr_client *c = open_client(s.endpoint, 0, 1, 0.5);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "cons", w0, N, &id, NULL), GDDR_OK);
+    uint32_t age[8];
+    size_t nch = 0;
+    uint32_t max_age = 0;
+    for (int k = 0; k < STEPS; k++) {
+        for (int i = 0; i < N; i++) {
+            g[i] = (float)((i * 7 + k * 3) % 11 - 5);
+            sumg[i] += g[i];
+        }
+        const float *gp[1] = { g };
+        float *pp[1] = { params };
+        int rc = gddr_step(c, gp, pp);
+        ck_assert_msg(rc == GDDR_OK, "step %d: %s (%s)", k, gddr_strerror(rc), gddr_client_errmsg(c));
+        ck_assert_int_eq(gddr__residual_get(c, id, r), GDDR_OK);
+        ck_assert_int_eq(gddr__residual_age_get(c, id, age, &nch), GDDR_OK);
+        ck_assert_uint_eq(nch, 7);
+        for (int i = 0; i < N; i++) {
+            float lhs = w0[i] - params[i], rhs = sumg[i] - r[i];
+            ck_assert_msg(lhs == rhs, "step %d, element %d: w0 - w = %g but sum(g) - r = %g", k, i,
+                          (double)lhs, (double)rhs);
+        }
+        for (size_t ch = 0; ch < nch; ch++) {
+            ck_assert_msg(age[ch] <= 3, "step %d: chunk %zu is %u steps old, tau is 3", k, ch, age[ch]);
+            if (age[ch] > max_age)
+                max_age = age[ch];
+            if (age[ch] == 0)
+                for (size_t i = ch * 8; i < ch * 8 + 8 && i < N; i++)
+                    ck_assert_msg(r[i] == 0.0f, "step %d: chunk %zu was sent but r[%zu] = %g", k,
+                                  ch, i, (double)r[i]);
+        }
+    }
+    ck_assert_msg(max_age == 3, "with alpha 0.5 some chunk should reach age tau = 3 in %d steps",
+                  STEPS);
+    /* The server agrees (not just the parameters the step returned). */
+    float want[N];
+    for (int i = 0; i < N; i++)
+        want[i] = w0[i] - (sumg[i] - r[i]);
+    pull_exact(c, id, want, N, 0, "server w after the last step");
+    gddr_client_counters k;
+    gddr_client_counters_get(c, &k);
+    ck_assert_msg(k.values_pushed < (uint64_t)N * STEPS, "GDDR pushed %" PRIu64 " values, dense is %d",
+                  k.values_pushed, N * STEPS);
+    ck_assert_uint_eq(k.tau_count, STEPS);
+    ck_assert_uint_eq(k.tau_sum, 3 * STEPS);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 5. dynamic tau ---------------------------------------------------------------- */
+
+/* Pushes a gradient of norm `norm` (all n entries equal). */
+static void push_norm(gddr_client *c, int id, size_t n, float norm)
+{
+    float g[64];
+    for (size_t i = 0; i < n; i++)
+        g[i] = norm / sqrtf((float)n);
+    int rc = gddr_push(c, id, g, NULL);
+    ck_assert_msg(rc == GDDR_OK, "push: %s (%s)", gddr_strerror(rc), gddr_client_errmsg(c));
+}
+
+START_TEST(test_dynamic_tau)
+{
+    gt_server s;
+    /* defaults: tau 2..8, start 4, rates 0.5 / 0.1, EMA 0.9; patience 5 */
+    START_SERVER(s, "lr=0.0001", "tau_patience=5");
+    enum { N = 64 };
+    float w0[N] = { 0 };
+    gddr_client *c = open_client(s.endpoint, 0, 1, 0);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "tau", w0, N, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(server_tau(c), 4);
+    /* Calm: tau climbs one step per 5 calm pushes, up to tau_max. */
+    int k = 0, tau = 4;
+    for (; k < 200 && tau < 8; k++) {
+        push_norm(c, id, N, 1.0f);
+        int t = server_tau(c);
+        ck_assert_msg(t >= tau && t <= tau + 1, "calm push %d: tau went from %d to %d", k, tau, t);
+        tau = t;
+    }
+    ck_assert_msg(tau == 8, "tau is %d after %d calm pushes, expected tau_max 8", tau, k);
+    ck_assert_msg(k <= 30, "tau needed %d calm pushes to climb from 4 to 8", k);
+    push_norm(c, id, N, 1.0f);
+    ck_assert_int_eq(server_tau(c), 8); /* stays at the bound */
+    /* A spike: halved at once. */
+    push_norm(c, id, N, 100.0f);
+    ck_assert_int_eq(server_tau(c), 4);
+    /* Calm again: back up to tau_max, never below tau_min on the way. */
+    tau = 4;
+    int lowest = 4;
+    for (k = 0; k < 600 && tau < 8; k++) {
+        push_norm(c, id, N, 1.0f);
+        tau = server_tau(c);
+        if (tau < lowest)
+            lowest = tau;
+    }
+    ck_assert_msg(tau == 8, "tau is %d after %d calm pushes following the spike", tau, k);
+    ck_assert_msg(lowest >= 2, "tau fell to %d, below tau_min", lowest);
+    /* Lasting turbulence (norms alternating 1 and 50): tau keeps shrinking
+     * down to tau_min and stays there. */
+    for (k = 0; k < 40; k++) {
+        push_norm(c, id, N, k % 2 ? 50.0f : 1.0f);
+        tau = server_tau(c);
+        ck_assert_msg(tau >= 2, "turbulent push %d: tau %d below tau_min", k, tau);
+    }
+    ck_assert_msg(tau == 2, "tau is %d after 40 turbulent pushes, expected tau_min 2", tau);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 6. the client obeys the tau of the replies ------------------------------------ */
+
+START_TEST(test_client_obeys_reply_tau)
+{
+    gt_server s;
+    /* tau starts at 8; no smoothing, so each push's own change rate
+     * decides; tau_rate_low = 0: never calm enough to grow back. */
+    START_SERVER(s, "chunk=4", "lr=0.0001", "tau_init=8", "tau_min=2", "tau_max=8", "tau_ema=0",
+                 "tau_rate_high=0.5", "tau_rate_low=0", "tau_patience=1");
+    enum { N = 64 }; /* 16 chunks */
+    float w0[N] = { 0 }, g[N], params[N];
+    gddr_client *c = open_client(s.endpoint, 0, 1, 0.9);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "obey", w0, N, &id, NULL), GDDR_OK);
+    uint32_t age[16];
+    size_t nch;
+    uint32_t max_before = 0;
+    /* norms: 1 x 20 (tau 8), 100, 100, 1 (8 -> 4 -> 2), then 1 forever */
+    for (int k = 0; k < 40; k++) {
+        float norm = (k == 20 || k == 21) ? 100.0f : 1.0f;
+        for (int i = 0; i < N; i++)
+            g[i] = norm / 8.0f;
+        const float *gp[1] = { g };
+        float *pp[1] = { params };
+        ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_OK);
+        ck_assert_int_eq(gddr__residual_age_get(c, id, age, &nch), GDDR_OK);
+        uint32_t mx = 0;
+        for (size_t ch = 0; ch < nch; ch++)
+            mx = age[ch] > mx ? age[ch] : mx;
+        if (k < 20) {
+            ck_assert_msg(mx <= 8, "step %d: age %u over tau 8", k, mx);
+            max_before = mx > max_before ? mx : max_before;
+        }
+        if (k == 22)
+            ck_assert_int_eq(server_tau(c), 2);
+        /* step 22's reply said tau = 2: from step 23 on, nothing older */
+        if (k >= 23)
+            ck_assert_msg(mx <= 2, "step %d: a chunk is %u steps old after the server asked for tau 2",
+                          k, mx);
+    }
+    ck_assert_msg(max_before > 2, "with alpha 0.9 and tau 8 some chunk should be older than 2 (max %u)",
+                  max_before);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 7. the pipeline --------------------------------------------------------------- */
+
+enum { PN = 40, PSTEPS = 25 };
+
+static void pipe_grad(int k, float *g)
+{
+    for (int i = 0; i < PN; i++)
+        g[i] = (float)((i * 5 + k * 7) % 13 - 6);
+}
+
+/* One run of PSTEPS steps; pipelined: submit k, then wait k-1. Records
+ * the parameters each step returned and the final server w. */
+static void pipe_run(int pipelined, int threaded, float hist[PSTEPS][PN], float *final)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=8", "lr=0.5", "tau_dynamic=false", "tau_init=4");
+    float w0[PN];
+    for (int i = 0; i < PN; i++)
+        w0[i] = (float)(i % 7);
+    gddr_client *c = open_client_ex(s.endpoint, 0, 1, 0.4, REPLY_WAIT_MS, 1000, threaded);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "pipe", w0, PN, &id, NULL), GDDR_OK);
+    float g[PN], params[PN];
+    const float *gp[1] = { g };
+    float *pp[1] = { params };
+    for (int k = 0; k < PSTEPS; k++) {
+        pipe_grad(k, g);
+        if (!pipelined) {
+            ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_OK);
+            memcpy(hist[k], params, sizeof params);
+            continue;
+        }
+        int rc = gddr_step_submit(c, gp);
+        ck_assert_msg(rc == GDDR_OK, "submit %d: %s", k, gddr_strerror(rc));
+        if (k == 0) {
+            /* In flight: the client belongs to the library thread. */
+            ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_ESTATE);
+            continue;
+        }
+        if (k == 1) /* two in flight: no third */
+            ck_assert_int_eq(gddr_step_submit(c, gp), GDDR_ESTATE);
+        rc = gddr_step_wait(c, pp);
+        ck_assert_msg(rc == GDDR_OK, "wait %d: %s (%s)", k - 1, gddr_strerror(rc), gddr_client_errmsg(c));
+        memcpy(hist[k - 1], params, sizeof params);
+    }
+    if (pipelined) {
+        ck_assert_int_eq(gddr_step_wait(c, pp), GDDR_OK);
+        memcpy(hist[PSTEPS - 1], params, sizeof params);
+        ck_assert_int_eq(gddr_step_wait(c, pp), GDDR_ESTATE); /* nothing in flight */
+    }
+    /* Drained: the client is the caller's again. */
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_pull(c, id, final, 0, &v), GDDR_OK);
+    ck_assert_uint_eq(v, PSTEPS);
+    gddr_client_counters k;
+    gddr_client_counters_get(c, &k);
+    ck_assert_uint_eq(k.steps, PSTEPS);
+    ck_assert_msg(k.step_ns > 0, "no step time counted");
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+
+/* The gradients do not depend on the parameters here, so pipelining
+ * changes nothing but the tags (one-step-stale births): the masks, the
+ * pushes and therefore every returned parameter vector and the final w
+ * are bitwise those of plain gddr_step. (In real training the gradient
+ * is computed on one-step-stale parameters, and the runs differ.) */
+START_TEST(test_pipeline_matches_step)
+{
+    static float h_step[PSTEPS][PN], h_pipe[PSTEPS][PN], h_inline[PSTEPS][PN];
+    float f_step[PN], f_pipe[PN], f_inline[PN];
+    pipe_run(0, 1, h_step, f_step);
+    pipe_run(1, 1, h_pipe, f_pipe);
+    pipe_run(1, 0, h_inline, f_inline); /* async_pipeline = 0: no thread */
+    for (int k = 0; k < PSTEPS; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "parameters after step %d (pipelined)", k);
+        assert_same_floats(h_pipe[k], h_step[k], PN, what);
+        snprintf(what, sizeof what, "parameters after step %d (inline)", k);
+        assert_same_floats(h_inline[k], h_step[k], PN, what);
+    }
+    assert_same_floats(f_pipe, f_step, PN, "final server w, pipelined vs gddr_step");
+    assert_same_floats(f_inline, f_step, PN, "final server w, inline vs gddr_step");
+}
+END_TEST
+
+/* A dead server: the wait returns GDDR_ETIMEDOUT within its bound and
+ * closing the client (which joins the library thread) does not hang. */
+START_TEST(test_pipeline_server_gone)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=8", "lr=0.5");
+    enum { N = 24 };
+    float w0[N] = { 0 }, g[N], params[N];
+    for (int i = 0; i < N; i++)
+        g[i] = (float)(i % 3);
+    gddr_client *c = open_client_ex(s.endpoint, 0, 1, 0.4, 300, 500, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "gone", w0, N, &id, NULL), GDDR_OK);
+    const float *gp[1] = { g };
+    float *pp[1] = { params };
+    ck_assert_int_eq(gddr_step_submit(c, gp), GDDR_OK);
+    ck_assert_int_eq(gddr_step_wait(c, pp), GDDR_OK);
+    ck_assert_int_eq(gt_server_signal(&s, SIGKILL), 0);
+    ck_assert_int_eq(gt_wait_pid(s.pid, 5000, NULL), 1);
+    s.pid = 0;
+    int64_t t0 = gt_now_ms();
+    ck_assert_int_eq(gddr_step_submit(c, gp), GDDR_OK);
+    ck_assert_int_eq(gddr_step_submit(c, gp), GDDR_OK);
+    int rc = gddr_step_wait(c, pp);
+    int64_t ms = gt_now_ms() - t0;
+    ck_assert_msg(rc == GDDR_ETIMEDOUT, "wait with the server gone: %s, expected %s", gddr_strerror(rc),
+                  gddr_strerror(GDDR_ETIMEDOUT));
+    /* bound: 3 * timeout + reconnect + 2 s = 3.4 s */
+    ck_assert_msg(ms < 3400 + 500, "the wait took %lld ms", (long long)ms);
+    t0 = gt_now_ms();
+    gddr_client_close(&c); /* the second step may still be in flight */
+    ms = gt_now_ms() - t0;
+    ck_assert_msg(ms < 8000, "closing took %lld ms", (long long)ms);
+}
+END_TEST
+
+/* ---- 8. the experiment script, quick ------------------------------------------------ */
+
+START_TEST(test_experiment_quick)
+{
+    char *argv[] = { "/bin/bash", "scripts/experiment-gddr.sh", "--quick", NULL };
+    char *out = NULL, err[256] = "";
+    int status = 0;
+    int64_t t0 = gt_now_ms();
+    int rc = gt_run_capture(argv, 50000, 0, &out, &status, err, sizeof err);
+    int64_t ms = gt_now_ms() - t0;
+    ck_assert_msg(rc == 0, "experiment-gddr.sh --quick: %s", err);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "experiment-gddr.sh --quick failed:\n%s",
+                  out ? out : "");
+    ck_assert_msg(ms < 30000, "experiment-gddr.sh --quick took %lld ms", (long long)ms);
+    /* the alpha = 0.4 row: fewer values and bytes than dense */
+    const char *row = out ? strstr(out, "| GDDR a=0.4 tau=4 sync ") : NULL;
+    ck_assert_msg(row != NULL, "no alpha 0.4 row in:\n%s", out ? out : "");
+    double acc, dacc, loss, vals, theory, bytes;
+    int n = sscanf(row, "| GDDR a=0.4 tau=4 sync | %lf | %lf | %lf | %lf | %lf | %lf", &acc, &dacc,
+                   &loss, &vals, &theory, &bytes);
+    ck_assert_msg(n == 6, "cannot read the alpha 0.4 row (%d fields): %.200s", n, row);
+    ck_assert_msg(vals > 0.3 && vals < 0.8, "values per step vs dense %.3f", vals);
+    ck_assert_msg(bytes < 0.8, "push bytes vs dense %.3f", bytes);
+    ck_assert_msg(strstr(out, "| GDDR a=0.4 tau=4 sync pipe ") != NULL, "no pipelined row");
+    free(out);
+}
+END_TEST
+
+/* ---- 9. the device path (skips without a GPU) ---------------------------------------- */
+
+/* Device gradients give the same pushes as host gradients: the same final
+ * w and residual, bitwise (the CUDA kernel's masks equal the CPU's and
+ * u = r + g is one rounding). */
+START_TEST(test_device_step_matches_host)
+{
+    char why[256];
+    if (!gddr_cuda_available(why, sizeof why)) {
+        fprintf(stderr, "residual: device_step skipped: %s\n", why);
+        return;
+    }
+    enum { N = 3000, STEPS = 20 };
+    float finals[2][N], resid[2][N];
+    for (int pass = 0; pass < 2; pass++) {
+        gt_server s;
+        START_SERVER(s, "chunk=256", "lr=0.5", "tau_dynamic=false", "tau_init=4");
+        static float w0[N], g[N], params[N];
+        for (int i = 0; i < N; i++)
+            w0[i] = (float)(i % 11);
+        gddr_client *c = open_client(s.endpoint, 0, 1, 0.4);
+        int id;
+        ck_assert_int_eq(gddr_register(c, "dev", w0, N, &id, NULL), GDDR_OK);
+        float *dg = NULL, *dp = NULL;
+        if (pass == 1) {
+            ck_assert_int_eq(gddr_cuda_malloc((void **)&dg, N * 4), GDDR_OK);
+            ck_assert_int_eq(gddr_cuda_malloc((void **)&dp, N * 4), GDDR_OK);
+        }
+        for (int k = 0; k < STEPS; k++) {
+            for (int i = 0; i < N; i++)
+                g[i] = (float)((i * 3 + k) % 9 - 4);
+            const float *gp[1] = { pass ? dg : g };
+            float *pp[1] = { pass ? dp : params };
+            if (pass) {
+                ck_assert_int_eq(gddr_cuda_memcpy_h2d(dg, g, N * 4, NULL), GDDR_OK);
+                ck_assert_int_eq(gddr_cuda_sync(NULL), GDDR_OK);
+            }
+            int rc = gddr_step(c, gp, pp);
+            ck_assert_msg(rc == GDDR_OK, "pass %d step %d: %s (%s)", pass, k, gddr_strerror(rc),
+                          gddr_client_errmsg(c));
+        }
+        if (pass) {
+            ck_assert_int_eq(gddr_cuda_memcpy_d2h(params, dp, N * 4, NULL), GDDR_OK);
+            ck_assert_int_eq(gddr_cuda_sync(NULL), GDDR_OK);
+        }
+        memcpy(finals[pass], params, sizeof params);
+        ck_assert_int_eq(gddr__residual_get(c, id, resid[pass]), GDDR_OK);
+        gddr_client_close(&c);
+        gddr_cuda_free(dg);
+        gddr_cuda_free(dp);
+        stop_server(&s);
+    }
+    assert_same_floats(finals[1], finals[0], N, "parameters, device vs host gradients");
+    assert_same_floats(resid[1], resid[0], N, "residual, device vs host");
+}
+END_TEST
+
+/* ---- suite ---------------------------------------------------------------------------- */
+
+#define ADD_CASE(s, name, fn)                                                                 \
+    do {                                                                                      \
+        TCase *tc_ = tcase_create(name);                                                      \
+        tcase_set_timeout(tc_, TCASE_TIMEOUT);                                                \
+        tcase_add_test(tc_, fn);                                                              \
+        suite_add_tcase((s), tc_);                                                            \
+    } while (0)
+
+Suite *suite_residual(void)
+{
+    Suite *s = suite_create("residual");
+    ADD_CASE(s, "wire_size", test_wire_size_of_sparse_push);
+    ADD_CASE(s, "sparse_apply_momentum", test_sparse_apply_momentum_present_only);
+    ADD_CASE(s, "sync_sparse_reduction", test_sync_sparse_reduction);
+    ADD_CASE(s, "conservation", test_conservation_end_to_end);
+    ADD_CASE(s, "dynamic_tau", test_dynamic_tau);
+    ADD_CASE(s, "client_obeys_tau", test_client_obeys_reply_tau);
+    ADD_CASE(s, "pipeline_matches_step", test_pipeline_matches_step);
+    ADD_CASE(s, "pipeline_server_gone", test_pipeline_server_gone);
+    ADD_CASE(s, "experiment_quick", test_experiment_quick);
+    ADD_CASE(s, "device_step", test_device_step_matches_host);
+    return s;
+}

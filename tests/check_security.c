@@ -1,0 +1,205 @@
+/* check_security.c -- CURVE encryption and the authorized_keys allowlist,
+ * against a real gddr-ps: an authorized key gets in and trains, a stranger's
+ * key and a plaintext client get nothing (GDDR_ETIMEDOUT) and the server
+ * counts the refusal; bad key files stop the daemon with the key's name.
+ */
+#include "harness.h" /* first: it sets _GNU_SOURCE */
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "gddr/gddr.h"
+#include "keys.h"
+#include "suites.h"
+
+typedef struct keyset {
+    char dir[64];
+    char server_pub[GDDR_Z85_KEY], alice_pub[GDDR_Z85_KEY], mallory_pub[GDDR_Z85_KEY];
+    char server_key[128], alice_key[128], mallory_key[128], allow[128];
+} keyset;
+
+static void make_keys(keyset *k)
+{
+    char err[512], name[128];
+    snprintf(k->dir, sizeof k->dir, "/tmp/gddr-test-keys-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(k->dir));
+    snprintf(name, sizeof name, "%s/server", k->dir);
+    ck_assert_msg(gddr__keyfile_generate(name, k->server_pub, err, sizeof err) == 0, "%s", err);
+    snprintf(name, sizeof name, "%s/alice", k->dir);
+    ck_assert_msg(gddr__keyfile_generate(name, k->alice_pub, err, sizeof err) == 0, "%s", err);
+    snprintf(name, sizeof name, "%s/mallory", k->dir);
+    ck_assert_msg(gddr__keyfile_generate(name, k->mallory_pub, err, sizeof err) == 0, "%s", err);
+    snprintf(k->server_key, sizeof k->server_key, "%s/server.key", k->dir);
+    snprintf(k->alice_key, sizeof k->alice_key, "%s/alice.key", k->dir);
+    snprintf(k->mallory_key, sizeof k->mallory_key, "%s/mallory.key", k->dir);
+    snprintf(k->allow, sizeof k->allow, "%s/authorized_keys", k->dir);
+    FILE *f = fopen(k->allow, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "# workers allowed in\n%s alice\n", k->alice_pub);
+    fclose(f);
+}
+
+static void remove_keys(keyset *k)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", k->dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_keyfiles)
+{
+    keyset k;
+    make_keys(&k);
+    struct stat st;
+    ck_assert_int_eq(stat(k.alice_key, &st), 0);
+    ck_assert_int_eq(st.st_mode & 0777, 0600);
+    char pub[GDDR_Z85_KEY], sec[GDDR_Z85_KEY], err[512];
+    ck_assert_msg(gddr__keyfile_read(k.alice_key, pub, sec, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(pub, k.alice_pub);
+    char derived[GDDR_Z85_KEY];
+    ck_assert_int_eq(zmq_curve_public(derived, sec), 0);
+    ck_assert_str_eq(derived, pub);
+    /* The .pub file alone reads without a secret. */
+    char pubfile[160];
+    snprintf(pubfile, sizeof pubfile, "%s/alice.pub", k.dir);
+    ck_assert_int_eq(gddr__keyfile_read(pubfile, pub, NULL, err, sizeof err), 0);
+    ck_assert_str_eq(pub, k.alice_pub);
+    /* A secret key others can read is refused. */
+    chmod(k.alice_key, 0644);
+    ck_assert_int_eq(gddr__keyfile_read(k.alice_key, pub, sec, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "chmod 600"), "err: %s", err);
+    unsigned char(*keys)[32] = NULL;
+    ck_assert_int_eq(gddr__authorized_keys_read(k.allow, &keys, err, sizeof err), 1);
+    unsigned char bin[32];
+    zmq_z85_decode(bin, k.alice_pub);
+    ck_assert_int_eq(memcmp(keys[0], bin, 32), 0);
+    free(keys);
+    remove_keys(&k);
+}
+END_TEST
+
+static gddr_client_opts opts_for(const char *ep, const char *server_pub, const char *keyfile)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = 0;
+    o.world_size = 1;
+    o.timeout_ms = 700;
+    o.curve_server_key = server_pub;
+    o.curve_key_file = keyfile;
+    return o;
+}
+
+START_TEST(test_allowlist)
+{
+    if (!zmq_has("curve")) {
+        printf("SKIP curve: this libzmq has no CURVE support\n");
+        return;
+    }
+    keyset k;
+    make_keys(&k);
+    char set1[200], set2[200], err[512];
+    snprintf(set1, sizeof set1, "curve_secret_key_file=%s", k.server_key);
+    snprintf(set2, sizeof set2, "authorized_keys=%s", k.allow);
+    const char *sets[] = { set1, set2, "lr=0.5", NULL };
+    gt_server s;
+    ck_assert_msg(gt_server_start(&s, sets, err, sizeof err) == 0, "%s", err);
+
+    /* Alice is on the list: she registers, pushes and pulls. */
+    gddr_client_opts o = opts_for(s.endpoint, k.server_pub, k.alice_key);
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, g[8] = { 2, 2, 2, 2, 2, 2, 2, 2 }, out[8];
+    int id;
+    ck_assert_int_eq(gddr_register(c, "secure.w", w, 8, &id, NULL), GDDR_OK);
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_push(c, id, g, &v), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(c, id, out, 0, &v), GDDR_OK);
+    ck_assert_int_eq(v, 1);
+    for (int i = 0; i < 8; i++)
+        ck_assert_float_eq(out[i], w[i] - 1.0f);
+
+    /* Mallory has a valid key pair but is not on the list. */
+    gddr_client_opts om = opts_for(s.endpoint, k.server_pub, k.mallory_key);
+    gddr_client *m = NULL;
+    int64_t t0 = gt_now_ms();
+    ck_assert_int_eq(gddr_client_open(&om, &m), GDDR_ETIMEDOUT);
+    ck_assert_int_lt(gt_now_ms() - t0, 3000);
+    ck_assert_ptr_null(m);
+
+    /* A plaintext client cannot talk to a CURVE server either. */
+    gddr_client_opts op = opts_for(s.endpoint, NULL, NULL);
+    ck_assert_int_eq(gddr_client_open(&op, &m), GDDR_ETIMEDOUT);
+
+    /* Nothing the strangers did changed the tensor, and the refusal counts. */
+    ck_assert_int_eq(gddr_pull(c, id, out, 0, &v), GDDR_OK);
+    ck_assert_int_eq(v, 1);
+    char *text = NULL;
+    ck_assert_int_eq(gddr_server_metrics_text(c, &text), GDDR_OK);
+    const char *line = strstr(text, "\ngddr_auth_rejected_total ");
+    ck_assert_ptr_nonnull(line);
+    ck_assert_int_ge(atoi(line + strlen("\ngddr_auth_rejected_total ")), 1);
+    free(text);
+    gddr_client_close(&c);
+    int status = 0;
+    ck_assert_int_eq(gt_server_stop(&s, 5000, &status), 0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    remove_keys(&k);
+}
+END_TEST
+
+/* Bad key settings stop the daemon before it listens, naming the key. */
+START_TEST(test_bad_key_config)
+{
+    keyset k;
+    make_keys(&k);
+    char bin[512];
+    gt_bin_path(bin, sizeof bin, "gddr-ps");
+    if (access(bin, X_OK) != 0) {
+        printf("SKIP gddr-ps binary not built\n");
+        remove_keys(&k);
+        return;
+    }
+    char set1[200], set2[200];
+    struct { const char *key_file, *allow, *expect; } cases[] = {
+        { "/nonexistent/server.key", k.allow, "curve_secret_key_file" },
+        { k.server_key, "/nonexistent/authorized_keys", "authorized_keys" },
+        { k.server_key, NULL, "authorized_keys too" },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(set1, sizeof set1, "curve_secret_key_file=%s", cases[i].key_file);
+        snprintf(set2, sizeof set2, "authorized_keys=%s", cases[i].allow ? cases[i].allow : "");
+        char *argv[] = { bin, "--listen", "tcp://127.0.0.1:*", "--set", set1, "--set", set2, NULL };
+        char *out = NULL, err[512];
+        int status = 0;
+        /* stderr goes to the test log; the exit status is what we assert. */
+        int rc = gt_run_capture(argv, 10000, 1, &out, &status, err, sizeof err);
+        free(out);
+        ck_assert_int_eq(rc, 0);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "case %zu: status %d", i, status);
+    }
+    /* The messages themselves: the validation sentence names the key. */
+    chmod(k.server_key, 0644);
+    char pub[GDDR_Z85_KEY], sec[GDDR_Z85_KEY], err[512];
+    ck_assert_int_eq(gddr__keyfile_read(k.server_key, pub, sec, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "server.key"), "err: %s", err);
+    remove_keys(&k);
+}
+END_TEST
+
+Suite *suite_security(void)
+{
+    Suite *s = suite_create("security");
+    TCase *tc = tcase_create("curve");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_keyfiles);
+    tcase_add_test(tc, test_allowlist);
+    tcase_add_test(tc, test_bad_key_config);
+    suite_add_tcase(s, tc);
+    return s;
+}
