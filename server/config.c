@@ -53,9 +53,9 @@ const gddr__conf_key gddr_ps_conf_table[] = {
     { "optimizer", "adadelay", GDDR_CONF_DOUBLE, OFF(adadelay), "0", 0, 1e6, NULL, 1,
       "AdaDelay: lr_eff = lr / (1 + adadelay * tau); 0 = off" },
     { "optimizer", "momentum", GDDR_CONF_DOUBLE, OFF(momentum), "0", 0, 0.9999, NULL, 1,
-      "heavy-ball momentum mu: v = mu*v + G, w -= lr_eff*v; 0 = off" },
+      "heavy-ball momentum mu: v = mu*v + lr_eff*G, w -= v; 0 = off" },
     { "optimizer", "max_grad_norm", GDDR_CONF_DOUBLE, OFF(max_grad_norm), "0", 0, 1e30, NULL, 1,
-      "reject a push whose gradient norm exceeds this; 0 = off" },
+      "reject a push whose values (as sent) have an L2 norm above this; 0 = off" },
 
     { "staleness", "staleness_alarm", GDDR_CONF_DOUBLE, OFF(staleness_alarm), "0", 0, 1e9, NULL,
       1, "warn once each time the staleness EMA crosses this; 0 = off" },

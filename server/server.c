@@ -552,7 +552,10 @@ static void on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
         for (size_t i = 0; i < nfloats; i++)
             sq += (double)vals[i] * vals[i];
         double measured = sqrt(sq);
-        if (p->grad_norm > ps->cfg.max_grad_norm || measured > ps->cfg.max_grad_norm) {
+        /* The guard judges what would be applied. The reported norm is the
+         * fresh gradient's, before any client-side clipping (it feeds the
+         * tau controller), so it must not veto a clipped push. */
+        if (measured > ps->cfg.max_grad_norm) {
             free(off);
             reject(ps, ident, id, GDDR_EGRADNORM,
                    "push to tensor '%s': gradient norm %.6g (reported %.6g) exceeds max_grad_norm %g",

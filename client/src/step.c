@@ -8,7 +8,12 @@
  *      the rest; replay orphan installments into r; attach a residual
  *      snapshot every residual_checkpoint_steps
  *   5. push; sync: pull min_version = the step's target; async/ssp: pull
- *      the newest (or return w' when DC pulled it already)
+ *      the newest, also after a DC step. DESIGN says a DC step returns the
+ *      w' it pulled before pushing; measured on Fashion-MNIST that made the
+ *      next gradient miss this worker's own push and everything since the
+ *      DC pull (true staleness ~10 instead of ~5) and accuracy fell to
+ *      0.34; with the fresh pull DC matches plain async (docs/results.md,
+ *      docs/design-decisions.md). It costs one more pull per step.
  *
  * Steps 1-4 change local state once; step 5 is retried after a reconnect
  * with the same payload, so a server restart neither loses nor doubles
@@ -479,13 +484,13 @@ static int residual_pack(gddr_client *c, int i, payload *p)
 }
 
 /* Step 5: push every tensor and fetch the next parameters. */
-static int exchange(gddr_client *c, payload *pl, float *const *params, int have_params,
-                    op *res, uint64_t *tk, uint64_t *ptk)
+static int exchange(gddr_client *c, payload *pl, float *const *params, op *res, uint64_t *tk,
+                    uint64_t *ptk)
 {
     int nt = c->nt, rc = GDDR_OK, sent = 0;
     /* async and ssp: the pull can follow the push at once, the server
      * serves them in order; sync needs the step's target version first. */
-    int pipelined = !have_params && c->info.mode != GDDR_MODE_SYNC;
+    int pipelined = c->info.mode != GDDR_MODE_SYNC;
     for (int i = 0; i < nt && rc == GDDR_OK; i++, sent++) {
         payload *p = &pl[i];
         rc = gddr__push_tensor(c, i, p->vals, p->bitmap, p->bitmap_len, p->nvals, p->birth,
@@ -509,7 +514,7 @@ static int exchange(gddr_client *c, payload *pl, float *const *params, int have_
      * after an async warm-up), or everything when nothing was pipelined. */
     for (int i = 0; i < nt; i++) {
         uint64_t need = res[i].applied ? res[i].version : res[i].sync_target;
-        int have = have_params || (pipelined && pres[i].version >= need);
+        int have = pipelined && pres[i].version >= need;
         if (have)
             continue;
         for (;;) {
@@ -529,8 +534,7 @@ static int exchange(gddr_client *c, payload *pl, float *const *params, int have_
     }
     for (int i = 0; i < nt; i++) {
         ctensor *t = &c->t[i];
-        if (!have_params)
-            t->version = pres[i].version;
+        t->version = pres[i].version;
         memcpy(t->last, params[i], t->n * 4);
     }
     return GDDR_OK;
@@ -631,10 +635,7 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
 
     /* 5: push and pull, again after a reconnect if the server went away. */
     for (;;) {
-        if (dc)
-            for (int i = 0; i < nt; i++)
-                memcpy(dev ? staged[i] : params[i], c->t[i].wnew, c->t[i].n * 4);
-        rc = exchange(c, pl, dev ? staged : params, dc, res, tk, tk + nt);
+        rc = exchange(c, pl, dev ? staged : params, res, tk, tk + nt);
         if (rc == GDDR_OK)
             break;
         if (!needs_reconnect(c, rc) || gddr__now_ms() > give_up || gddr__reconnect(c) != GDDR_OK)
@@ -646,13 +647,9 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
             if (pl[i].birth > pl[i].base)
                 pl[i].birth = pl[i].base;
         }
-        dc = 0; /* after a reconnect, fetch fresh parameters */
     }
     if (dev && (rc = dev_params_out(c, staged, params)) != GDDR_OK)
         goto out;
-    if (dc)
-        for (int i = 0; i < nt; i++)
-            c->t[i].version = base[i];
     /* A restarted server answered this step: register again now, so its
      * tensor ids and versions are the ones we use from here on. */
     if (c->epoch_changed && gddr__reconnect(c) != GDDR_OK) {

@@ -310,9 +310,6 @@ int main(int argc, char **argv)
     for (int i = 0; a.stale > 0 && i < nt; i++)
         memcpy(h.p[i], params[i], len[i] * 4); /* slot 0: the initial values */
 
-    /* gddr_step with DC-ASGD returns the w' it pulled before pushing (DESIGN
-     * section 6 step 6), one version behind a plain async step. */
-    int dc_returns_wprime = a.dc_lambda > 0 && info.mode != GDDR_MODE_SYNC;
     int *order = quad ? NULL : malloc((size_t)shard.n * sizeof *order);
     uint64_t rng = a.seed * 0x9E3779B97F4A7C15ull + (uint64_t)rank + 1;
     double loss_ema = NAN, last_print = now_s(), t_train = now_s(), compute_s = 0, wait_s = 0;
@@ -330,11 +327,8 @@ int main(int argc, char **argv)
         int use_hist = a.stale > 0;
         if (use_hist) {
             /* Slot k holds what step k-1 returned: the parameters after its
-             * push (version k), or with DC-ASGD the w' pulled before it
-             * (version k-1). Pick the slot whose version is s - D. */
-            long k = s - a.stale + (dc_returns_wprime ? 1 : 0);
-            if (k < 0)
-                k = 0;
+             * push (version k). Pick the slot whose version is s - D. */
+            long k = s - a.stale < 0 ? 0 : s - a.stale;
             int slot = (int)(k % h.slots);
             for (int i = 0; i < nt; i++) {
                 on[i] = h.p[slot * nt + i];
