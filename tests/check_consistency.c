@@ -38,23 +38,6 @@
 
 /* ---- helpers --------------------------------------------------------------- */
 
-#define START_SERVER(s, ...)                                                                  \
-    do {                                                                                      \
-        const char *sets_[] = { __VA_ARGS__, NULL };                                          \
-        char e_[512] = "";                                                                    \
-        int rc_ = gt_server_start(&(s), sets_, e_, sizeof e_);                                \
-        ck_assert_msg(rc_ == 0, "cannot start gddr-ps: %s", e_);                              \
-    } while (0)
-
-static void stop_server(gt_server *s)
-{
-    int st = 0;
-    int rc = gt_server_stop(s, 5000, &st);
-    ck_assert_msg(rc == 0, "gddr-ps did not exit within 5 s of SIGTERM (rc %d)", rc);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gddr-ps ended with %s %d",
-                  WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-}
-
 /* Opens a client with options o (server, rank and world filled in here). */
 static gddr_client *open_client_o(const char *ep, int rank, int world, gddr_client_opts o)
 {
@@ -83,17 +66,6 @@ static gddr_server_stats get_stats(gddr_client *c)
     ck_assert_msg(rc == GDDR_OK, "gddr_server_stats_get: %s (%s)", gddr_strerror(rc),
                   gddr_client_errmsg(c));
     return st;
-}
-
-static void assert_same_floats(const float *got, const float *want, size_t n, const char *what)
-{
-    if (memcmp(got, want, n * sizeof(float)) == 0)
-        return;
-    size_t i = 0;
-    while (i < n && memcmp(&got[i], &want[i], sizeof(float)) == 0)
-        i++;
-    ck_abort_msg("%s: element %zu of %zu is %.9g, expected %.9g (bitwise)", what, i, n,
-                 (double)got[i], (double)want[i]);
 }
 
 static void assert_close_floats(const float *got, const double *want, size_t n, double tol,
@@ -995,13 +967,7 @@ END_TEST
 
 /* ---- suite --------------------------------------------------------------------- */
 
-#define ADD_CASE(s, name, fn, secs)                                                           \
-    do {                                                                                      \
-        TCase *tc_ = tcase_create(name);                                                      \
-        tcase_set_timeout(tc_, (secs));                                                       \
-        tcase_add_test(tc_, fn);                                                              \
-        suite_add_tcase((s), tc_);                                                            \
-    } while (0)
+#define ADD_CASE GT_ADD_CASE
 
 Suite *suite_consistency(void)
 {

@@ -394,17 +394,6 @@ static uint64_t server_versions(gddr_client *c)
     return st.versions_total;
 }
 
-static void assert_same_floats(const float *got, const float *want, size_t n, const char *what)
-{
-    if (memcmp(got, want, n * sizeof(float)) == 0)
-        return;
-    size_t i = 0;
-    while (i < n && memcmp(&got[i], &want[i], sizeof(float)) == 0)
-        i++;
-    ck_abort_msg("%s: element %zu of %zu is %.9g, expected %.9g (bitwise)", what, i, n,
-                 (double)got[i], (double)want[i]);
-}
-
 /* ---- reading a checkpoint written by gddr-ps -------------------------------- */
 
 /* The layout of a "tensor/<i>" section (server/persist.c, tensor_head):
@@ -1517,13 +1506,7 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------------------------- */
 
-#define ADD_CASE(s, name, fn)                                                                 \
-    do {                                                                                      \
-        TCase *tc_ = tcase_create(name);                                                      \
-        tcase_set_timeout(tc_, TCASE_TIMEOUT);                                                \
-        tcase_add_test(tc_, fn);                                                              \
-        suite_add_tcase((s), tc_);                                                            \
-    } while (0)
+#define ADD_CASE(s, name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT)
 
 Suite *suite_recovery(void)
 {

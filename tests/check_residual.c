@@ -35,21 +35,6 @@ int gddr__residual_age_get(gddr_client *c, int id, uint32_t *out, size_t *nchunk
 
 /* ---- servers and clients --------------------------------------------------- */
 
-#define START_SERVER(s, ...)                                                                  \
-    do {                                                                                      \
-        const char *sets_[] = { __VA_ARGS__, NULL };                                          \
-        char e_[512] = "";                                                                    \
-        int rc_ = gt_server_start(&(s), sets_, e_, sizeof e_);                                \
-        ck_assert_msg(rc_ == 0, "cannot start gddr-ps: %s", e_);                              \
-    } while (0)
-
-static void stop_server(gt_server *s)
-{
-    int st = 0;
-    int rc = gt_server_stop(s, 5000, &st);
-    ck_assert_msg(rc == 0, "gddr-ps did not exit within 5 s of SIGTERM (rc %d)", rc);
-}
-
 static gddr_client *open_client_ex(const char *ep, int rank, int world, double alpha, int timeout_ms,
                                    int reconnect_ms, int pipelined)
 {
@@ -71,17 +56,6 @@ static gddr_client *open_client_ex(const char *ep, int rank, int world, double a
 static gddr_client *open_client(const char *ep, int rank, int world, double alpha)
 {
     return open_client_ex(ep, rank, world, alpha, REPLY_WAIT_MS, 1000, 1);
-}
-
-static void assert_same_floats(const float *got, const float *want, size_t n, const char *what)
-{
-    if (memcmp(got, want, n * sizeof(float)) == 0)
-        return;
-    size_t i = 0;
-    while (i < n && memcmp(&got[i], &want[i], sizeof(float)) == 0)
-        i++;
-    ck_abort_msg("%s: element %zu of %zu is %.9g, expected %.9g (bitwise)", what, i, n,
-                 (double)got[i], (double)want[i]);
 }
 
 static void pull_exact(gddr_client *c, int id, const float *want, size_t n, uint64_t min_version,
@@ -822,13 +796,7 @@ END_TEST
 
 /* ---- suite ---------------------------------------------------------------------------- */
 
-#define ADD_CASE(s, name, fn)                                                                 \
-    do {                                                                                      \
-        TCase *tc_ = tcase_create(name);                                                      \
-        tcase_set_timeout(tc_, TCASE_TIMEOUT);                                                \
-        tcase_add_test(tc_, fn);                                                              \
-        suite_add_tcase((s), tc_);                                                            \
-    } while (0)
+#define ADD_CASE(s, name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT)
 
 Suite *suite_residual(void)
 {

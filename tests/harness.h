@@ -33,6 +33,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <check.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -421,6 +422,48 @@ static inline int gt_result_double(const char *text, const char *key, double *v)
         return -1;
     *v = d;
     return 0;
+}
+
+/* Adds test fn as its own test case with a timeout in seconds, so one slow
+ * or hung case cannot eat another's time. */
+#define GT_ADD_CASE(s, name, fn, secs)                                        \
+    do {                                                                      \
+        TCase *tc_ = tcase_create(name);                                      \
+        tcase_set_timeout(tc_, (secs));                                       \
+        tcase_add_test(tc_, fn);                                              \
+        suite_add_tcase((s), tc_);                                            \
+    } while (0)
+
+/* Starts gddr-ps with the given "key=value" settings or fails the test. */
+#define START_SERVER(s, ...)                                                  \
+    do {                                                                      \
+        const char *sets_[] = { __VA_ARGS__, NULL };                          \
+        char e_[512] = "";                                                    \
+        int rc_ = gt_server_start(&(s), sets_, e_, sizeof e_);                \
+        ck_assert_msg(rc_ == 0, "cannot start gddr-ps: %s", e_);              \
+    } while (0)
+
+/* SIGTERM, and the server must exit 0 within 5 s. */
+static inline void stop_server(gt_server *s)
+{
+    int st = 0;
+    int rc = gt_server_stop(s, 5000, &st);
+    ck_assert_msg(rc == 0, "gddr-ps did not exit within 5 s of SIGTERM (rc %d)", rc);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gddr-ps ended with %s %d",
+                  WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+}
+
+/* Bitwise comparison of two float vectors, naming the first difference. */
+static inline void assert_same_floats(const float *got, const float *want, size_t n,
+                                      const char *what)
+{
+    if (memcmp(got, want, n * sizeof(float)) == 0)
+        return;
+    size_t i = 0;
+    while (i < n && memcmp(&got[i], &want[i], sizeof(float)) == 0)
+        i++;
+    ck_abort_msg("%s: element %zu of %zu is %.9g, expected %.9g (bitwise)", what, i, n,
+                 (double)got[i], (double)want[i]);
 }
 
 #endif
