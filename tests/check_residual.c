@@ -493,7 +493,7 @@ static void push_norm(gddr_client *c, int id, size_t n, float norm)
 START_TEST(test_dynamic_tau)
 {
     gt_server s;
-    /* defaults: tau 2..8, start 4, rates 0.5 / 0.1, EMA 0.9; patience 5 */
+    /* defaults: tau 2..8, start 4, rates 0.6 / 0.3, EMA 0.9; patience 5 */
     START_SERVER(s, "lr=0.0001", "tau_patience=5");
     enum { N = 64 };
     float w0[N] = { 0 };
