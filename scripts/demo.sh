@@ -5,6 +5,8 @@
 #   scripts/demo.sh [--workers N] [--workload softmax|mlp] [--epochs E] [--mode async|sync|ssp]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 BIN=${GDDR_BIN:-build/bin}
 workers=4 workload=softmax epochs=10 mode=async lr=0.1
 while [ $# -gt 0 ]; do
@@ -68,7 +70,6 @@ done
 elapsed=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo "?")
 "$BIN/gddr-ctl" -s "$ep" status > "$tmp/status" 2>&1 || true
 
-field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<< "$2"; }
 echo
 echo "== summary"
 printf '%-6s %-10s %-7s %-14s %-14s %-10s\n' rank test_acc steps bytes_pushed bytes_pulled staleness

@@ -31,6 +31,8 @@
 # thread spent in steps).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 BIN=${GDDR_BIN:-build/bin}
 quick=0 epochs=10 workloads="softmax mlp" workers=4 lr=0.1
 while [ $# -gt 0 ]; do
@@ -61,19 +63,9 @@ fi
 
 tmp=$(mktemp -d /tmp/gddr-exp.XXXXXX)
 server_pid=
-stop_server() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$server_pid" 2>/dev/null || true
-  fi
-  [ -n "$server_pid" ] && wait "$server_pid" 2>/dev/null || true
-  server_pid=
-}
 cleanup() { stop_server; rm -rf "$tmp"; }
 trap cleanup EXIT INT TERM
 
-field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<< "$2"; }
 
 # run WORKLOAD "SERVER SETTINGS" TRAINER FLAGS... -> one line of totals in $tmp/row
 run() {

@@ -17,6 +17,8 @@
 #   async + adaptive lr  mode=async adadelay=0.5     --simulate-staleness 5
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 BIN=${GDDR_BIN:-build/bin}
 for p in gddr-ps gddr-train; do
   [ -x "$BIN/$p" ] || { echo "seed-table: $BIN/$p is missing (run make)" >&2; exit 1; }
@@ -24,15 +26,6 @@ done
 
 tmp=$(mktemp -d /tmp/gddr-seed.XXXXXX)
 server_pid=
-stop_server() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$server_pid" 2>/dev/null || true
-  fi
-  [ -n "$server_pid" ] && wait "$server_pid" 2>/dev/null || true
-  server_pid=
-}
 cleanup() { stop_server; rm -rf "$tmp"; }
 trap cleanup EXIT INT TERM
 
