@@ -151,3 +151,27 @@ int gddr_ps_config_load(gddr_ps_config *cfg, const char *path, char *err, size_t
         return -1;
     return gddr_ps_config_validate(cfg, path, err, errlen);
 }
+
+int gddr_ps_config_apply_override(gddr_ps_config *cfg, const char *kv, char *err, size_t errlen)
+{
+    char buf[GDDR_CONF_STRMAX * 2];
+    snprintf(buf, sizeof buf, "%s", kv);
+    char *eq = strchr(buf, '=');
+    if (!eq) {
+        snprintf(err, errlen, "--set needs KEY=VALUE, got '%s'", kv);
+        return -1;
+    }
+    *eq = 0;
+    char *key = buf, *section = NULL, *dot = strchr(key, '.');
+    if (dot) {
+        *dot = 0;
+        section = key;
+        key = dot + 1;
+    }
+    char msg[512];
+    if (gddr__conf_set(gddr_ps_conf_table, cfg, section, key, eq + 1, msg, sizeof msg) < 0) {
+        snprintf(err, errlen, "--set: %s", msg);
+        return -1;
+    }
+    return 0;
+}

@@ -55,6 +55,8 @@ int gddr_ps_config_load(gddr_ps_config *cfg, const char *path, char *err, size_t
 /* Defaults and the file, without the cross-key checks (for callers that
  * apply overrides before validating). */
 int gddr_ps_config_read(gddr_ps_config *cfg, const char *path, char *err, size_t errlen);
+/* Applies one command-line override, "key=value" or "section.key=value". */
+int gddr_ps_config_apply_override(gddr_ps_config *cfg, const char *kv, char *err, size_t errlen);
 /* Cross-key checks (tau_min <= tau_init <= tau_max, ...). */
 int gddr_ps_config_validate(const gddr_ps_config *cfg, const char *path, char *err, size_t errlen);
 

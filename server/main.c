@@ -129,20 +129,8 @@ int main(int argc, char **argv)
         return 1;
     }
     for (int i = 0; i < nsets; i++) {
-        char *eq = strchr(sets[i], '=');
-        if (!eq) {
-            fprintf(stderr, "gddr-ps: --set needs KEY=VALUE, got '%s'\n", sets[i]);
-            return 2;
-        }
-        *eq = 0;
-        char *key = sets[i], *section = NULL, *dot = strchr(key, '.');
-        if (dot) {
-            *dot = 0;
-            section = key;
-            key = dot + 1;
-        }
-        if (gddr__conf_set(gddr_ps_conf_table, &cfg, section, key, eq + 1, err, sizeof err) < 0) {
-            fprintf(stderr, "gddr-ps: FATAL CONFIG ERROR: --set: %s\n", err);
+        if (gddr_ps_config_apply_override(&cfg, sets[i], err, sizeof err) < 0) {
+            fprintf(stderr, "gddr-ps: FATAL CONFIG ERROR: %s\n", err);
             return 1;
         }
     }
@@ -174,6 +162,8 @@ int main(int argc, char **argv)
         return 1;
     }
     the_ps->tick = on_tick;
+    the_ps->overrides = sets;
+    the_ps->noverrides = nsets;
     gddr_ps_run(the_ps, on_ready);
     int rc = the_ps->final_ckpt_rc == GDDR_OK ? 0 : 1;
     gddr_log(GDDR_LOG_INFO, "stopped: %llu pushes, %llu pulls, %llu updates applied",

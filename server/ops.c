@@ -22,7 +22,18 @@ void gddr_ps_reload(gddr_ps *ps)
     }
     gddr_ps_config fresh;
     char err[512];
-    if (gddr_ps_config_load(&fresh, ps->cfg_path, err, sizeof err) < 0) {
+    if (gddr_ps_config_read(&fresh, ps->cfg_path, err, sizeof err) < 0) {
+        gddr_log(GDDR_LOG_ERROR, "SIGHUP: keeping the old settings: %s", err);
+        return;
+    }
+    /* The command line still wins over the file, as it did at start. */
+    for (int i = 0; i < ps->noverrides; i++) {
+        if (gddr_ps_config_apply_override(&fresh, ps->overrides[i], err, sizeof err) < 0) {
+            gddr_log(GDDR_LOG_ERROR, "SIGHUP: keeping the old settings: %s", err);
+            return;
+        }
+    }
+    if (gddr_ps_config_validate(&fresh, ps->cfg_path, err, sizeof err) < 0) {
         gddr_log(GDDR_LOG_ERROR, "SIGHUP: keeping the old settings: %s", err);
         return;
     }

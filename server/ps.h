@@ -114,6 +114,11 @@ typedef struct gddr_ps {
     int nallow;
     uint64_t auth_rejected;
 
+    /* command-line overrides ("key=value" or "section.key=value"), applied
+     * again on top of the file at every SIGHUP */
+    char **overrides;
+    int noverrides;
+
     void (*tick)(struct gddr_ps *); /* called every loop turn (watchdog) */
     volatile sig_atomic_t stop, reload, ckpt_now;
 } gddr_ps;

@@ -144,7 +144,8 @@ static inline void gt_child_setup(pid_t parent, int stdout_fd, int quiet_stderr)
         dup2(devnull, 2);
 }
 
-/* Starts gddr-ps. sets: NULL-terminated list of "key=value" (or NULL).
+/* Starts gddr-ps. sets: NULL-terminated list of "key=value" (or NULL);
+ * an entry "@PATH" passes the config file PATH.
  * Returns 0 with s filled, -1 with err explaining. Waits (bounded) until the
  * server wrote its endpoint file, i.e. until it listens. */
 static inline int gt_server_start(gt_server *s, const char *const *sets, char *err,
@@ -184,8 +185,9 @@ static inline int gt_server_start(gt_server *s, const char *const *sets, char *e
             s->dir[0] = 0;
             return -1;
         }
-        argv[a++] = "--set";
-        argv[a++] = (char *)sets[i];
+        /* "@FILE" passes a config file (-c FILE) instead of a --set. */
+        argv[a++] = sets[i][0] == '@' ? "-c" : "--set";
+        argv[a++] = (char *)(sets[i][0] == '@' ? sets[i] + 1 : sets[i]);
     }
     argv[a] = NULL;
 

@@ -12,6 +12,7 @@
     X(checkpoint)      \
     X(server)          \
     X(security)        \
+    X(ops)             \
     X(consistency)     \
     X(recovery)        \
     X(residual)

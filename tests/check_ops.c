@@ -1,0 +1,172 @@
+/* check_ops.c -- what an operator touches, against a real gddr-ps:
+ * SIGHUP reloads the reloadable keys from the file (command-line overrides
+ * still win, a broken file changes nothing), and the Prometheus endpoint
+ * answers an HTTP scrape with the counters.
+ */
+#include "harness.h" /* first: it sets _GNU_SOURCE */
+
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gddr/gddr.h"
+#include "suites.h"
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_ge(fputs(text, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static gddr_client *client(const char *ep)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = 0;
+    o.world_size = 1;
+    o.timeout_ms = 3000;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    return c;
+}
+
+/* Pushes g (all ones) and returns how far w[0] moved: the lr in force. */
+static float step_lr(gddr_client *c, int id, float *w)
+{
+    float before = w[0], g[4] = { 1, 1, 1, 1 };
+    ck_assert_int_eq(gddr_push(c, id, g, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(c, id, w, 0, NULL), GDDR_OK);
+    return before - w[0];
+}
+
+START_TEST(test_sighup_reload)
+{
+    char dir[] = "/tmp/gddr-test-ops-XXXXXX", path[128], at[130];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/ps.ini", dir);
+    snprintf(at, sizeof at, "@%s", path);
+    write_file(path, "[optimizer]\nlr = 0.5\nadadelay = 0\n");
+    /* momentum comes from the command line and must survive reloads. */
+    const char *sets[] = { at, "momentum=0", NULL };
+    gt_server s;
+    char err[512];
+    ck_assert_msg(gt_server_start(&s, sets, err, sizeof err) == 0, "%s", err);
+    gddr_client *c = client(s.endpoint);
+    float w[4] = { 0 };
+    int id;
+    ck_assert_int_eq(gddr_register(c, "hup", w, 4, &id, NULL), GDDR_OK);
+    ck_assert_float_eq(step_lr(c, id, w), 0.5f);
+
+    /* A new lr in the file takes effect after SIGHUP, without a restart. */
+    write_file(path, "[optimizer]\nlr = 0.25\n[server]\nthreads = 3\n");
+    ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
+    gt_sleep_ms(700); /* the front thread checks the flag at least every 250 ms */
+    ck_assert_float_eq(step_lr(c, id, w), 0.25f);
+
+    /* A file that no longer parses is refused whole: lr stays 0.25. */
+    write_file(path, "[optimizer]\nlr = fast\n");
+    ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
+    gt_sleep_ms(700);
+    ck_assert_float_eq(step_lr(c, id, w), 0.25f);
+
+    /* A command-line override wins over the file at every reload. */
+    write_file(path, "[optimizer]\nlr = 0.125\nmomentum = 0.5\n");
+    ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
+    gt_sleep_ms(700);
+    ck_assert_float_eq(step_lr(c, id, w), 0.125f);
+    ck_assert_float_eq(step_lr(c, id, w), 0.125f); /* momentum 0.5 would make this 0.1875 */
+
+    gddr_client_close(&c);
+    stop_server(&s);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* A free loopback port chosen by the OS (bind to port 0, read it back). */
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* GET /metrics over plain TCP; returns the whole response (malloc'd). */
+static char *http_get(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    const char *req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    ck_assert_int_eq(write(fd, req, strlen(req)), (ssize_t)strlen(req));
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        ssize_t n = read(fd, buf + len, cap - 1 - len);
+        if (n <= 0)
+            break;
+        len += (size_t)n;
+        if (len + 1 >= cap)
+            break;
+    }
+    buf[len] = 0;
+    close(fd);
+    return buf;
+}
+
+START_TEST(test_metrics_http)
+{
+    int port = free_port();
+    char set[80];
+    snprintf(set, sizeof set, "metrics_listen=tcp://127.0.0.1:%d", port);
+    const char *sets[] = { set, NULL };
+    gt_server s;
+    char err[512];
+    ck_assert_msg(gt_server_start(&s, sets, err, sizeof err) == 0, "%s", err);
+    gddr_client *c = client(s.endpoint);
+    float w[4] = { 0 };
+    int id;
+    ck_assert_int_eq(gddr_register(c, "scraped", w, 4, &id, NULL), GDDR_OK);
+    step_lr(c, id, w);
+    char *page = http_get(port);
+    ck_assert_msg(strncmp(page, "HTTP/1.0 200 OK", 15) == 0, "response: %.80s", page);
+    ck_assert_msg(strstr(page, "Content-Type: text/plain; version=0.0.4"), "%.200s", page);
+    ck_assert_msg(strstr(page, "\ngddr_pushes_total 1\n"), "page: %s", page);
+    ck_assert_msg(strstr(page, "\ngddr_pulls_total 1\n"), "page: %s", page);
+    ck_assert_msg(strstr(page, "gddr_tensor_version{tensor=\"scraped\"} 1\n"), "page: %s", page);
+    ck_assert_msg(strstr(page, "gddr_staleness_bucket{le=\"+Inf\"} 1\n"), "page: %s", page);
+    free(page);
+    /* A second scrape sees the next push. */
+    step_lr(c, id, w);
+    page = http_get(port);
+    ck_assert_msg(strstr(page, "\ngddr_pushes_total 2\n"), "page: %s", page);
+    free(page);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+Suite *suite_ops(void)
+{
+    Suite *s = suite_create("ops");
+    GT_ADD_CASE(s, "sighup_reload", test_sighup_reload, 30);
+    GT_ADD_CASE(s, "metrics_http", test_metrics_http, 30);
+    return s;
+}
