@@ -733,7 +733,8 @@ static void handle_message(gddr_ps *ps, gddr__frames *f)
             for (int i = 0; i < PS_NERR; i++)
                 rejected_after += ps->rejected[i];
             if (!rq->observer && !w->known && rejected_after == rejected_before &&
-                rq->body_case != GDDR__REQUEST__BODY_BYE)
+                rq->body_case != GDDR__REQUEST__BODY_BYE &&
+                rq->body_case != GDDR__REQUEST__BODY_HEARTBEAT)
                 touch_worker(ps, rq->rank);
         }
     }

@@ -650,6 +650,7 @@ START_TEST(test_client_ini)
     ck_assert(o.dc_ms_decay == d.dc_ms_decay && o.delay_fraction == d.delay_fraction);
     ck_assert(o.replay_decay == d.replay_decay);
     ck_assert_int_eq(o.residual_checkpoint_steps, d.residual_checkpoint_steps);
+    ck_assert_int_eq(o.heartbeat_ms, d.heartbeat_ms);
 
     char path[] = "/tmp/gddr-client-XXXXXX";
     int fd = mkstemp(path);

@@ -163,10 +163,40 @@ START_TEST(test_metrics_http)
 }
 END_TEST
 
+/* Worker timeout 1 s; both workers sit idle for 2.5 s. The one with a
+ * 200 ms heartbeat stays alive, the one without is declared dead. */
+START_TEST(test_heartbeat_keeps_idle_worker_alive)
+{
+    const char *sets[] = { "worker_timeout_s=1", NULL };
+    gt_server s;
+    char err[512];
+    ck_assert_msg(gt_server_start(&s, sets, err, sizeof err) == 0, "%s", err);
+    gddr_client *c[2];
+    for (int r = 0; r < 2; r++) {
+        gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+        o.server = s.endpoint;
+        o.rank = r;
+        o.world_size = 2;
+        o.heartbeat_ms = r == 0 ? 200 : 0;
+        ck_assert_int_eq(gddr_client_open(&o, &c[r]), GDDR_OK);
+    }
+    gt_sleep_ms(2500);
+    char *text = NULL;
+    ck_assert_int_eq(gddr_server_metrics_text(c[0], &text), GDDR_OK);
+    ck_assert_msg(strstr(text, "\ngddr_worker_deaths_total 1\n"), "metrics: %s", text);
+    ck_assert_msg(strstr(text, "\ngddr_live_workers 1\n"), "metrics: %s", text);
+    free(text);
+    gddr_client_close(&c[0]);
+    gddr_client_close(&c[1]);
+    stop_server(&s);
+}
+END_TEST
+
 Suite *suite_ops(void)
 {
     Suite *s = suite_create("ops");
     GT_ADD_CASE(s, "sighup_reload", test_sighup_reload, 30);
     GT_ADD_CASE(s, "metrics_http", test_metrics_http, 30);
+    GT_ADD_CASE(s, "heartbeat", test_heartbeat_keeps_idle_worker_alive, 30);
     return s;
 }

@@ -356,6 +356,8 @@ static gddr_client *open_client(const char *ep, int rank, int world, int observe
     o.observer = observer;
     o.delay_fraction = delay_fraction;
     o.residual_checkpoint_steps = ckpt_steps;
+    /* These tests make a worker "die" by falling silent: no heartbeat. */
+    o.heartbeat_ms = 0;
     gddr_client *c = NULL;
     int rc = gddr_client_open(&o, &c);
     ck_assert_msg(rc == GDDR_OK, "gddr_client_open(%s, rank %d): %s", ep, rank, gddr_strerror(rc));

@@ -284,33 +284,46 @@ int gddr_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64_t *vers
 
 /* ---- connection --------------------------------------------------------- */
 
+/* A DEALER connected to the server with this client's settings (CURVE keys
+ * included); the main socket and the heartbeat socket are both made here. */
+int gddr__socket_new(gddr_client *c, void **out)
+{
+    void *sock = zmq_socket(c->zctx, ZMQ_DEALER);
+    if (!sock)
+        return gddr__set_err(c, GDDR_EIO, "zmq_socket: %s", zmq_strerror(errno));
+    int zero = 0, ivl = 100, ivl_max = 2000;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+    int rc = GDDR_OK;
+    if (c->curve_server[0]) {
+        char pub[GDDR_Z85_KEY], sec[GDDR_Z85_KEY], err[512];
+        if (gddr__keyfile_read(c->curve_file, pub, sec, err, sizeof err) < 0) {
+            rc = gddr__set_err(c, GDDR_ECONFIG, "curve_key_file: %s", err);
+        } else if (zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, c->curve_server, 40) != 0 ||
+                   zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 40) != 0 ||
+                   zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, sec, 40) != 0) {
+            rc = gddr__set_err(c, GDDR_ECONFIG, "CURVE keys refused by libzmq: %s", zmq_strerror(errno));
+        }
+        memset(sec, 0, sizeof sec);
+    }
+    if (rc == GDDR_OK && zmq_connect(sock, c->server) != 0)
+        rc = gddr__set_err(c, GDDR_EINVAL, "cannot connect to '%s': %s", c->server,
+                           zmq_strerror(errno));
+    if (rc != GDDR_OK) {
+        zmq_close(sock);
+        return rc;
+    }
+    *out = sock;
+    return GDDR_OK;
+}
+
 static int open_socket(gddr_client *c)
 {
     if (c->sock)
         zmq_close(c->sock);
-    c->sock = zmq_socket(c->zctx, ZMQ_DEALER);
-    if (!c->sock)
-        return gddr__set_err(c, GDDR_EIO, "zmq_socket: %s", zmq_strerror(errno));
-    int zero = 0, ivl = 100, ivl_max = 2000;
-    zmq_setsockopt(c->sock, ZMQ_LINGER, &zero, sizeof zero);
-    zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
-    zmq_setsockopt(c->sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
-    if (c->curve_server[0]) {
-        char pub[GDDR_Z85_KEY], sec[GDDR_Z85_KEY], err[512];
-        if (gddr__keyfile_read(c->curve_file, pub, sec, err, sizeof err) < 0)
-            return gddr__set_err(c, GDDR_ECONFIG, "curve_key_file: %s", err);
-        if (zmq_setsockopt(c->sock, ZMQ_CURVE_SERVERKEY, c->curve_server, 40) != 0 ||
-            zmq_setsockopt(c->sock, ZMQ_CURVE_PUBLICKEY, pub, 40) != 0 ||
-            zmq_setsockopt(c->sock, ZMQ_CURVE_SECRETKEY, sec, 40) != 0) {
-            memset(sec, 0, sizeof sec);
-            return gddr__set_err(c, GDDR_ECONFIG, "CURVE keys refused by libzmq: %s", zmq_strerror(errno));
-        }
-        memset(sec, 0, sizeof sec);
-    }
-    if (zmq_connect(c->sock, c->server) != 0)
-        return gddr__set_err(c, GDDR_EINVAL, "cannot connect to '%s': %s", c->server,
-                             zmq_strerror(errno));
-    return GDDR_OK;
+    c->sock = NULL;
+    return gddr__socket_new(c, &c->sock);
 }
 
 static int hello(gddr_client *c, int timeout_ms)
@@ -442,6 +455,10 @@ int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
     }
     gddr__logf(&c->log, GDDR_LOG_INFO, "rank %d connected to %s (mode %d, chunk %d)",
                c->info.rank, c->server, c->info.mode, c->info.chunk);
+    if (!c->o.observer && c->o.heartbeat_ms > 0 && (rc = gddr__heartbeat_start(c)) != GDDR_OK) {
+        gddr_client_close(&c);
+        return rc;
+    }
     *out = c;
     return GDDR_OK;
 }
@@ -455,6 +472,8 @@ void gddr_client_close(gddr_client **cp)
         return;
     gddr_client *c = *cp;
     gddr__pipeline_stop(c);
+    /* Before the bye: a heartbeat after it would bring the worker back. */
+    gddr__heartbeat_stop(c);
     if (c->sock && c->info.epoch && !c->o.observer) {
         if (c->o.delay_fraction > 0 && gddr__residual_flush(c) != GDDR_OK)
             gddr__logf(&c->log, GDDR_LOG_WARN, "could not flush the residual on close: %s", c->errmsg);

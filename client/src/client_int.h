@@ -81,6 +81,7 @@ struct gddr_client {
     void *cuda;            /* step.c: gddr_cuda_ctx of the device path, or NULL */
     int ptr_kind;          /* step.c: 0 no step yet, 1 host, 2 device gradients */
     uint32_t orphans_done; /* orphans fully replayed, not yet reported */
+    struct heartbeat *hb;  /* NULL unless heartbeat_ms > 0 */
 };
 
 /* client.c */
@@ -130,6 +131,13 @@ void gddr__pipeline_stop(gddr_client *c);
  * to host memory. Only while no step is in flight. */
 int gddr__residual_get(gddr_client *c, int id, float *out);
 int gddr__residual_age_get(gddr_client *c, int id, uint32_t *out, size_t *nchunks);
+
+int gddr__socket_new(gddr_client *c, void **out);
+
+/* heartbeat.c: a thread with its own socket tells the server this worker
+ * is alive every heartbeat_ms, also while the trainer computes a long step. */
+int gddr__heartbeat_start(gddr_client *c);
+void gddr__heartbeat_stop(gddr_client *c);
 
 /* options.c */
 int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, size_t strlen_,

@@ -91,11 +91,14 @@ typedef struct gddr_client_opts {
     int observer;           /* 1: a tool (gddr-ctl), not a worker: never counted in steps */
     const char *curve_server_key; /* the server's Z85 public key; NULL = no CURVE */
     const char *curve_key_file;   /* this client's key file (gddr-keygen NAME -> NAME.key) */
+    int heartbeat_ms;       /* a library thread says "alive" this often, also during long
+                               computations; 0 = only requests count (keep it well below the
+                               server's worker_timeout_s) */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
     { NULL, -1, 0, 5000, 30000, 0.0, 0.0, GDDR_DC_DIAG, 0, 0.95, 0.0,         \
-      0x9e3779b97f4a7c15ull, 0, 0.5, 1, NULL, NULL, GDDR_LOG_WARN, 0, NULL, NULL }
+      0x9e3779b97f4a7c15ull, 0, 0.5, 1, NULL, NULL, GDDR_LOG_WARN, 0, NULL, NULL, 2000 }
 
 typedef struct gddr_client gddr_client;
 
