@@ -73,6 +73,10 @@ int gddr__heartbeat_start(gddr_client *c)
         free(hb);
         return rc;
     }
+    /* A heartbeat must never block the thread (and so close): if the
+     * server is gone long enough to fill the queue, drop it. */
+    int sndtimeo = 100;
+    zmq_setsockopt(hb->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
     hb->ms = c->o.heartbeat_ms;
     hb->rank = (uint32_t)c->info.rank;
     pthread_mutex_init(&hb->mu, NULL);
