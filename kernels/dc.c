@@ -26,6 +26,7 @@ int gddr_dc_cpu(const gddr_dc_args *a, float *g, const float *w_new, const float
         return GDDR_EINVAL;
 
     const float lambda = a->lambda, decay = a->ms_decay, keep = 1.0f - a->ms_decay;
+    const float scale = a->ms_scale > 0.0f ? a->ms_scale : 1.0f;
     const int diag = a->mode == GDDR_DC_DIAG;
     for (size_t i = 0; i < a->n; i++) {
         const float gi = g[i];
@@ -34,7 +35,7 @@ int gddr_dc_cpu(const gddr_dc_args *a, float *g, const float *w_new, const float
         if (a->adaptive) {
             const float m = decay * ms[i] + keep * (gi * gi);
             ms[i] = m;
-            lam = lambda / sqrtf(m + a->eps);
+            lam = lambda / sqrtf(m * scale + a->eps);
         }
         const float h = diag ? (gi * gi) * d : d;
         g[i] = gi + lam * h;

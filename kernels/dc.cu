@@ -22,6 +22,7 @@ extern "C" {
 
 template <bool DIAG, bool ADAPTIVE>
 static __global__ void dc_kernel(size_t n, float lambda, float decay, float keep, float eps,
+                                 float scale,
                                  float *__restrict__ g, const float *__restrict__ w_new,
                                  const float *__restrict__ w_bak, float *__restrict__ ms)
 {
@@ -34,7 +35,7 @@ static __global__ void dc_kernel(size_t n, float lambda, float decay, float keep
         if (ADAPTIVE) {
             const float m = __fadd_rn(__fmul_rn(decay, ms[i]), __fmul_rn(keep, g2));
             ms[i] = m;
-            lam = __fdiv_rn(lambda, __fsqrt_rn(__fadd_rn(m, eps)));
+            lam = __fdiv_rn(lambda, __fsqrt_rn(__fadd_rn(__fmul_rn(m, scale), eps)));
         }
         const float h = DIAG ? __fmul_rn(g2, d) : d;
         g[i] = __fadd_rn(gi, __fmul_rn(lam, h));
@@ -58,9 +59,10 @@ extern "C" int gddr_dc_cuda(const gddr_dc_args *a, float *d_g, const float *d_w_
     const unsigned blocks = b > MAX_BLOCKS ? MAX_BLOCKS : (unsigned)b;
     /* Same expression as dc.c, evaluated once on the host for both. */
     const float keep = 1.0f - a->ms_decay;
+    const float scale = a->ms_scale > 0.0f ? a->ms_scale : 1.0f;
     const int diag = a->mode == GDDR_DC_DIAG;
 #define DC_LAUNCH(D, A)                                                                       \
-    dc_kernel<D, A><<<blocks, THREADS, 0, st>>>(a->n, a->lambda, a->ms_decay, keep, a->eps, d_g, \
+    dc_kernel<D, A><<<blocks, THREADS, 0, st>>>(a->n, a->lambda, a->ms_decay, keep, a->eps, scale, d_g, \
                                                 d_w_new, d_w_bak, d_ms)
     if (diag && a->adaptive)
         DC_LAUNCH(true, true);

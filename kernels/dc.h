@@ -26,13 +26,17 @@ typedef struct gddr_dc_args {
     int adaptive;    /* 1: lambda_i = lambda / sqrtf(ms[i] + eps) */
     float ms_decay;  /* EMA factor of g^2 */
     float eps;       /* keeps the adaptive scale finite; 1e-7 by default */
+    float ms_scale;  /* adaptive: ms is used as ms*ms_scale (Adam-style bias correction,
+                        1/(1-ms_decay^t) at the t-th step); 0 means 1 */
 } gddr_dc_args;
 
-#define GDDR_DC_ARGS_INIT { 0, 0.0f, 0 /* GDDR_DC_DIAG */, 0, 0.95f, 1e-7f }
+#define GDDR_DC_ARGS_INIT { 0, 0.0f, 0 /* GDDR_DC_DIAG */, 0, 0.95f, 1e-7f, 1.0f }
 
 /* In place on g (n floats). If adaptive: ms[i] = ms_decay*ms[i] +
  * (1-ms_decay)*g[i]*g[i] (g before compensation), lam_i =
- * lambda/sqrtf(ms[i]+eps); else lam_i = lambda and ms may be NULL.
+ * lambda/sqrtf(ms[i]*ms_scale+eps); else lam_i = lambda and ms may be NULL.
+ * The EMA starts at 0, so without the correction lambda_t is 1/sqrt(1-decay)
+ * times too large at the first step (4.5x for decay 0.95).
  * diag: g[i] += lam_i*g[i]*g[i]*(w_new[i]-w_bak[i]);
  * identity: g[i] += lam_i*(w_new[i]-w_bak[i]).
  * Returns GDDR_OK or GDDR_EINVAL (bad mode, NULL buffer). */

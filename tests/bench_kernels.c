@@ -92,7 +92,7 @@ static int run_cpu(int op, const shape *s, bufs *b)
 {
     gddr_residual_args ra = { s->n, s->chunk, 0.5f, 4, 42, 0, gddr_key_hash("bench"),
                               bench_step++ };
-    gddr_dc_args da = { s->n, 1e-3f, GDDR_DC_DIAG, op == OP_DC_ADAPTIVE, 0.95f, 1e-7f };
+    gddr_dc_args da = { s->n, 1e-3f, GDDR_DC_DIAG, op == OP_DC_ADAPTIVE, 0.95f, 1e-7f, 1.0f };
     size_t np, ns;
     switch (op) {
     case OP_RESIDUAL: return gddr_residual_step_cpu(&ra, b->g, b->r, b->age, b->packed, b->bm,
@@ -220,7 +220,7 @@ static int run_gpu(int op, const shape *s, bufs *d)
     void *st = gddr_cuda_ctx_stream(ctx);
     gddr_residual_args ra = { s->n, s->chunk, 0.5f, 4, 42, 0, gddr_key_hash("bench"),
                               bench_step++ };
-    gddr_dc_args da = { s->n, 1e-3f, GDDR_DC_DIAG, op == OP_DC_ADAPTIVE, 0.95f, 1e-7f };
+    gddr_dc_args da = { s->n, 1e-3f, GDDR_DC_DIAG, op == OP_DC_ADAPTIVE, 0.95f, 1e-7f, 1.0f };
     size_t np, ns;
     double nrm;
     switch (op) {

@@ -553,14 +553,16 @@ END_TEST
  * h = g*g*(w' - w_bak) (diag) or w' - w_bak (identity); adaptive:
  * ms <- decay ms + (1 - decay) g^2 (g before compensation),
  * lam = lam0 / sqrt(ms + eps). */
+/* t: the client's t-th compensation (1, 2, ...): ms is bias-corrected by
+ * 1 / (1 - decay^t) before use, as Adam does. */
 static void dc_reference(double *g, const double *wnew, const double *wbak, double *ms, int n,
-                         double lam0, int mode, int adaptive, double decay)
+                         double lam0, int mode, int adaptive, double decay, int t)
 {
     for (int i = 0; i < n; i++) {
         double d = wnew[i] - wbak[i], lam = lam0;
         if (adaptive) {
             ms[i] = decay * ms[i] + (1.0 - decay) * g[i] * g[i];
-            lam = lam0 / sqrt(ms[i] + 1e-7);
+            lam = lam0 / sqrt(ms[i] / (1.0 - pow(decay, t)) + 1e-7);
         }
         g[i] += lam * (mode == GDDR_DC_DIAG ? g[i] * g[i] * d : d);
     }
@@ -604,7 +606,7 @@ static void dc_case(const char *ep, const char *key, int mode, int adaptive)
         wn[i] = w1[i];
         wb[i] = w0[i];
     }
-    dc_reference(gc, wn, wb, ms, N, lam0, mode, adaptive, decay);
+    dc_reference(gc, wn, wb, ms, N, lam0, mode, adaptive, decay, 1);
     if (!adaptive) {
         /* The reference against numbers worked out by hand (d = (1,-1,0,4)). */
         const double hand_diag[N] = { 1.5, 0.0, -1.0, 1.0 };
@@ -612,9 +614,10 @@ static void dc_case(const char *ep, const char *key, int mode, int adaptive)
         for (int i = 0; i < N; i++)
             ck_assert(gc[i] == (mode == GDDR_DC_DIAG ? hand_diag : hand_ident)[i]);
     } else {
-        /* lam = 0.5 / sqrt(0.25 g^2) = 1 / |g| (up to eps). */
-        const double hand_diag[N] = { 2.0, 0.0, -1.0, 2.5 };
-        const double hand_ident[N] = { 2.0, 1.5, -1.0, 8.5 };
+        /* ms = 0.25 g^2, bias-corrected by 1/(1-0.75) = 4: g^2, so
+         * lam = 0.5 / |g| (up to eps). */
+        const double hand_diag[N] = { 1.5, 1.0, -1.0, 1.5 };
+        const double hand_ident[N] = { 1.5, 1.75, -1.0, 4.5 };
         for (int i = 0; i < N; i++)
             ck_assert(fabs(gc[i] - (mode == GDDR_DC_DIAG ? hand_diag : hand_ident)[i]) < 1e-5);
     }
@@ -651,7 +654,7 @@ static void dc_case(const char *ep, const char *key, int mode, int adaptive)
         wn[i] = (double)got[i];
         wb[i] = w1[i];
     }
-    dc_reference(gc, wn, wb, ms, N, lam0, mode, adaptive, decay);
+    dc_reference(gc, wn, wb, ms, N, lam0, mode, adaptive, decay, 2);
     double w3[N];
     for (int i = 0; i < N; i++)
         w3[i] = (double)got[i] - lr * gc[i];

@@ -413,7 +413,7 @@ START_TEST(test_dc_hand)
     /* adaptive: ms = 0.5*14 + 0.5*g^2 = 9, 25, so lambda_i = 3/3, 3/5. */
     const float wn[2] = { 1.0f, 0.0f }, wb[2] = { 0.5f, 1.0f };
     float ms[2] = { 14.0f, 14.0f }, g3[2] = { 2.0f, 6.0f };
-    gddr_dc_args ad = { 2, 3.0f, GDDR_DC_DIAG, 1, 0.5f, 0.0f };
+    gddr_dc_args ad = { 2, 3.0f, GDDR_DC_DIAG, 1, 0.5f, 0.0f, 1.0f };
     ck_assert_int_eq(gddr_dc_cpu(&ad, g3, wn, wb, ms), GDDR_OK);
     const float want_ms[2] = { 9.0f, 25.0f }, want_ad[2] = { 2.0f + 1.0f * 4 * 0.5f,
                                                              6.0f - 0.6f * 36 };
@@ -426,6 +426,17 @@ START_TEST(test_dc_hand)
     ck_assert_int_eq(gddr_dc_cpu(&ad, g4, wn, wb, ms2), GDDR_OK);
     const float want_adi[2] = { 2.5f, 5.4f };
     assert_close(g4, want_adi, 2);
+
+    /* Bias correction: ms is used as ms * ms_scale. ms = 9, 25 as above,
+     * scaled by 4: lambda_i = 3/6, 3/10; ms itself is stored unscaled. */
+    float ms3[2] = { 14.0f, 14.0f }, g5[2] = { 2.0f, 6.0f };
+    ad.mode = GDDR_DC_IDENTITY;
+    ad.eps = 0.0f;
+    ad.ms_scale = 4.0f;
+    ck_assert_int_eq(gddr_dc_cpu(&ad, g5, wn, wb, ms3), GDDR_OK);
+    const float want_bc[2] = { 2.0f + 0.5f * 0.5f, 6.0f - 0.3f * 1.0f };
+    assert_close(ms3, want_ms, 2);
+    assert_close(g5, want_bc, 2);
 }
 END_TEST
 
@@ -689,7 +700,7 @@ START_TEST(test_gpu_dc)
                 kc_fill_guard_f32(ms + n, G);
                 float *d_g = dev_from(g, (n + G) * sizeof *g), *d_ms = dev_from(ms, (n + G) * 4);
                 float *d_wn = dev_from(wn, n * sizeof *wn), *d_wb = dev_from(wb, n * sizeof *wb);
-                gddr_dc_args a = { n, 0.1f, mode, adaptive, 0.9f, 1e-7f };
+                gddr_dc_args a = { n, 0.1f, mode, adaptive, 0.9f, 1e-7f, adaptive ? 3.0f : 1.0f };
                 CUDA_OK(gddr_dc_cpu(&a, g, wn, wb, adaptive ? ms : NULL));
                 CUDA_OK(gddr_dc_cuda(&a, d_g, d_wn, d_wb, adaptive ? d_ms : NULL, NULL));
                 size_t bad = 0;

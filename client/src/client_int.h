@@ -81,6 +81,7 @@ struct gddr_client {
     void *cuda;            /* step.c: gddr_cuda_ctx of the device path, or NULL */
     int ptr_kind;          /* step.c: 0 no step yet, 1 host, 2 device gradients */
     uint32_t orphans_done; /* orphans fully replayed, not yet reported */
+    uint64_t dc_steps;     /* DC compensations done (bias correction of ms) */
     struct heartbeat *hb;  /* NULL unless heartbeat_ms > 0 */
 };
 

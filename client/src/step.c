@@ -437,10 +437,16 @@ static int dc_pull_and_compensate(gddr_client *c, const float *const *w_bak, uin
     free(dst);
     if (rc != GDDR_OK)
         return rc;
+    /* The EMA of g^2 starts at 0: correct it as Adam does, or lambda_t is
+     * several times too large for the first steps (DC-ASGD-a diverged in
+     * some runs before this). */
+    c->dc_steps++;
+    double corr = 1.0 - pow(c->o.dc_ms_decay, (double)c->dc_steps);
+    float ms_scale = corr > 1e-30 ? (float)(1.0 / corr) : 1.0f;
     for (int i = 0; i < c->nt; i++) {
         ctensor *t = &c->t[i];
         gddr_dc_args a = { t->n, (float)c->o.dc_lambda, c->o.dc_mode, c->o.dc_adaptive,
-                           (float)c->o.dc_ms_decay, 1e-7f };
+                           (float)c->o.dc_ms_decay, 1e-7f, ms_scale };
         if (c->ptr_kind == 2) {
             int r2 = dev_dc(c, i, &a, w_bak[i]);
             if (r2 != GDDR_OK)
