@@ -210,7 +210,7 @@ void gddr_ps_snapshot_after_push(gddr_ps *ps, ps_tensor *t, uint32_t rank, const
         int64_t now = gddr__now_ms();
         for (orphan **pp = &o->orphans; *pp;) {
             orphan *x = *pp;
-            if (x->delivered && x->to_rank == rank) {
+            if (x->delivered && x->to_rank == rank && x->id == t->id) {
                 if (x->withdraw) {
                     gddr_log(GDDR_LOG_INFO, "worker %u gave back its orphan of tensor %u", rank, x->id);
                 } else {

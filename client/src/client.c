@@ -646,13 +646,15 @@ int gddr__push_tensor(gddr_client *c, int i, const float *vals, const uint8_t *b
         p.residual_bitmap.len = bitmap_len;
         p.residual_payload_bytes = snap_vals * 4;
     }
-    p.orphans_replayed = c->orphans_done;
+    /* The orphan this tensor finished replaying, reported on its own push so
+     * the server credits the right orphan. */
+    p.orphans_replayed = t->orphan_done;
     rq.body_case = GDDR__REQUEST__BODY_PUSH;
     rq.push = &p;
     int rc = gddr__send_req(c, &rq, raws, snap_bm ? 2 : 1, OP_PUSH, i, ticket);
     if (rc == GDDR_OK) {
         c->k.values_pushed += nvals;
-        c->orphans_done = 0;
+        t->orphan_done = 0;
     }
     return rc;
 }

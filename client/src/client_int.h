@@ -57,6 +57,7 @@ typedef struct ctensor {
     float *ms;         /* DC adaptive: EMA of g^2 */
     residual res;
     int tau;
+    int orphan_done;   /* an orphan of this tensor was fully replayed; not yet reported */
     struct gddr__dtensor *dev; /* step.c: device-side GDDR state (NULL until a
                                 * step is given CUDA device pointers) */
 } ctensor;
@@ -80,7 +81,6 @@ struct gddr_client {
     struct pipeline *pipe; /* NULL unless gddr_step_submit was used */
     void *cuda;            /* step.c: gddr_cuda_ctx of the device path, or NULL */
     int ptr_kind;          /* step.c: 0 no step yet, 1 host, 2 device gradients */
-    uint32_t orphans_done; /* orphans fully replayed, not yet reported */
     uint64_t dc_steps;     /* DC compensations done (bias correction of ms) */
     struct heartbeat *hb;  /* NULL unless heartbeat_ms > 0 */
 };

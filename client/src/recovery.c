@@ -104,7 +104,7 @@ void gddr__orphan_replay(gddr_client *c, int i, float *target)
     free(r->orphan);
     r->orphan = NULL;
     r->orphan_left = 0;
-    c->orphans_done++;
+    t->orphan_done = 1;
     gddr__logf(&c->log, GDDR_LOG_INFO, "orphan residual of '%s' fully re-injected", t->key);
 }
 
