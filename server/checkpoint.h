@@ -118,12 +118,8 @@ int gddr__ckpt_writer_wait(gddr_ckpt_writer *w, int timeout_ms, int *last_rc,
 /* Finishes the write in flight, joins the thread, frees, sets *w = NULL. */
 void gddr__ckpt_writer_stop(gddr_ckpt_writer **w);
 
-/* CRC32C (Castagnoli, the iSCSI/ext4 one), zlib-style chaining: pass 0 to
- * start, the previous result to continue. Uses SSE4.2 when the CPU has it.
- * crc32c("123456789") = 0xE3069283. */
-uint32_t gddr__crc32c(uint32_t crc, const void *p, size_t n);
-/* The portable table (slicing-by-8) version, for tests. */
-uint32_t gddr__crc32c_sw(uint32_t crc, const void *p, size_t n);
+/* The checksum of the format: common/crc32c.h. */
+#include "crc32c.h"
 
 /* Tests only (0 in production): GDDR_CKPT_TEST_NO_URING forces the
  * pwritev()/fsync() path; GDDR_CKPT_TEST_NO_FALLOCATE skips reserving the
