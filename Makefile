@@ -10,7 +10,8 @@
 # Every output goes under build/. The protobuf-c code is generated there.
 
 CC        ?= cc
-BUILD     ?= build
+# A sanitized build gets its own folder, so objects of the two never mix.
+BUILD     ?= build$(if $(SANITIZER),/$(SANITIZER))
 PREFIX    ?= /usr/local
 DESTDIR   ?=
 SANITIZER ?=
