@@ -26,6 +26,28 @@ void gddr__frames_close(gddr__frames *f)
     f->n = 0;
 }
 
+/* libzmq hands out received frames at whatever offset they had in its
+ * receive buffer, so a float frame may start at an odd address; reading
+ * floats there is undefined behaviour (UBSan caught it). Such a frame is
+ * moved to a malloc'd (aligned) buffer: one memcpy, only when misaligned. */
+static void align_part(zmq_msg_t *m)
+{
+    size_t n = zmq_msg_size(m);
+    if (n < sizeof(float) || ((uintptr_t)zmq_msg_data(m) & (sizeof(float) - 1)) == 0)
+        return;
+    void *buf = malloc(n);
+    if (!buf)
+        return; /* stays as it is: x86 and arm64 load it right, only C objects */
+    memcpy(buf, zmq_msg_data(m), n);
+    zmq_msg_t aligned;
+    if (zmq_msg_init_data(&aligned, buf, n, gddr__zfree, NULL) != 0) {
+        free(buf);
+        return;
+    }
+    zmq_msg_move(m, &aligned); /* closes what m held */
+    zmq_msg_close(&aligned);
+}
+
 int gddr__frames_recv(void *sock, gddr__frames *f, int flags)
 {
     f->n = 0;
@@ -43,6 +65,8 @@ int gddr__frames_recv(void *sock, gddr__frames *f, int flags)
         }
         f->bytes += zmq_msg_size(m);
         int more = zmq_msg_more(m);
+        if (m != &scratch)
+            align_part(m);
         if (m == &scratch) {
             zmq_msg_close(m);
             f->truncated = 1;
