@@ -31,6 +31,7 @@
 
 #include "gddr/gddr.h"
 #include "harness.h"
+#include "wirekit.h"
 #include "suites.h"
 
 #define TCASE_TIMEOUT 30
@@ -56,16 +57,6 @@ static gddr_client *open_client(const char *ep, int rank, int world)
 {
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
     return open_client_o(ep, rank, world, o);
-}
-
-static gddr_server_stats get_stats(gddr_client *c)
-{
-    gddr_server_stats st;
-    memset(&st, 0xab, sizeof st);
-    int rc = gddr_server_stats_get(c, &st);
-    ck_assert_msg(rc == GDDR_OK, "gddr_server_stats_get: %s (%s)", gddr_strerror(rc),
-                  gddr_client_errmsg(c));
-    return st;
 }
 
 static void assert_close_floats(const float *got, const double *want, size_t n, double tol,

@@ -21,6 +21,7 @@
 #include "gddr/gddr.h"
 #include "gddr_hash.h"
 #include "harness.h"
+#include "wirekit.h"
 #include "residual.h"
 #include "suites.h"
 #include "wire.h"
@@ -81,32 +82,6 @@ static int server_tau(gddr_client *c)
 
 /* ---- the raw wire --------------------------------------------------------------- */
 
-typedef struct raw_conn {
-    void *ctx, *sock;
-    uint64_t next_id;
-} raw_conn;
-
-static void raw_open(raw_conn *r, const char *ep)
-{
-    memset(r, 0, sizeof *r);
-    r->ctx = zmq_ctx_new();
-    r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
-    ck_assert_ptr_nonnull(r->sock);
-    int zero = 0;
-    zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof zero);
-    ck_assert_int_eq(zmq_connect(r->sock, ep), 0);
-    r->next_id = 5000;
-}
-
-static void raw_close(raw_conn *r)
-{
-    if (r->sock)
-        zmq_close(r->sock);
-    if (r->ctx)
-        zmq_ctx_term(r->ctx);
-    memset(r, 0, sizeof *r);
-}
-
 /* Sends a push of rank `rank`: nvals floats in the frame, the header
  * claiming payload_bytes. bm NULL: dense. Returns the req_id. */
 static uint64_t raw_push(raw_conn *r, uint32_t rank, uint32_t id, const float *vals, size_t nvals,
@@ -133,33 +108,11 @@ static uint64_t raw_push(raw_conn *r, uint32_t rank, uint32_t id, const float *v
     return rq.req_id;
 }
 
-static Gddr__Reply *raw_recv(raw_conn *r, int timeout_ms)
-{
-    zmq_pollitem_t it = { r->sock, 0, ZMQ_POLLIN, 0 };
-    int64_t deadline = gt_now_ms() + timeout_ms;
-    for (;;) {
-        int64_t left = deadline - gt_now_ms();
-        if (left < 0)
-            return NULL;
-        int rc = zmq_poll(&it, 1, (long)left);
-        if (rc > 0)
-            break;
-        if (rc < 0 && errno != EINTR)
-            return NULL;
-    }
-    gddr__frames f;
-    if (gddr__frames_recv(r->sock, &f, ZMQ_DONTWAIT) < 1)
-        return NULL;
-    Gddr__Reply *rep = gddr__reply__unpack(NULL, gddr__frame_size(&f, 0), gddr__frame_data(&f, 0));
-    gddr__frames_close(&f);
-    ck_assert_msg(rep != NULL, "not a gddr.Reply");
-    return rep;
-}
 
 /* Expects a push reply to rid; returns applied and stores the version. */
 static int raw_push_ok(raw_conn *r, uint64_t rid, uint64_t *version, const char *what)
 {
-    Gddr__Reply *rep = raw_recv(r, REPLY_WAIT_MS);
+    Gddr__Reply *rep = raw_recv(r, REPLY_WAIT_MS, NULL);
     ck_assert_msg(rep != NULL, "%s: no reply", what);
     ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_PUSH, "%s: refused: %s", what,
                   rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->message : "?");
@@ -173,7 +126,7 @@ static int raw_push_ok(raw_conn *r, uint64_t rid, uint64_t *version, const char 
 
 static void raw_push_refused(raw_conn *r, uint64_t rid, int code, const char *what)
 {
-    Gddr__Reply *rep = raw_recv(r, REPLY_WAIT_MS);
+    Gddr__Reply *rep = raw_recv(r, REPLY_WAIT_MS, NULL);
     ck_assert_msg(rep != NULL, "%s: no reply", what);
     ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_ERROR, "%s: accepted, expected %s", what,
                   gddr_strerror(code));

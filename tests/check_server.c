@@ -19,6 +19,7 @@
 
 #include "gddr/gddr.h"
 #include "harness.h"
+#include "wirekit.h"
 #include "suites.h"
 #include "wire.h"
 
@@ -50,16 +51,6 @@ static gddr_client *open_client(const char *ep, int rank, int world)
     return c;
 }
 
-static gddr_server_stats get_stats(gddr_client *c)
-{
-    gddr_server_stats st;
-    memset(&st, 0xab, sizeof st);
-    int rc = gddr_server_stats_get(c, &st);
-    ck_assert_msg(rc == GDDR_OK, "gddr_server_stats_get: %s (%s)", gddr_strerror(rc),
-                  gddr_client_errmsg(c));
-    return st;
-}
-
 /* Pulls tensor id and checks it is exactly `want` at `version`. */
 static void assert_state(gddr_client *c, int id, const float *want, size_t n, uint64_t version,
                          const char *what)
@@ -76,33 +67,6 @@ static void assert_state(gddr_client *c, int id, const float *want, size_t n, ui
 }
 
 /* ---- the raw wire ------------------------------------------------------------ */
-
-typedef struct raw_conn {
-    void *ctx, *sock;
-    uint64_t next_id;
-} raw_conn;
-
-static void raw_open(raw_conn *r, const char *ep)
-{
-    memset(r, 0, sizeof *r);
-    r->ctx = zmq_ctx_new();
-    ck_assert_ptr_nonnull(r->ctx);
-    r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
-    ck_assert_ptr_nonnull(r->sock);
-    int zero = 0;
-    zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof zero);
-    ck_assert_int_eq(zmq_connect(r->sock, ep), 0);
-    r->next_id = 1000;
-}
-
-static void raw_close(raw_conn *r)
-{
-    if (r->sock)
-        zmq_close(r->sock);
-    if (r->ctx)
-        zmq_ctx_term(r->ctx);
-    memset(r, 0, sizeof *r);
-}
 
 /* A fresh request header with a valid envelope. */
 static void raw_req(raw_conn *r, Gddr__Request *rq)
@@ -129,34 +93,6 @@ static void raw_send(raw_conn *r, const Gddr__Request *rq, const gddr__raw *raws
 {
     ck_assert_msg(gddr__send(r->sock, NULL, &rq->base, raws, nraw) >= 0, "gddr__send: %s",
                   zmq_strerror(errno));
-}
-
-/* Receives one reply within timeout_ms; NULL when none came. The frames are
- * kept in *f when f is given (the caller closes them). */
-static Gddr__Reply *raw_recv(raw_conn *r, int timeout_ms, gddr__frames *f)
-{
-    zmq_pollitem_t it = { r->sock, 0, ZMQ_POLLIN, 0 };
-    int64_t deadline = gt_now_ms() + timeout_ms;
-    for (;;) {
-        int64_t left = deadline - gt_now_ms();
-        if (left < 0)
-            return NULL;
-        int rc = zmq_poll(&it, 1, (long)left);
-        if (rc > 0)
-            break;
-        if (rc < 0 && errno != EINTR)
-            return NULL;
-    }
-    gddr__frames fr;
-    if (gddr__frames_recv(r->sock, &fr, ZMQ_DONTWAIT) < 1)
-        return NULL;
-    Gddr__Reply *rep = gddr__reply__unpack(NULL, gddr__frame_size(&fr, 0), gddr__frame_data(&fr, 0));
-    ck_assert_msg(rep != NULL, "the server sent a reply that is not a valid gddr.Reply");
-    if (f)
-        *f = fr;
-    else
-        gddr__frames_close(&fr);
-    return rep;
 }
 
 /* Expects an error reply with `code` to request id req_id (or, with
