@@ -98,6 +98,25 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_auth_rejected_total %llu\n", (unsigned long long)ps->auth_rejected);
     sb_printf(&b, "# HELP gddr_live_workers Workers alive.\n# TYPE gddr_live_workers gauge\ngddr_live_workers %d\n",
               gddr_ps_live_workers(ps));
+    sb_printf(&b, "# HELP gddr_worker_pushes_total Pushes accepted per worker.\n# TYPE gddr_worker_pushes_total counter\n");
+    for (int r = 0; r < ps->cfg.max_workers; r++)
+        if (ps->workers[r].known)
+            sb_printf(&b, "gddr_worker_pushes_total{rank=\"%d\"} %llu\n", r,
+                      (unsigned long long)ps->workers[r].pushes);
+    sb_printf(&b, "# HELP gddr_worker_staleness_mean Mean staleness of a worker's pushes.\n# TYPE gddr_worker_staleness_mean gauge\n");
+    for (int r = 0; r < ps->cfg.max_workers; r++)
+        if (ps->workers[r].known)
+            sb_printf(&b, "gddr_worker_staleness_mean{rank=\"%d\"} %g\n", r,
+                      ps_stale_mean(&ps->workers[r].stale));
+    sb_printf(&b, "# HELP gddr_worker_staleness_max Largest staleness of a worker's pushes.\n# TYPE gddr_worker_staleness_max gauge\n");
+    for (int r = 0; r < ps->cfg.max_workers; r++)
+        if (ps->workers[r].known)
+            sb_printf(&b, "gddr_worker_staleness_max{rank=\"%d\"} %llu\n", r,
+                      (unsigned long long)ps->workers[r].stale.max);
+    sb_printf(&b, "# HELP gddr_worker_staleness_ema EMA of a worker's staleness.\n# TYPE gddr_worker_staleness_ema gauge\n");
+    for (int r = 0; r < ps->cfg.max_workers; r++)
+        if (ps->workers[r].known)
+            sb_printf(&b, "gddr_worker_staleness_ema{rank=\"%d\"} %g\n", r, ps->workers[r].stale.ema);
     sb_printf(&b, "# HELP gddr_worker_deaths_total Workers declared dead.\n# TYPE gddr_worker_deaths_total counter\n"
                   "gddr_worker_deaths_total %llu\n", (unsigned long long)ps->deaths);
     sb_printf(&b, "# HELP gddr_tau GDDR delay bound per tensor.\n# TYPE gddr_tau gauge\n");

@@ -152,6 +152,8 @@ START_TEST(test_metrics_http)
     ck_assert_msg(strstr(page, "\ngddr_pulls_total 1\n"), "page: %s", page);
     ck_assert_msg(strstr(page, "gddr_tensor_version{tensor=\"scraped\"} 1\n"), "page: %s", page);
     ck_assert_msg(strstr(page, "gddr_staleness_bucket{le=\"+Inf\"} 1\n"), "page: %s", page);
+    ck_assert_msg(strstr(page, "gddr_worker_pushes_total{rank=\"0\"} 1\n"), "page: %s", page);
+    ck_assert_msg(strstr(page, "gddr_worker_staleness_max{rank=\"0\"} 0\n"), "page: %s", page);
     free(page);
     /* A second scrape sees the next push. */
     step_lr(c, id, w);
