@@ -125,11 +125,7 @@ int gddr_ps_snapshot_check(gddr_ps *ps, ps_tensor *t, const Gddr__Push *p, gddr_
                  nvals, (unsigned long long)p->residual_payload_bytes, gddr__frame_size(f, 3));
         return GDDR_EBITMAP;
     }
-    const float *v = gddr__frame_data(f, 3);
-    float acc = 0;
-    for (size_t i = 0; i < nvals; i++)
-        acc += v[i] * 0.0f;
-    if (acc != 0.0f) {
+    if (!ps_all_finite(gddr__frame_data(f, 3), nvals)) {
         snprintf(msg, mlen, "values hold NaN or Inf");
         return GDDR_ENONFINITE;
     }

@@ -89,6 +89,8 @@ typedef struct gddr_ps {
     size_t npulls, cap_pulls;
 
     ps_pool *pool;
+    int64_t *offbuf;      /* per-chunk offsets of the push being applied */
+    size_t offcap;
 
     /* metrics */
     uint64_t pushes, pulls_served, inits, bytes_in, bytes_out, versions_total;
@@ -153,6 +155,9 @@ int gddr_ps_auth_setup(gddr_ps *ps, char *err, size_t errlen);
 void gddr_ps_auth_poll(gddr_ps *ps);
 int gddr_ps_auth_reload(gddr_ps *ps);
 void gddr_ps_auth_close(gddr_ps *ps);
+
+/* server.c: 1 when no element is NaN or Inf. */
+int ps_all_finite(const float *v, size_t n);
 
 /* stats.c */
 void ps_stale_add(ps_stale *s, uint64_t tau, double decay);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "blas.h"
 #include "log.h"
 #include "ps.h"
 #include "snapshot.h"
@@ -179,7 +180,7 @@ static int tensor_mode(gddr_ps *ps, const ps_tensor *t)
     return ps->cfg.mode;
 }
 
-static int all_finite(const float *v, size_t n)
+int ps_all_finite(const float *v, size_t n)
 {
     /* isfinite on every element vectorises poorly; summing v*0 is NaN iff
      * some element is NaN or Inf, and runs at memory speed. */
@@ -319,13 +320,12 @@ static int sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
 
 static void worker_left(gddr_ps *ps, uint32_t rank);
 
-static void on_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
+static int on_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
 {
     const Gddr__Hello *h = rq->hello;
     if (h->world_size > (uint32_t)ps->cfg.max_workers) {
-        reject(ps, ident, rq->req_id, GDDR_EWORKER, "world_size %u is above max_workers %lld",
+        return reject(ps, ident, rq->req_id, GDDR_EWORKER, "world_size %u is above max_workers %lld",
                h->world_size, ps->cfg.max_workers);
-        return;
     }
     if (!rq->observer && (int)h->world_size > ps->announced_world)
         ps->announced_world = (int)h->world_size;
@@ -348,6 +348,7 @@ static void on_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
     r.body_case = GDDR__REPLY__BODY_HELLO;
     r.hello = &hr;
     send_reply(ps, ident, &r, NULL, 0);
+    return GDDR_OK;
 }
 
 static int valid_key(const char *k)
@@ -361,25 +362,22 @@ static int valid_key(const char *k)
     return 1;
 }
 
-static void on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f)
+static int on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f)
 {
     const Gddr__InitTensor *in = rq->init;
     if (!valid_key(in->key)) {
-        reject(ps, ident, rq->req_id, GDDR_EINVAL,
+        return reject(ps, ident, rq->req_id, GDDR_EINVAL,
                "tensor key must be 1-127 printable characters without spaces");
-        return;
     }
     if (in->n == 0 || in->n > (uint64_t)ps->cfg.max_message_bytes / 4) {
-        reject(ps, ident, rq->req_id, GDDR_ELENGTH, "tensor '%s': length %llu is out of range",
+        return reject(ps, ident, rq->req_id, GDDR_ELENGTH, "tensor '%s': length %llu is out of range",
                in->key, (unsigned long long)in->n);
-        return;
     }
     if (in->payload_bytes != in->n * 4 || f->n != 3 || gddr__frame_size(f, 2) != in->payload_bytes) {
-        reject(ps, ident, rq->req_id, GDDR_ELENGTH,
+        return reject(ps, ident, rq->req_id, GDDR_ELENGTH,
                "tensor '%s': header says %llu values (%llu bytes) but the frame holds %zu bytes",
                in->key, (unsigned long long)in->n, (unsigned long long)in->payload_bytes,
                f->n == 3 ? gddr__frame_size(f, 2) : 0);
-        return;
     }
     const float *vals = gddr__frame_data(f, 2);
     ps_tensor *t = NULL;
@@ -389,26 +387,22 @@ static void on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     int created = 0;
     if (t) {
         if (t->n != in->n) {
-            reject(ps, ident, rq->req_id, GDDR_ELENGTH,
+            return reject(ps, ident, rq->req_id, GDDR_ELENGTH,
                    "tensor '%s' exists with length %zu, not %llu", in->key, t->n,
                    (unsigned long long)in->n);
-            return;
         }
     } else {
         if (ps->ntensors >= (size_t)ps->cfg.max_tensors) {
-            reject(ps, ident, rq->req_id, GDDR_EINVAL, "server holds max_tensors = %lld already",
+            return reject(ps, ident, rq->req_id, GDDR_EINVAL, "server holds max_tensors = %lld already",
                    ps->cfg.max_tensors);
-            return;
         }
-        if (!all_finite(vals, in->n)) {
-            reject(ps, ident, rq->req_id, GDDR_ENONFINITE, "tensor '%s': initial values hold NaN or Inf",
+        if (!ps_all_finite(vals, in->n)) {
+            return reject(ps, ident, rq->req_id, GDDR_ENONFINITE, "tensor '%s': initial values hold NaN or Inf",
                    in->key);
-            return;
         }
         t = gddr_ps_tensor_create(ps, in->key, in->n);
         if (!t) {
-            reject(ps, ident, rq->req_id, GDDR_ENOMEM, "no memory for tensor '%s'", in->key);
-            return;
+            return reject(ps, ident, rq->req_id, GDDR_ENOMEM, "no memory for tensor '%s'", in->key);
         }
         memcpy(t->w, vals, in->n * sizeof(float));
         created = 1;
@@ -426,30 +420,30 @@ static void on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     r.body_case = GDDR__REPLY__BODY_INIT;
     r.init = &ir;
     send_reply(ps, ident, &r, NULL, 0);
+    return GDDR_OK;
 }
 
-static void on_pull(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
+static int on_pull(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
 {
     const Gddr__Pull *p = rq->pull;
     ps_tensor *t = tensor_by_id(ps, p->id);
     if (!t) {
-        reject(ps, ident, rq->req_id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)", p->id,
+        return reject(ps, ident, rq->req_id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)", p->id,
                ps->ntensors);
-        return;
     }
     if (pull_ready(ps, t, p->min_version, p->step)) {
         send_values(ps, ident, rq->req_id, t);
-        return;
+        return GDDR_OK;
     }
     /* A sync step or the ssp bound will release it. A min_version far ahead
      * of anything a step can produce is a client bug, not a wait. */
     if (p->min_version > t->version + 1 + (uint64_t)gddr_ps_expected_workers(ps)) {
-        reject(ps, ident, rq->req_id, GDDR_EVERSION,
+        return reject(ps, ident, rq->req_id, GDDR_EVERSION,
                "pull asks for version %llu of tensor '%s', which is at %llu",
                (unsigned long long)p->min_version, t->key, (unsigned long long)t->version);
-        return;
     }
     park_pull(ps, ident, rq->req_id, rq->rank, t, p->min_version, p->step, p->wait_ms);
+    return GDDR_OK;
 }
 
 /* Checks a chunk bitmap against a tensor and the payload frame, and builds
@@ -503,72 +497,65 @@ static int check_layout(const ps_tensor *t, const ProtobufCBinaryData *bm, uint6
     return GDDR_OK;
 }
 
-static void on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f)
+static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f)
 {
     const Gddr__Push *p = rq->push;
     uint64_t id = rq->req_id;
     ps_tensor *t = tensor_by_id(ps, p->id);
     if (!t) {
-        reject(ps, ident, id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)", p->id,
+        return reject(ps, ident, id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)", p->id,
                ps->ntensors);
-        return;
     }
     int want_frames = 3 + (p->residual_snapshot ? 1 : 0);
     if (f->n != want_frames) {
-        reject(ps, ident, id, GDDR_EPROTO, "push carries %d frames, expected %d", f->n - 1,
+        return reject(ps, ident, id, GDDR_EPROTO, "push carries %d frames, expected %d", f->n - 1,
                want_frames - 1);
-        return;
     }
     char msg[256];
-    int64_t *off = malloc(t->nchunks * sizeof *off);
+    /* Per-chunk payload offsets, in a buffer kept across pushes: no
+     * allocation on the hot path once the largest tensor has been seen. */
+    if (ps->offcap < t->nchunks) {
+        int64_t *nb = realloc(ps->offbuf, t->nchunks * sizeof *nb);
+        if (nb) {
+            ps->offbuf = nb;
+            ps->offcap = t->nchunks;
+        }
+    }
+    int64_t *off = ps->offcap >= t->nchunks ? ps->offbuf : NULL;
     if (!off) {
-        reject(ps, ident, id, GDDR_ENOMEM, "no memory");
-        return;
+        return reject(ps, ident, id, GDDR_ENOMEM, "no memory");
     }
     size_t nfloats = 0;
     int rc = check_layout(t, &p->bitmap, p->payload_bytes, gddr__frame_size(f, 2), off, &nfloats,
                           msg, sizeof msg);
     if (rc != GDDR_OK) {
-        free(off);
-        reject(ps, ident, id, rc, "push to tensor '%s': %s", t->key, msg);
-        return;
+        return reject(ps, ident, id, rc, "push to tensor '%s': %s", t->key, msg);
     }
     if (p->base_version > t->version || p->birth_version > p->base_version) {
-        free(off);
-        reject(ps, ident, id, GDDR_EVERSION,
+        return reject(ps, ident, id, GDDR_EVERSION,
                "push to tensor '%s' at version %llu claims birth %llu, base %llu", t->key,
                (unsigned long long)t->version, (unsigned long long)p->birth_version,
                (unsigned long long)p->base_version);
-        return;
     }
     const float *vals = gddr__frame_data(f, 2);
-    if (!all_finite(vals, nfloats) || !isfinite(p->grad_norm) || p->grad_norm < 0) {
-        free(off);
-        reject(ps, ident, id, GDDR_ENONFINITE, "push to tensor '%s' holds NaN or Inf", t->key);
-        return;
+    if (!ps_all_finite(vals, nfloats) || !isfinite(p->grad_norm) || p->grad_norm < 0) {
+        return reject(ps, ident, id, GDDR_ENONFINITE, "push to tensor '%s' holds NaN or Inf", t->key);
     }
     if (ps->cfg.max_grad_norm > 0) {
-        double sq = 0;
-        for (size_t i = 0; i < nfloats; i++)
-            sq += (double)vals[i] * vals[i];
-        double measured = sqrt(sq);
+        double measured = gddr_nrm2_cpu(vals, nfloats);
         /* The guard judges what would be applied. The reported norm is the
          * fresh gradient's, before any client-side clipping (it feeds the
          * tau controller), so it must not veto a clipped push. */
         if (measured > ps->cfg.max_grad_norm) {
-            free(off);
-            reject(ps, ident, id, GDDR_EGRADNORM,
+                return reject(ps, ident, id, GDDR_EGRADNORM,
                    "push to tensor '%s': gradient norm %.6g (reported %.6g) exceeds max_grad_norm %g",
                    t->key, measured, (double)p->grad_norm, ps->cfg.max_grad_norm);
-            return;
         }
     }
     if (p->residual_snapshot) {
         rc = gddr_ps_snapshot_check(ps, t, p, f, msg, sizeof msg);
         if (rc != GDDR_OK) {
-            free(off);
-            reject(ps, ident, id, rc, "push to tensor '%s': residual snapshot: %s", t->key, msg);
-            return;
+                return reject(ps, ident, id, rc, "push to tensor '%s': residual snapshot: %s", t->key, msg);
         }
     }
 
@@ -599,7 +586,6 @@ static void on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
         ps->versions_total++;
         pr.applied = 1;
     }
-    free(off);
     ps->pushes++;
     w->pushes++;
     if (p->step + 1 > w->clock)
@@ -631,6 +617,7 @@ static void on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     send_reply(ps, ident, &r, NULL, 0);
     gddr_ps_snapshot_offer_orphans(ps, ident, rq->rank);
     release_pulls(ps);
+    return GDDR_OK;
 }
 
 static void on_stats(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
@@ -707,14 +694,12 @@ static void handle_message(gddr_ps *ps, gddr__frames *f)
             ps_worker *w = &ps->workers[rq->rank];
             if (!rq->observer && (rq->body_case == GDDR__REQUEST__BODY_HELLO || w->known))
                 touch_worker(ps, rq->rank);
-            uint64_t rejected_before = 0;
-            for (int i = 0; i < PS_NERR; i++)
-                rejected_before += ps->rejected[i];
+            int rc = GDDR_OK;
             switch (rq->body_case) {
-            case GDDR__REQUEST__BODY_HELLO: on_hello(ps, ident, rq); break;
-            case GDDR__REQUEST__BODY_INIT: on_init(ps, ident, rq, f); break;
-            case GDDR__REQUEST__BODY_PULL: on_pull(ps, ident, rq); break;
-            case GDDR__REQUEST__BODY_PUSH: on_push(ps, ident, rq, f); break;
+            case GDDR__REQUEST__BODY_HELLO: rc = on_hello(ps, ident, rq); break;
+            case GDDR__REQUEST__BODY_INIT: rc = on_init(ps, ident, rq, f); break;
+            case GDDR__REQUEST__BODY_PULL: rc = on_pull(ps, ident, rq); break;
+            case GDDR__REQUEST__BODY_PUSH: rc = on_push(ps, ident, rq, f); break;
             case GDDR__REQUEST__BODY_STATS: on_stats(ps, ident, rq); break;
             case GDDR__REQUEST__BODY_HEARTBEAT: send_ack(ps, ident, rq->req_id, "alive"); break;
             case GDDR__REQUEST__BODY_CHECKPOINT:
@@ -727,12 +712,9 @@ static void handle_message(gddr_ps *ps, gddr__frames *f)
                 send_ack(ps, ident, rq->req_id, "bye");
                 break;
             default:
-                reject(ps, ident, rq->req_id, GDDR_EPROTO, "request without a body");
+                rc = reject(ps, ident, rq->req_id, GDDR_EPROTO, "request without a body");
             }
-            uint64_t rejected_after = 0;
-            for (int i = 0; i < PS_NERR; i++)
-                rejected_after += ps->rejected[i];
-            if (!rq->observer && !w->known && rejected_after == rejected_before &&
+            if (!rq->observer && !w->known && rc == GDDR_OK &&
                 rq->body_case != GDDR__REQUEST__BODY_BYE &&
                 rq->body_case != GDDR__REQUEST__BODY_HEARTBEAT)
                 touch_worker(ps, rq->rank);
@@ -920,6 +902,7 @@ void gddr_ps_close(gddr_ps **pp)
     for (size_t i = 0; i < ps->npulls; i++)
         zmq_msg_close(&ps->pulls[i].ident);
     free(ps->pulls);
+    free(ps->offbuf);
     if (ps->router)
         zmq_close(ps->router);
     if (ps->metrics)

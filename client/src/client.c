@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blas.h"
 #include "client_int.h"
 #include "gddr_hash.h"
 #include "keys.h"
@@ -659,14 +660,6 @@ int gddr__push_tensor(gddr_client *c, int i, const float *vals, const uint8_t *b
     return rc;
 }
 
-static float norm_of(const float *g, size_t n)
-{
-    double s = 0;
-    for (size_t i = 0; i < n; i++)
-        s += (double)g[i] * g[i];
-    return (float)sqrt(s);
-}
-
 int gddr_push_async(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
                     gddr_ticket *ticket)
 {
@@ -678,7 +671,7 @@ int gddr_push_async(gddr_client *c, int id, const float *grad, const gddr_push_t
     ctensor *t = &c->t[id];
     uint64_t birth = tags && tags->has_birth ? tags->birth_version : t->version;
     uint64_t base = tags && tags->has_birth && tags->base_version ? tags->base_version : birth;
-    return gddr__push_tensor(c, id, grad, NULL, 0, t->n, birth, base, norm_of(grad, t->n), NULL,
+    return gddr__push_tensor(c, id, grad, NULL, 0, t->n, birth, base, (float)gddr_nrm2_cpu(grad, t->n), NULL,
                              NULL, 0, ticket);
 }
 
