@@ -111,15 +111,42 @@ int gddr__keyfile_generate(const char *name, char pub[GDDR_Z85_KEY], char *err, 
     return 0;
 }
 
-int gddr__authorized_keys_read(const char *path, unsigned char (**keys)[32], char *err,
-                               size_t errlen)
+/* Parses the options before a key ("ranks=0-3", "observer", comma
+ * separated) into k; -1 with err on anything else. */
+static int parse_key_options(char *opts, gddr__authkey *k, char *err, size_t errlen)
+{
+    for (char *save = NULL, *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save)) {
+        if (strcmp(o, "observer") == 0) {
+            k->observer_only = 1;
+            continue;
+        }
+        if (strncmp(o, "ranks=", 6) == 0) {
+            char *end;
+            long lo = strtol(o + 6, &end, 10), hi = lo;
+            if (end != o + 6 && *end == '-')
+                hi = strtol(end + 1, &end, 10);
+            if (end == o + 6 || *end || lo < 0 || hi < lo || hi > 65535) {
+                snprintf(err, errlen, "'%s' is not ranks=N or ranks=LO-HI", o);
+                return -1;
+            }
+            k->rank_lo = (int)lo;
+            k->rank_hi = (int)hi;
+            continue;
+        }
+        snprintf(err, errlen, "unknown option '%s' (ranks=LO-HI or observer)", o);
+        return -1;
+    }
+    return 0;
+}
+
+int gddr__authorized_keys_read(const char *path, gddr__authkey **keys, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
     if (!f) {
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
-    unsigned char(*arr)[32] = NULL;
+    gddr__authkey *arr = NULL;
     int n = 0, cap = 0, lineno = 0;
     char line[512];
     while (fgets(line, sizeof line, f)) {
@@ -127,19 +154,40 @@ int gddr__authorized_keys_read(const char *path, unsigned char (**keys)[32], cha
         char *s = trim(line);
         if (!*s || *s == '#')
             continue;
-        char key[GDDR_Z85_KEY];
+        gddr__authkey k;
+        memset(&k, 0, sizeof k);
+        k.rank_lo = k.rank_hi = -1;
         size_t len = strcspn(s, " \t");
+        if (len != 40) {
+            /* Options first, then the key. */
+            char opts[256], why[256];
+            snprintf(opts, sizeof opts, "%.*s", (int)len, s);
+            if (parse_key_options(opts, &k, why, sizeof why) < 0) {
+                fclose(f);
+                free(arr);
+                snprintf(err, errlen, "%s:%d: %s", path, lineno, why);
+                return -1;
+            }
+            s = trim(s + len);
+            len = strcspn(s, " \t");
+        }
         if (len != 40) {
             fclose(f);
             free(arr);
             snprintf(err, errlen, "%s:%d: expected a 40-character Z85 public key", path, lineno);
             return -1;
         }
-        memcpy(key, s, 40);
-        key[40] = 0;
+        memcpy(k.z85, s, 40);
+        k.z85[40] = 0;
+        if (!zmq_z85_decode(k.key, k.z85)) {
+            fclose(f);
+            free(arr);
+            snprintf(err, errlen, "%s:%d: not a valid Z85 key", path, lineno);
+            return -1;
+        }
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
-            void *p = realloc(arr, (size_t)cap * 32);
+            void *p = realloc(arr, (size_t)cap * sizeof *arr);
             if (!p) {
                 fclose(f);
                 free(arr);
@@ -148,13 +196,7 @@ int gddr__authorized_keys_read(const char *path, unsigned char (**keys)[32], cha
             }
             arr = p;
         }
-        if (!zmq_z85_decode(arr[n], key)) {
-            fclose(f);
-            free(arr);
-            snprintf(err, errlen, "%s:%d: not a valid Z85 key", path, lineno);
-            return -1;
-        }
-        n++;
+        arr[n++] = k;
     }
     fclose(f);
     *keys = arr;

@@ -37,12 +37,23 @@ void gddr__logf(const gddr__logger *lg, int level, const char *fmt, ...)
 {
     if (!lg || !lg->fn || level > lg->level)
         return;
-    char buf[1024];
+    char buf[1024], line[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    lg->fn(lg->user, level, buf);
+    /* One event, one line: control characters (a newline in a string that
+     * came off the wire, say) are escaped, so nothing a peer sends can
+     * forge a log line. */
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)buf; *p && o + 5 < sizeof line; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            o += (size_t)snprintf(line + o, sizeof line - o, "\\x%02x", *p);
+        else
+            line[o++] = (char)*p;
+    }
+    line[o] = 0;
+    lg->fn(lg->user, level, line);
 }
 
 int gddr__log_level_parse(const char *s)

@@ -79,6 +79,15 @@ int gddr__frames_recv(void *sock, gddr__frames *f, int flags)
     return f->n;
 }
 
+/* Gives raws[from..nraw) with a free function back to their owners: the
+ * send failed before ZeroMQ took them. */
+static void release_raws(const gddr__raw *raws, int from, int nraw)
+{
+    for (int i = from; i < nraw; i++)
+        if (raws[i].free_fn)
+            raws[i].free_fn((void *)raws[i].data, raws[i].hint);
+}
+
 long gddr__send(void *sock, zmq_msg_t *identity, const ProtobufCMessage *header,
                 const gddr__raw *raws, int nraw)
 {
@@ -90,17 +99,21 @@ long gddr__send(void *sock, zmq_msg_t *identity, const ProtobufCMessage *header,
         total += (long)zmq_msg_size(&id);
         if (zmq_msg_send(&id, sock, ZMQ_SNDMORE) < 0) {
             zmq_msg_close(&id);
+            release_raws(raws, 0, nraw);
             return -1;
         }
     }
     size_t hlen = protobuf_c_message_get_packed_size(header);
     zmq_msg_t h;
-    if (zmq_msg_init_size(&h, hlen) != 0)
+    if (zmq_msg_init_size(&h, hlen) != 0) {
+        release_raws(raws, 0, nraw);
         return -1;
+    }
     protobuf_c_message_pack(header, zmq_msg_data(&h));
     total += (long)hlen;
     if (zmq_msg_send(&h, sock, nraw > 0 ? ZMQ_SNDMORE : 0) < 0) {
         zmq_msg_close(&h);
+        release_raws(raws, 0, nraw);
         return -1;
     }
     for (int i = 0; i < nraw; i++) {
@@ -114,11 +127,14 @@ long gddr__send(void *sock, zmq_msg_t *identity, const ProtobufCMessage *header,
             if (rc == 0 && raws[i].len)
                 memcpy(zmq_msg_data(&m), raws[i].data, raws[i].len);
         }
-        if (rc != 0)
+        if (rc != 0) {
+            release_raws(raws, i, nraw);
             return -1;
+        }
         total += (long)raws[i].len;
         if (zmq_msg_send(&m, sock, i + 1 < nraw ? ZMQ_SNDMORE : 0) < 0) {
-            zmq_msg_close(&m);
+            zmq_msg_close(&m); /* calls raws[i]'s free function */
+            release_raws(raws, i + 1, nraw);
             return -1;
         }
     }

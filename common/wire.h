@@ -31,7 +31,9 @@ static inline void *gddr__frame_data(gddr__frames *f, int i) { return zmq_msg_da
 static inline size_t gddr__frame_size(gddr__frames *f, int i) { return zmq_msg_size(&f->part[i]); }
 
 /* A raw frame to send after the header: `data` is copied by ZeroMQ unless
- * `free_fn` is set, in which case ZeroMQ takes ownership and calls it. */
+ * `free_fn` is set, in which case ZeroMQ takes ownership and calls it
+ * (gddr__send calls it itself when the send fails first: either way it is
+ * called exactly once). */
 typedef struct gddr__raw {
     const void *data;
     size_t len;

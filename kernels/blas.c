@@ -34,6 +34,21 @@ double gddr_nrm2_cpu(const float *x, size_t n)
     return sqrt((s0 + s1) + (s2 + s3));
 }
 
+double gddr_asum_cpu(const float *x, size_t n)
+{
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        s0 += fabs((double)x[i]);
+        s1 += fabs((double)x[i + 1]);
+        s2 += fabs((double)x[i + 2]);
+        s3 += fabs((double)x[i + 3]);
+    }
+    for (; i < n; i++)
+        s0 += fabs((double)x[i]);
+    return (s0 + s1) + (s2 + s3);
+}
+
 void gddr_scal_cpu(float *x, size_t n, float a)
 {
     for (size_t i = 0; i < n; i++)
@@ -164,6 +179,17 @@ int gddr_nrm2_cuda(gddr_cuda_ctx *ctx, const float *d_x, size_t n, double *out)
     float r = 0.0f;
     if (n > 0)
         GDDR_CUBLAS_TRY(cublasSnrm2_64(ctx->blas, (int64_t)n, d_x, 1, &r));
+    *out = r;
+    return GDDR_OK;
+}
+
+int gddr_asum_cuda(gddr_cuda_ctx *ctx, const float *d_x, size_t n, double *out)
+{
+    if (!ctx || !out || (n > 0 && !d_x))
+        return GDDR_EINVAL;
+    float r = 0.0f;
+    if (n > 0)
+        GDDR_CUBLAS_TRY(cublasSasum_64(ctx->blas, (int64_t)n, d_x, 1, &r));
     *out = r;
     return GDDR_OK;
 }

@@ -19,6 +19,7 @@ extern "C" {
 
 /* CPU twins. Pure functions of their arguments; the caller owns x and y. */
 double gddr_nrm2_cpu(const float *x, size_t n);                 /* accumulates in double */
+double gddr_asum_cpu(const float *x, size_t n);                 /* sum of |x|, in double */
 void gddr_scal_cpu(float *x, size_t n, float a);                /* x *= a */
 void gddr_axpy_cpu(float *y, const float *x, size_t n, float a); /* y += a*x */
 
@@ -48,6 +49,7 @@ int gddr_cuda_is_device_ptr(const void *p);
 /* cuBLAS on the context's stream. nrm2 waits for the result (host pointer
  * mode); scal and axpy are queued and return at once. */
 int gddr_nrm2_cuda(gddr_cuda_ctx *ctx, const float *d_x, size_t n, double *out);
+int gddr_asum_cuda(gddr_cuda_ctx *ctx, const float *d_x, size_t n, double *out);
 int gddr_scal_cuda(gddr_cuda_ctx *ctx, float *d_x, size_t n, float a);
 int gddr_axpy_cuda(gddr_cuda_ctx *ctx, float *d_y, const float *d_x, size_t n, float a);
 

@@ -50,6 +50,10 @@ int gddr_nrm2_cuda(gddr_cuda_ctx *ctx, const float *d_x, size_t n, double *out)
 {
     return GDDR_ENOTSUP;
 }
+int gddr_asum_cuda(gddr_cuda_ctx *ctx, const float *d_x, size_t n, double *out)
+{
+    return GDDR_ENOTSUP;
+}
 int gddr_scal_cuda(gddr_cuda_ctx *ctx, float *d_x, size_t n, float a) { return GDDR_ENOTSUP; }
 int gddr_axpy_cuda(gddr_cuda_ctx *ctx, float *d_y, const float *d_x, size_t n, float a)
 {

@@ -3,9 +3,16 @@
  * With curve_secret_key_file set, the ROUTER is a CURVE server: traffic is
  * encrypted and every client proves it holds a key pair. libzmq then asks
  * a ZAP handler (RFC 27, inproc://zeromq.zap.01) whether that client's
- * public key may connect; ours answers from the authorized_keys list. The
- * handler socket is polled by the front thread like the ROUTER, so no lock
- * guards the list, and SIGHUP re-reads it.
+ * public key may connect; ours answers from the authorized_keys list and
+ * names the key as the connection's User-Id, so every message of it can be
+ * checked against that key's options (which ranks it may claim, whether it
+ * is observer-only). The handler socket is polled by the front thread like
+ * the ROUTER, so no lock guards the list, and SIGHUP re-reads it.
+ *
+ * Clients that never reach the ZAP handler -- a plaintext client, a client
+ * with the wrong server key, anything that is not ZMTP -- fail the
+ * handshake inside libzmq. A socket monitor reports those failures; they
+ * are counted and logged (at most one line a second) like refused keys.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -16,9 +23,11 @@
 #include "log.h"
 #include "ps.h"
 
+#define MONITOR_EP "inproc://gddr-ps-monitor"
+
 int gddr_ps_auth_reload(gddr_ps *ps)
 {
-    unsigned char(*keys)[32] = NULL;
+    gddr__authkey *keys = NULL;
     char err[512];
     int n = gddr__authorized_keys_read(ps->cfg.authorized_keys, &keys, err, sizeof err);
     if (n < 0) {
@@ -32,10 +41,29 @@ int gddr_ps_auth_reload(gddr_ps *ps)
     return 0;
 }
 
+static int monitor_setup(gddr_ps *ps, char *err, size_t errlen)
+{
+    int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+    if (zmq_socket_monitor(ps->router, MONITOR_EP, events) != 0) {
+        snprintf(err, errlen, "cannot monitor the socket: %s", zmq_strerror(errno));
+        return GDDR_EIO;
+    }
+    ps->monitor = zmq_socket(ps->zctx, ZMQ_PAIR);
+    int zero = 0;
+    zmq_setsockopt(ps->monitor, ZMQ_LINGER, &zero, sizeof zero);
+    if (!ps->monitor || zmq_connect(ps->monitor, MONITOR_EP) != 0) {
+        snprintf(err, errlen, "cannot connect the socket monitor: %s", zmq_strerror(errno));
+        return GDDR_EIO;
+    }
+    return GDDR_OK;
+}
+
 int gddr_ps_auth_setup(gddr_ps *ps, char *err, size_t errlen)
 {
-    if (!ps->cfg.curve_secret_key_file[0])
-        return GDDR_OK;
+    int rc = monitor_setup(ps, err, errlen);
+    if (rc != GDDR_OK || !ps->cfg.curve_secret_key_file[0])
+        return rc;
     if (!zmq_has("curve")) {
         snprintf(err, errlen, "curve_secret_key_file is set but this libzmq has no CURVE support");
         return GDDR_ECONFIG;
@@ -45,7 +73,7 @@ int gddr_ps_auth_setup(gddr_ps *ps, char *err, size_t errlen)
         snprintf(err, errlen, "key 'curve_secret_key_file': %s", kerr);
         return GDDR_ECONFIG;
     }
-    unsigned char(*keys)[32] = NULL;
+    gddr__authkey *keys = NULL;
     int n = gddr__authorized_keys_read(ps->cfg.authorized_keys, &keys, kerr, sizeof kerr);
     if (n < 0) {
         snprintf(err, errlen, "key 'authorized_keys': %s", kerr);
@@ -67,6 +95,27 @@ int gddr_ps_auth_setup(gddr_ps *ps, char *err, size_t errlen)
     memset(sec, 0, sizeof sec);
     gddr_log(GDDR_LOG_INFO, "CURVE on: server public key %s, %d authorized client key(s)", pub, n);
     return GDDR_OK;
+}
+
+static const ps_key *find_key(gddr_ps *ps, const unsigned char *key)
+{
+    for (int i = 0; i < ps->nallow; i++)
+        if (memcmp(ps->allow[i].key, key, 32) == 0)
+            return &ps->allow[i];
+    return NULL;
+}
+
+const ps_key *gddr_ps_auth_key(gddr_ps *ps, zmq_msg_t *part)
+{
+    if (!ps->zap)
+        return NULL;
+    const char *uid = zmq_msg_gets(part, "User-Id");
+    if (!uid || strlen(uid) != 40)
+        return NULL;
+    for (int i = 0; i < ps->nallow; i++)
+        if (strcmp(ps->allow[i].z85, uid) == 0)
+            return &ps->allow[i];
+    return NULL;
 }
 
 /* One ZAP request: version, request id, domain, address, identity,
@@ -92,16 +141,14 @@ void gddr_ps_auth_poll(gddr_ps *ps)
             else
                 n++;
         }
-        int ok = 0;
+        const ps_key *k = NULL;
         char who[64] = "?";
         if (n >= 7 && zmq_msg_size(&part[5]) == 5 && memcmp(zmq_msg_data(&part[5]), "CURVE", 5) == 0 &&
             zmq_msg_size(&part[6]) == 32) {
-            const unsigned char *key = zmq_msg_data(&part[6]);
-            for (int i = 0; i < ps->nallow && !ok; i++)
-                ok = memcmp(ps->allow[i], key, 32) == 0;
-            zmq_z85_encode(who, key, 32);
+            k = find_key(ps, zmq_msg_data(&part[6]));
+            zmq_z85_encode(who, zmq_msg_data(&part[6]), 32);
         }
-        if (!ok) {
+        if (!k) {
             ps->auth_rejected++;
             char addr[64] = "";
             if (n >= 4) {
@@ -109,10 +156,10 @@ void gddr_ps_auth_poll(gddr_ps *ps)
                 memcpy(addr, zmq_msg_data(&part[3]), l);
                 addr[l] = 0;
             }
-            gddr_log(GDDR_LOG_WARN, "refused a connection from %s: key %s is not in authorized_keys", addr, who);
+            ps_log_refusal(ps, "refused a connection from %s: key %s is not in authorized_keys", addr, who);
         }
         /* Reply: version, request id, status code, text, user id, metadata. */
-        const char *code = ok ? "200" : "400", *text = ok ? "OK" : "key not authorized";
+        const char *code = k ? "200" : "400", *text = k ? "OK" : "key not authorized";
         zmq_send(ps->zap, "1.0", 3, ZMQ_SNDMORE);
         if (n >= 2)
             zmq_send(ps->zap, zmq_msg_data(&part[1]), zmq_msg_size(&part[1]), ZMQ_SNDMORE);
@@ -120,10 +167,46 @@ void gddr_ps_auth_poll(gddr_ps *ps)
             zmq_send(ps->zap, "", 0, ZMQ_SNDMORE);
         zmq_send(ps->zap, code, 3, ZMQ_SNDMORE);
         zmq_send(ps->zap, text, strlen(text), ZMQ_SNDMORE);
-        zmq_send(ps->zap, ok ? who : "", ok ? strlen(who) : 0, ZMQ_SNDMORE);
+        zmq_send(ps->zap, k ? who : "", k ? strlen(who) : 0, ZMQ_SNDMORE);
         zmq_send(ps->zap, "", 0, 0);
         for (int i = 0; i < n; i++)
             zmq_msg_close(&part[i]);
+    }
+}
+
+/* Monitor events: frame 1 is a 16-bit event and a 32-bit value, frame 2
+ * the endpoint. Refused keys are counted by the ZAP handler already. */
+void gddr_ps_monitor_poll(gddr_ps *ps)
+{
+    for (;;) {
+        zmq_msg_t ev, addr;
+        zmq_msg_init(&ev);
+        if (zmq_msg_recv(&ev, ps->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&ev);
+            return;
+        }
+        zmq_msg_init(&addr);
+        if (zmq_msg_more(&ev))
+            zmq_msg_recv(&addr, ps->monitor, 0);
+        uint16_t event = 0;
+        uint32_t value = 0;
+        if (zmq_msg_size(&ev) >= 6) {
+            memcpy(&event, zmq_msg_data(&ev), 2);
+            memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
+        }
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            ps->handshake_failed++;
+            const char *why = "";
+            if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+                why = ps->zap ? " (a client without CURVE?)" : " (a client with CURVE?)";
+            else if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+                why = " (a client with the wrong server key?)";
+            ps_log_refusal(ps, "a connection failed the handshake: %s 0x%x%s",
+                           event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "protocol error" : "error",
+                           value, why);
+        }
+        zmq_msg_close(&addr);
+        zmq_msg_close(&ev);
     }
 }
 
@@ -132,6 +215,9 @@ void gddr_ps_auth_close(gddr_ps *ps)
     if (ps->zap)
         zmq_close(ps->zap);
     ps->zap = NULL;
+    if (ps->monitor)
+        zmq_close(ps->monitor);
+    ps->monitor = NULL;
     free(ps->allow);
     ps->allow = NULL;
 }

@@ -18,6 +18,10 @@ typedef struct gddr_ps_config {
     long long pull_wait_max_ms;
     int log_level;
     char metrics_listen[GDDR_CONF_STRMAX];
+    long long max_queued_reply_bytes;
+    long long max_parked_pulls;
+    long long max_snapshot_bytes;
+    int allow_register;
     /* [consistency] */
     int mode;
     long long workers;
@@ -42,6 +46,7 @@ typedef struct gddr_ps_config {
     char checkpoint_dir[GDDR_CONF_STRMAX];
     double checkpoint_interval_s;
     long long checkpoint_keep;
+    int checkpoint_allow_empty;
     /* [security] */
     char curve_secret_key_file[GDDR_CONF_STRMAX];
     char authorized_keys[GDDR_CONF_STRMAX];

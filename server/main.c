@@ -22,16 +22,24 @@
 #include "log.h"
 #include "ps.h"
 
-static gddr_ps *the_ps;
+static gddr_ps *volatile the_ps;
+/* Signals that came before the daemon was ready: held, not acted on. */
+static volatile sig_atomic_t early_stop, early_reload;
 
 static void on_signal(int sig)
 {
-    if (!the_ps)
-        _exit(0);
+    gddr_ps *ps = the_ps;
+    if (!ps) {
+        if (sig == SIGHUP)
+            early_reload = 1;
+        else
+            early_stop = sig;
+        return;
+    }
     if (sig == SIGHUP)
-        the_ps->reload = 1;
+        ps->reload = 1;
     else
-        the_ps->stop = 1;
+        ps->stop = 1;
 }
 
 static void usage(FILE *f)
@@ -51,8 +59,22 @@ static void usage(FILE *f)
 static uint64_t watchdog_usec;
 static int64_t last_watchdog_ms;
 
+static int startup_rc;
+
 static void on_ready(gddr_ps *ps)
 {
+    /* Signals held during start-up act now. A stop asked for before the
+     * daemon ever served is a failed start, not a clean exit: say so, and
+     * exit non-zero so that Restart=on-failure notices. */
+    if (early_stop) {
+        gddr_log(GDDR_LOG_ERROR, "%s arrived while starting: exiting without serving",
+                 early_stop == SIGINT ? "SIGINT" : "SIGTERM");
+        ps->stop = 1;
+        startup_rc = 1;
+        return;
+    }
+    if (early_reload)
+        ps->reload = 1;
     if (ps->cfg.endpoint_file[0]) {
         char tmp[GDDR_CONF_STRMAX + 8];
         snprintf(tmp, sizeof tmp, "%s.tmp", ps->cfg.endpoint_file);
@@ -151,21 +173,24 @@ int main(int argc, char **argv)
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (gddr_ps_open(&the_ps, &cfg, path, err, sizeof err) != GDDR_OK) {
+    gddr_ps *opened = NULL;
+    if (gddr_ps_open(&opened, &cfg, path, err, sizeof err) != GDDR_OK) {
         gddr_log(GDDR_LOG_ERROR, "cannot start: %s", err);
         return 1;
     }
-    the_ps->tick = on_tick;
-    the_ps->overrides = sets;
-    the_ps->noverrides = nsets;
+    opened->tick = on_tick;
+    opened->overrides = sets;
+    opened->noverrides = nsets;
+    the_ps = opened;
     gddr_ps_run(the_ps, on_ready);
-    int rc = the_ps->final_ckpt_rc == GDDR_OK ? 0 : 1;
+    int rc = the_ps->final_ckpt_rc == GDDR_OK && !startup_rc ? 0 : 1;
     gddr_log(GDDR_LOG_INFO, "stopped: %llu pushes, %llu pulls, %llu updates applied",
              (unsigned long long)the_ps->pushes, (unsigned long long)the_ps->pulls_served,
              (unsigned long long)the_ps->versions_total);

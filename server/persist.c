@@ -4,24 +4,38 @@
  * tensor, the only time pushes wait) and hands them to the checkpoint
  * writer thread (checkpoint.c), which writes them through liburing while
  * training goes on. Sections:
- *   "meta"          u64 format, u64 previous epoch, u64 tensor count
+ *   "meta"          u64 format (2), u64 previous epoch, u64 tensor count
  *   "tensor/<id>"   a tensor_head, the key, values, momentum (if any),
  *                   the sync accumulator and its chunk flags (if a step
  *                   was being collected)
- *   "workers"       per known rank: rank, clock, pushes
- *   "residual/..."  worker residual snapshots (orphan.c)
+ *   "flush/<id>/<k>" a flush waiting for tensor id's open sync step:
+ *                   a flush_head, the bitmap (if sparse), the values
+ *   "workers"       per live or dead worker (not those that said bye): a
+ *                   worker_rec, then its per-tensor exactly-once records
+ *                   (ps_wtensor), so a push applied before the checkpoint
+ *                   is not applied again when its worker resends it
+ *   "snap/..." "orphan/..."  residual snapshots and orphans (orphan.c)
  * A crash loses the pushes applied after the newest checkpoint: at most
- * checkpoint_interval_s seconds of updates (docs/operations.md).
+ * checkpoint_interval_s seconds of updates (docs/operations.md). Format 1
+ * files (before exactly-once) still load.
+ *
+ * Checkpoints asked for by a request are coalesced: while one is being
+ * written, or one was started less than a second ago, a request joins it
+ * instead of queueing another, so a flood of requests costs at most one
+ * checkpoint a second.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checkpoint.h"
 #include "log.h"
+#include "residual.h"
 #include "snapshot.h"
 
-#define META_FORMAT 1
+#define META_FORMAT 2
+#define REQUEST_GAP_MS 1000
 
 typedef struct tensor_head {
     uint64_t version, n;
@@ -29,13 +43,25 @@ typedef struct tensor_head {
     int32_t tau, calm;
     double norm_ema, rate_ema;
     uint32_t ncontrib, npushes;
-    uint32_t keylen, pad;
+    uint32_t keylen, sync_divisor; /* format 1: sync_divisor was padding (0) */
 } tensor_head;
 
-typedef struct worker_rec {
+typedef struct worker_rec_v1 {
     uint32_t rank, alive;
     uint64_t clock, pushes;
+} worker_rec_v1;
+
+typedef struct worker_rec {
+    uint32_t rank, state;
+    uint64_t session, clock, pushes;
+    uint32_t nwt, pad;
 } worker_rec;
+
+typedef struct flush_head {
+    float scale;
+    uint32_t has_bitmap;
+    uint64_t nvals;
+} flush_head;
 
 static int add_section(gddr_ckpt_section **s, size_t *n, size_t *cap, const char *name,
                        void *data, uint64_t len)
@@ -82,7 +108,7 @@ static int collect(gddr_ps *ps, gddr_ckpt_section **out, size_t *nout)
             goto fail;
         tensor_head h = { t->version, t->n, t->chunk, (t->mom ? 1u : 0u) | (has_acc ? 2u : 0u),
                           t->tau, t->calm, t->norm_ema, t->rate_ema, t->ncontrib, t->npushes,
-                          (uint32_t)keylen, 0 };
+                          (uint32_t)keylen, t->sync_divisor };
         memcpy(p, &h, sizeof h), p += sizeof h;
         memcpy(p, t->key, keylen), p += keylen;
         memcpy(p, t->w, t->n * 4), p += t->n * 4;
@@ -100,18 +126,53 @@ static int collect(gddr_ps *ps, gddr_ckpt_section **out, size_t *nout)
             goto fail;
         }
     }
-    size_t nw = 0;
-    for (int r = 0; r < ps->cfg.max_workers; r++)
-        nw += ps->workers[r].known;
-    worker_rec *wr = malloc((nw ? nw : 1) * sizeof *wr);
-    if (!wr)
+    for (size_t i = 0; i < ps->ntensors; i++) {
+        ps_tensor *t = ps->tensors[i];
+        int k = 0;
+        for (ps_flush *f = t->flushes; f; f = f->next, k++) {
+            size_t nb = f->bitmap ? (t->nchunks + 7) / 8 : 0, nv = 0;
+            if (f->bitmap)
+                gddr_bitmap_count(f->bitmap, t->n, t->chunk, &(size_t){ 0 }, &nv);
+            else
+                nv = t->n;
+            size_t len = sizeof(flush_head) + nb + nv * 4;
+            char *buf = malloc(len), *p = buf;
+            if (!buf)
+                goto fail;
+            flush_head h = { f->scale, f->bitmap != NULL, nv };
+            memcpy(p, &h, sizeof h), p += sizeof h;
+            if (nb)
+                memcpy(p, f->bitmap, nb), p += nb;
+            memcpy(p, f->vals, nv * 4);
+            char name[64];
+            snprintf(name, sizeof name, "flush/%zu/%d", i, k);
+            if (add_section(&s, &n, &cap, name, buf, len) < 0) {
+                free(buf);
+                goto fail;
+            }
+        }
+    }
+    size_t wlen = 0;
+    for (int r = 0; r < ps->cfg.max_workers; r++) {
+        ps_worker *w = &ps->workers[r];
+        if (w->state == PS_W_LIVE || w->state == PS_W_DEAD)
+            wlen += sizeof(worker_rec) + w->nwt * sizeof(ps_wtensor);
+    }
+    char *wbuf = malloc(wlen ? wlen : 1), *wp = wbuf;
+    if (!wbuf)
         goto fail;
-    for (int r = 0, k = 0; r < ps->cfg.max_workers; r++)
-        if (ps->workers[r].known)
-            wr[k++] = (worker_rec){ (uint32_t)r, (uint32_t)ps->workers[r].alive,
-                                    ps->workers[r].clock, ps->workers[r].pushes };
-    if (add_section(&s, &n, &cap, "workers", wr, nw * sizeof *wr) < 0) {
-        free(wr);
+    for (int r = 0; r < ps->cfg.max_workers; r++) {
+        ps_worker *w = &ps->workers[r];
+        if (w->state != PS_W_LIVE && w->state != PS_W_DEAD)
+            continue;
+        worker_rec wr = { (uint32_t)r, (uint32_t)w->state, w->session, w->clock, w->pushes,
+                          (uint32_t)w->nwt, 0 };
+        memcpy(wp, &wr, sizeof wr), wp += sizeof wr;
+        if (w->nwt)
+            memcpy(wp, w->wt, w->nwt * sizeof(ps_wtensor)), wp += w->nwt * sizeof(ps_wtensor);
+    }
+    if (add_section(&s, &n, &cap, "workers", wbuf, wlen) < 0) {
+        free(wbuf);
         goto fail;
     }
     if (gddr_ps_orphan_sections(ps, &s, &n, &cap, add_section) < 0)
@@ -159,6 +220,7 @@ static int restore_tensor(gddr_ps *ps, const gddr_ckpt_section *sec, char *err, 
         return -1;
     }
     t->version = h.version;
+    t->sync_divisor = h.sync_divisor;
     t->tau = h.tau;
     t->calm = h.calm;
     t->norm_ema = h.norm_ema;
@@ -187,13 +249,102 @@ static int restore_tensor(gddr_ps *ps, const gddr_ckpt_section *sec, char *err, 
     return 0;
 }
 
-static uint64_t highest_seq(const char *dir)
+/* Moves a checkpoint that could not be read out of the way (never deletes
+ * it: the operator may want it), so retention and later starts skip it. */
+static void move_aside(const char *dir, uint64_t seq)
 {
-    uint64_t seqs[1024];
-    size_t count = 0;
-    if (gddr__ckpt_list(dir, seqs, 1024, &count) != GDDR_OK || count == 0)
-        return 0;
-    return seqs[0];
+    char from[4200], to[4300];
+    snprintf(from, sizeof from, "%s/ckpt-%020llu.gddr", dir, (unsigned long long)seq);
+    snprintf(to, sizeof to, "%s.damaged", from);
+    if (rename(from, to) == 0)
+        gddr_log(GDDR_LOG_WARN, "unreadable checkpoint moved aside to %s", to);
+    else
+        gddr_log(GDDR_LOG_WARN, "unreadable checkpoint %s could not be moved aside: %s", from,
+                 strerror(errno));
+}
+
+static void restore_flushes(gddr_ps *ps, const gddr_ckpt *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        const gddr_ckpt_section *sec = &c->s[i];
+        unsigned long long id;
+        int k;
+        flush_head h;
+        if (sscanf(sec->name, "flush/%llu/%d", &id, &k) != 2 || id >= ps->ntensors || sec->len < sizeof h)
+            continue;
+        ps_tensor *t = ps->tensors[id];
+        memcpy(&h, sec->data, sizeof h);
+        size_t nb = h.has_bitmap ? (t->nchunks + 7) / 8 : 0;
+        if (sec->len != sizeof h + nb + h.nvals * 4 || h.nvals > t->n) {
+            gddr_log(GDDR_LOG_WARN, "checkpoint section %s does not fit the tensors: ignored", sec->name);
+            continue;
+        }
+        ps_flush *f = calloc(1, sizeof *f);
+        if (!f || !(f->vals = malloc(h.nvals * 4 + 4)) || (nb && !(f->bitmap = malloc(nb)))) {
+            if (f)
+                free(f->vals), free(f);
+            continue;
+        }
+        const char *p = (const char *)sec->data + sizeof h;
+        if (nb)
+            memcpy(f->bitmap, p, nb), p += nb;
+        memcpy(f->vals, p, h.nvals * 4);
+        f->scale = h.scale;
+        ps_flush **pp = &t->flushes;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = f;
+        t->nflushes++;
+    }
+}
+
+/* Workers known before the crash get worker_timeout_s to come back before
+ * a sync step stops waiting for them; until one says hello again, any
+ * session may take its rank (its connection is gone with the old server),
+ * and the same session keeps its exactly-once records. */
+static size_t restore_workers(gddr_ps *ps, const gddr_ckpt_section *ws, int format)
+{
+    int64_t now = gddr__now_ms();
+    size_t nw = 0;
+    const char *p = ws ? ws->data : NULL, *end = ws ? (const char *)ws->data + ws->len : NULL;
+    while (p && p < end) {
+        worker_rec wr;
+        memset(&wr, 0, sizeof wr);
+        if (format == 1) {
+            worker_rec_v1 v1;
+            if ((size_t)(end - p) < sizeof v1)
+                break;
+            memcpy(&v1, p, sizeof v1), p += sizeof v1;
+            wr = (worker_rec){ v1.rank, PS_W_LIVE, 0, v1.clock, v1.pushes, 0, 0 };
+        } else {
+            if ((size_t)(end - p) < sizeof wr)
+                break;
+            memcpy(&wr, p, sizeof wr), p += sizeof wr;
+            if ((size_t)(end - p) < (size_t)wr.nwt * sizeof(ps_wtensor))
+                break;
+        }
+        const char *wt = p;
+        p += (size_t)wr.nwt * sizeof(ps_wtensor);
+        if (wr.rank >= (uint32_t)ps->cfg.max_workers)
+            continue;
+        ps_worker *w = &ps->workers[wr.rank];
+        w->state = wr.state == PS_W_DEAD ? PS_W_DEAD : PS_W_LIVE;
+        w->restored = 1;
+        w->session = wr.session;
+        w->last_seen_ms = now;
+        w->clock = wr.clock;
+        w->pushes = wr.pushes;
+        if (wr.nwt && (w->wt = malloc((size_t)wr.nwt * sizeof(ps_wtensor)))) {
+            memcpy(w->wt, wt, (size_t)wr.nwt * sizeof(ps_wtensor));
+            w->nwt = wr.nwt;
+        }
+        if ((int)wr.rank + 1 > ps->announced_world)
+            ps->announced_world = (int)wr.rank + 1;
+        nw++;
+    }
+    if (nw)
+        ps->first_hello_ms = now;
+    return nw;
 }
 
 int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
@@ -205,23 +356,49 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
         snprintf(err, errlen, "cannot start the checkpoint writer for %s", ps->cfg.checkpoint_dir);
         return rc;
     }
-    ps->ckpt_seq = highest_seq(ps->cfg.checkpoint_dir);
+    uint64_t seqs[1024];
+    size_t count = 0;
+    if (gddr__ckpt_list(ps->cfg.checkpoint_dir, seqs, 1024, &count) != GDDR_OK)
+        count = 0;
+    ps->ckpt_seq = count ? seqs[0] : 0;
     ps->last_ckpt_ms = gddr__now_ms();
     gddr_ckpt c;
     memset(&c, 0, sizeof c);
     char lerr[512] = "";
     rc = gddr__ckpt_load_newest(ps->cfg.checkpoint_dir, &c, lerr, sizeof lerr);
-    if (rc == 1) {
+    if (rc == 1 && count == 0) {
         gddr_log(GDDR_LOG_INFO, "no checkpoint in %s: starting empty", ps->cfg.checkpoint_dir);
+        return GDDR_OK;
+    }
+    if (rc == 1) {
+        /* Checkpoints are there but none can be read: starting empty would
+         * throw the model away without anyone deciding so. */
+        if (!ps->cfg.checkpoint_allow_empty) {
+            snprintf(err, errlen,
+                     "%s holds %zu checkpoint(s) and none is readable (see the lines above); "
+                     "refusing to start empty. To start without the model anyway, set "
+                     "checkpoint_allow_empty = true (the files are then moved aside, not deleted)",
+                     ps->cfg.checkpoint_dir, count);
+            return GDDR_EIO;
+        }
+        for (size_t i = 0; i < count && i < 1024; i++)
+            move_aside(ps->cfg.checkpoint_dir, seqs[i]);
+        gddr_log(GDDR_LOG_WARN, "no readable checkpoint in %s: starting empty (checkpoint_allow_empty)",
+                 ps->cfg.checkpoint_dir);
         return GDDR_OK;
     }
     if (rc != GDDR_OK) {
         snprintf(err, errlen, "cannot read checkpoints in %s: %s", ps->cfg.checkpoint_dir, lerr);
         return rc;
     }
+    /* Newer files than the one loaded were skipped as unreadable. */
+    for (size_t i = 0; i < count && i < 1024 && seqs[i] > c.seq; i++)
+        move_aside(ps->cfg.checkpoint_dir, seqs[i]);
     const gddr_ckpt_section *meta = gddr__ckpt_find(&c, "meta");
-    if (!meta || meta->len < 24 || ((uint64_t *)meta->data)[0] != META_FORMAT) {
-        snprintf(err, errlen, "%s: no usable meta section", c.path);
+    uint64_t format = meta && meta->len >= 24 ? ((uint64_t *)meta->data)[0] : 0;
+    if (format != 1 && format != META_FORMAT) {
+        snprintf(err, errlen, "%s: no usable meta section (format %llu)", c.path,
+                 (unsigned long long)format);
         gddr__ckpt_free(&c);
         return GDDR_EIO;
     }
@@ -242,32 +419,35 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
             return GDDR_EIO;
         }
     }
-    const gddr_ckpt_section *ws = gddr__ckpt_find(&c, "workers");
-    size_t nw = ws ? ws->len / sizeof(worker_rec) : 0;
-    int64_t now = gddr__now_ms();
-    for (size_t i = 0; i < nw; i++) {
-        worker_rec wr;
-        memcpy(&wr, (char *)ws->data + i * sizeof wr, sizeof wr);
-        if (wr.rank >= (uint32_t)ps->cfg.max_workers)
-            continue;
-        /* Workers known before the crash get worker_timeout_s to come back
-         * before a sync step stops waiting for them. */
-        ps_worker *w = &ps->workers[wr.rank];
-        w->known = 1;
-        w->alive = 1;
-        w->last_seen_ms = now;
-        w->clock = wr.clock;
-        w->pushes = wr.pushes;
-        if ((int)wr.rank + 1 > ps->announced_world)
-            ps->announced_world = (int)wr.rank + 1;
-    }
-    if (nw)
-        ps->first_hello_ms = now;
-    gddr_ps_orphan_restore(ps, &c);
+    restore_flushes(ps, &c);
+    size_t nw = restore_workers(ps, gddr__ckpt_find(&c, "workers"), (int)format);
+    gddr_ps_orphan_restore(ps, &c, (int)format);
     gddr_log(GDDR_LOG_INFO, "restored checkpoint %s: %llu tensors, %zu workers", c.path,
              (unsigned long long)nt, nw);
     gddr__ckpt_free(&c);
     return GDDR_OK;
+}
+
+void gddr_ps_checkpoint_request(gddr_ps *ps, char *text, size_t len)
+{
+    ps->ckpt_requests++;
+    if (!ps->ckw) {
+        snprintf(text, len, "no checkpoint_dir: nothing to write");
+        return;
+    }
+    if (ps->ckpt_pending && gddr__ckpt_writer_busy(ps->ckw)) {
+        ps->ckpt_joined++;
+        snprintf(text, len, "joined checkpoint %llu, being written", (unsigned long long)ps->ckpt_seq);
+        return;
+    }
+    if (ps->ckpt_now) {
+        ps->ckpt_joined++;
+        snprintf(text, len, "joined checkpoint %llu, due within a second",
+                 (unsigned long long)ps->ckpt_seq + 1);
+        return;
+    }
+    ps->ckpt_now = 1;
+    snprintf(text, len, "checkpoint %llu requested", (unsigned long long)ps->ckpt_seq + 1);
 }
 
 void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
@@ -275,7 +455,8 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
     if (!ps->ckw)
         return;
     int64_t now = gddr__now_ms();
-    int due = final || ps->ckpt_now ||
+    int due = final ||
+              (ps->ckpt_now && now - ps->last_ckpt_ms >= REQUEST_GAP_MS) ||
               (ps->cfg.checkpoint_interval_s > 0 &&
                now - ps->last_ckpt_ms >= (int64_t)(ps->cfg.checkpoint_interval_s * 1000));
     /* Report the write that finished since the last tick. */
@@ -323,11 +504,13 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
         gddr_ckpt_stats st;
         gddr__ckpt_writer_wait(ps->ckw, 120000, &rc, &st, NULL);
         ps->ckpt_pending = 0;
-        if (rc == GDDR_OK)
+        if (rc == GDDR_OK) {
+            ps->ckpt_count++;
             gddr_log(GDDR_LOG_INFO, "final checkpoint %llu written: %.1f MB in %.1f ms",
                      (unsigned long long)ps->ckpt_seq, (double)st.bytes / 1e6, st.total_ms);
-        else
+        } else {
             gddr_log(GDDR_LOG_ERROR, "final checkpoint failed: %s", gddr_strerror(rc));
+        }
         ps->final_ckpt_rc = rc;
     }
 }

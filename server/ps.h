@@ -5,18 +5,30 @@
  * applies it. Applying a large push is split across the apply pool
  * (apply.c), each thread owning a chunk range, and the front thread waits
  * for all of them before it reads the next message. So a pull, served by
- * the front thread between applies, never sees half a push.
+ * the front thread between applies, never sees half a push. The only state
+ * other threads touch is a connection's queued-byte count and the
+ * reference counts of connections and version buffers, which ZeroMQ's I/O
+ * thread drops (atomically) when it is done sending a reply (conn.c).
+ *
+ * Files: server.c (loop, dispatch, init and push), workers.c (who is a
+ * worker: hello, sessions, exactly-once records, deaths), conn.c (per-peer
+ * accounting, zero-copy pull replies, parked pulls), apply.c (the pool),
+ * orphan.c (residual snapshots and orphans), persist.c (checkpoints),
+ * stats.c (metrics and the tau controller), auth.c (CURVE), ops.c (SIGHUP,
+ * the HTTP metrics endpoint).
  */
 #ifndef GDDR_SERVER_PS_H
 #define GDDR_SERVER_PS_H
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <zmq.h>
 
 #include "config.h"
 #include "gddr/gddr.h"
+#include "keys.h"
 #include "wire.h"
 
 #define PS_HIST 17 /* staleness buckets 0..15 and >= 16 */
@@ -28,38 +40,89 @@ typedef struct ps_stale {
     uint64_t hist[PS_HIST];
 } ps_stale;
 
+/* A version of a tensor's values as pull replies send it: immutable, shared
+ * by every reply of that version, freed when the last reply is sent. */
+typedef struct ps_vbuf {
+    atomic_int refs;
+    uint64_t version;
+    size_t bytes;
+    float *data;
+} ps_vbuf;
+
+/* A flush push (a closing GDDR worker's held residual) that arrived while a
+ * sync step was being collected; applied right after that step. */
+typedef struct ps_flush {
+    float *vals;
+    uint8_t *bitmap;      /* NULL: dense */
+    float scale;
+    struct ps_flush *next;
+} ps_flush;
+
 typedef struct ps_tensor {
     char key[128];
     uint32_t id;
     size_t n;
     size_t nchunks;
     uint32_t chunk;    /* elements per chunk; the last may be short */
-    float *w;          /* values */
+    float *w;          /* values; they change only together with version */
     float *mom;        /* momentum buffer, NULL until momentum is used */
     uint64_t version;  /* updates applied */
+    ps_vbuf *pub;      /* the values of `version` as pulls send them (NULL: none yet) */
     /* sync: the step being collected */
     float *acc;        /* sum of lr_eff * g of this step's pushes */
     uint8_t *touched;  /* per chunk: some push of this step carried it */
     uint8_t *contrib;  /* per rank: pushed in this step */
     uint32_t ncontrib; /* distinct ranks in this step */
     uint32_t npushes;  /* pushes folded into this step */
+    uint32_t sync_divisor; /* workers the last completed step averaged over */
+    ps_flush *flushes; /* flushes waiting for the step to complete */
+    uint32_t nflushes;
     /* dynamic tau */
     int tau;
     double norm_ema, rate_ema;
     int calm;
 } ps_tensor;
 
+/* What the server remembers of one worker's pushes to one tensor: the last
+ * step it took (exactly once) and that push's answer, and the residual mass
+ * the worker last said it holds there. */
+typedef struct ps_wtensor {
+    uint64_t step;
+    uint64_t version, sync_target, staleness;
+    uint8_t set, applied, mode;
+    float residual_l1;
+} ps_wtensor;
+
+enum { PS_W_NONE = 0, PS_W_LIVE, PS_W_DEAD, PS_W_LEFT };
+
 typedef struct ps_worker {
-    int known;          /* said hello at least once */
-    int alive;
+    int state;          /* PS_W_* */
+    int restored;       /* live from a checkpoint, no hello since: any session may claim it */
+    uint64_t session;   /* the owner's session (kept after a death, to recognise it) */
     int64_t last_seen_ms;
     uint64_t clock;     /* steps pushed: highest step + 1 */
-    uint64_t pushes;
+    uint64_t pushes, duplicates;
     ps_stale stale;
+    ps_wtensor *wt;     /* per tensor id, grown on demand */
+    size_t nwt;
+    char client[64];    /* what its hello said it is (escaped), for logs */
 } ps_worker;
+
+/* One peer connection of the ROUTER, by routing id (conn.c). */
+typedef struct ps_conn {
+    atomic_int refs;              /* the table's, and one per reply in flight */
+    atomic_llong queued;          /* reply bytes handed to ZeroMQ, not yet sent */
+    uint32_t parked;              /* pulls of this peer parked */
+    int64_t last_ms;              /* last message from it */
+    uint64_t session;             /* stands for Request.session when that is 0 */
+    uint8_t idlen;
+    uint8_t id[255];
+    struct ps_conn *next;         /* hash chain */
+} ps_conn;
 
 typedef struct ps_pull {
     zmq_msg_t ident;
+    ps_conn *conn;               /* holds a reference */
     uint64_t req_id;
     uint32_t rank, id;
     uint64_t min_version, step;
@@ -70,6 +133,10 @@ typedef struct ps_pull {
 #define PS_NERR 32
 
 typedef struct ps_pool ps_pool;
+struct ps_conns;
+
+/* CURVE allowlist entry (auth.c, common/keys.h). */
+typedef gddr__authkey ps_key;
 
 typedef struct gddr_ps {
     gddr_ps_config cfg;
@@ -83,8 +150,9 @@ typedef struct gddr_ps {
     size_t ntensors;
 
     ps_worker *workers;   /* cfg.max_workers entries */
-    int announced_world;  /* largest world_size in a hello */
+    int announced_world;  /* largest world_size in an accepted hello */
 
+    struct ps_conns *conns; /* conn.c */
     ps_pull *pulls;
     size_t npulls, cap_pulls;
 
@@ -94,27 +162,30 @@ typedef struct gddr_ps {
 
     /* metrics */
     uint64_t pushes, pulls_served, inits, bytes_in, bytes_out, versions_total;
+    uint64_t duplicates;
     uint64_t rejected[PS_NERR];
     uint64_t deaths, rejoins;
     ps_stale stale;
     int alarm_on;
+    int64_t last_refusal_log_ms;  /* refusals are logged at most once a second */
+    uint64_t refusals_unlogged;
 
     /* checkpoints */
     struct gddr_ckpt_writer *ckw;
     uint64_t ckpt_seq;
     int64_t last_ckpt_ms;
-    uint64_t ckpt_count;
+    uint64_t ckpt_count, ckpt_requests, ckpt_joined;
     double ckpt_last_ms, ckpt_copy_ms;
     int ckpt_pending, final_ckpt_rc;
 
     /* residual snapshots and orphans (orphan.c) */
     struct ps_orphans *orphans;
 
-    /* CURVE allowlist (auth.c) */
-    void *zap;
-    unsigned char (*allow)[32];
+    /* CURVE allowlist and handshake monitor (auth.c) */
+    void *zap, *monitor;
+    ps_key *allow;
     int nallow;
-    uint64_t auth_rejected;
+    uint64_t auth_rejected, handshake_failed;
 
     /* command-line overrides ("key=value" or "section.key=value"), applied
      * again on top of the file at every SIGHUP */
@@ -131,10 +202,66 @@ int gddr_ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path,
 /* Runs until stop is set; `ready` is called once after the socket is bound. */
 int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *));
 void gddr_ps_close(gddr_ps **ps);
-int gddr_ps_live_workers(gddr_ps *ps);
 /* Allocates and registers an empty tensor (used by init and restore). */
 ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n);
+ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id);
+/* The mode a tensor is in now (hybrid: async during the warm-up). */
+int ps_tensor_mode(gddr_ps *ps, const ps_tensor *t);
+void ps_send_reply(gddr_ps *ps, zmq_msg_t *ident, Gddr__Reply *r, const gddr__raw *raws, int nraw);
+void ps_reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id, const ps_tensor *t);
+/* Counts a rejection and answers it (ident NULL: only counted). Returns code. */
+int ps_reject(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Same with Error.retry_ms set: the refusal is transient. */
+int ps_reject_retry(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, uint32_t retry_ms,
+                    const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Re-checks what a change of membership may unblock (sync steps, ssp pulls). */
+void ps_membership_changed(gddr_ps *ps);
+/* A warning about a refused request, at most one a second (the rest are
+ * counted and summed up in the next line), so hostile traffic cannot flood
+ * the log. */
+void ps_log_refusal(gddr_ps *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* workers.c */
 int gddr_ps_expected_workers(const gddr_ps *ps);
+int gddr_ps_live_workers(gddr_ps *ps);
+/* The slowest live worker's clock (steps pushed), UINT64_MAX when none. */
+uint64_t ps_min_live_clock(gddr_ps *ps);
+/* The session a request speaks for: Request.session, or the connection's. */
+uint64_t ps_request_session(const Gddr__Request *rq, const ps_conn *c);
+/* A worker's hello: checks and binds the rank to the session, or refuses.
+ * Returns GDDR_OK (the caller answers) or the code it answered with. */
+int ps_worker_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, uint64_t session,
+                    const ps_key *key);
+/* Whether rq comes from the live owner of its rank (reviving a worker that
+ * was declared dead but is the same session); refreshes its last_seen.
+ * 0: not the owner (nothing changed). */
+int ps_worker_owns(gddr_ps *ps, const Gddr__Request *rq, uint64_t session);
+/* A worker said bye: gone at once. */
+void ps_worker_left(gddr_ps *ps, uint32_t rank);
+/* Declares silent workers dead; returns 1 when membership changed. */
+int ps_workers_check(gddr_ps *ps);
+/* The per-tensor record of a worker (grown on demand; NULL on no memory). */
+ps_wtensor *ps_worker_tensor(gddr_ps *ps, uint32_t rank, uint32_t id);
+void ps_workers_free(gddr_ps *ps);
+
+/* conn.c */
+int ps_conns_open(gddr_ps *ps);
+void ps_conns_close(gddr_ps *ps);
+/* The connection a message came from (created on first sight); NULL only
+ * when out of memory. The table keeps it; no reference is taken. */
+ps_conn *ps_conn_get(gddr_ps *ps, zmq_msg_t *ident);
+/* Forgets idle connections with nothing in flight. */
+void ps_conns_sweep(gddr_ps *ps);
+size_t ps_conns_count(gddr_ps *ps);
+/* Serves a pull now, or parks it, or refuses it. */
+int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Request *rq);
+/* Answers every parked pull whose condition holds or whose time is up. */
+void ps_release_pulls(gddr_ps *ps);
+/* Milliseconds until the next parked pull's deadline (at most cap). */
+int ps_pulls_next_timeout(gddr_ps *ps, int cap);
+void ps_pulls_free(gddr_ps *ps);
+void ps_vbuf_unref(ps_vbuf *b);
 
 /* apply.c: the apply pool. */
 typedef enum { PS_JOB_APPLY, PS_JOB_ACC, PS_JOB_SYNC } ps_job_kind;
@@ -150,22 +277,23 @@ int ps_pool_start(ps_pool **out, int threads);
 void ps_pool_run(ps_pool *p, const ps_job *job);
 void ps_pool_stop(ps_pool **p);
 
-/* auth.c: CURVE on the ROUTER and a ZAP handler checking client keys. */
+/* auth.c: CURVE on the ROUTER, a ZAP handler checking client keys, and a
+ * monitor counting failed handshakes. */
 int gddr_ps_auth_setup(gddr_ps *ps, char *err, size_t errlen);
 void gddr_ps_auth_poll(gddr_ps *ps);
+void gddr_ps_monitor_poll(gddr_ps *ps);
 int gddr_ps_auth_reload(gddr_ps *ps);
 void gddr_ps_auth_close(gddr_ps *ps);
-
-/* server.c: 1 when no element is NaN or Inf. */
-int ps_all_finite(const float *v, size_t n);
+/* The allowlist entry of the key a message came in with; NULL without CURVE
+ * (or when the key was removed from the list since it connected). */
+const ps_key *gddr_ps_auth_key(gddr_ps *ps, zmq_msg_t *part);
 
 /* stats.c */
 void ps_stale_add(ps_stale *s, uint64_t tau, double decay);
 double ps_stale_mean(const ps_stale *s);
 /* Prometheus text into a malloc'd string. */
 char *ps_metrics_text(gddr_ps *ps);
-
-/* tau.c: dynamic tau controller. Returns 1 when tau changed. */
+/* The dynamic tau controller. Returns 1 when tau changed. */
 int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double grad_norm);
 
 #endif

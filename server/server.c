@@ -6,7 +6,13 @@
  * it is served: registrations and pulls are answered at once, pushes are
  * applied (async, ssp) or collected into the current sync step, and pulls
  * that must wait (sync min_version, ssp bound) are parked with a deadline
- * and answered when their condition holds or their time is up.
+ * and answered when their condition holds or their time is up (conn.c).
+ *
+ * Who may do what: anyone may pull and ask for stats; registering and
+ * pushing need a worker (an accepted hello, workers.c) speaking for its
+ * own rank; a CURVE key may be limited to some ranks or to observing.
+ * A push is taken at most once per (rank, tensor, step): a resend is
+ * answered with the first answer and not applied again.
  */
 #include <errno.h>
 #include <math.h>
@@ -17,15 +23,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
 #include "blas.h"
+#include "checkpoint.h"
 #include "log.h"
 #include "ps.h"
+#include "residual.h"
 #include "snapshot.h"
 
 /* ---- replies ------------------------------------------------------------- */
 
-static void reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id, const ps_tensor *t)
+void ps_reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id, const ps_tensor *t)
 {
     gddr__reply__init(r);
     r->protocol = GDDR__CONST__PROTOCOL_VERSION;
@@ -34,103 +41,95 @@ static void reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id, const ps_te
     r->tau = t ? (uint32_t)t->tau : (uint32_t)ps->cfg.tau_init;
 }
 
-static void send_reply(gddr_ps *ps, zmq_msg_t *ident, Gddr__Reply *r, const gddr__raw *raws,
-                       int nraw)
+void ps_send_reply(gddr_ps *ps, zmq_msg_t *ident, Gddr__Reply *r, const gddr__raw *raws, int nraw)
 {
     long n = gddr__send(ps->router, ident, &r->base, raws, nraw);
     if (n > 0)
         ps->bytes_out += (uint64_t)n;
 }
 
-/* Counts a rejection and answers it. */
-static int reject(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static int reject(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, const char *fmt, ...)
+static int vreject(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, uint32_t retry_ms,
+                   const char *fmt, va_list ap)
 {
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    ps->rejected[code > 0 && code < PS_NERR ? code : 0]++;
+    gddr_log(GDDR_LOG_DEBUG, "rejected request %llu: %s: %s", (unsigned long long)req_id,
+             gddr_strerror(code), msg);
+    Gddr__Reply r;
+    Gddr__Error e = GDDR__ERROR__INIT;
+    ps_reply_init(ps, &r, req_id, NULL);
+    e.code = (uint32_t)code;
+    e.message = msg;
+    e.retry_ms = retry_ms;
+    r.body_case = GDDR__REPLY__BODY_ERROR;
+    r.error = &e;
+    if (ident)
+        ps_send_reply(ps, ident, &r, NULL, 0);
+    return code;
+}
+
+int ps_reject(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vreject(ps, ident, req_id, code, 0, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+int ps_reject_retry(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, uint32_t retry_ms,
+                    const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = vreject(ps, ident, req_id, code, retry_ms, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+void ps_log_refusal(gddr_ps *ps, const char *fmt, ...)
+{
+    int64_t now = gddr__now_ms();
+    if (ps->last_refusal_log_ms && now - ps->last_refusal_log_ms < 1000) {
+        ps->refusals_unlogged++;
+        return;
+    }
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    ps->rejected[code < PS_NERR ? code : 0]++;
-    gddr_log(GDDR_LOG_DEBUG, "rejected request %llu: %s: %s", (unsigned long long)req_id,
-             gddr_strerror(code), msg);
-    Gddr__Reply r;
-    Gddr__Error e = GDDR__ERROR__INIT;
-    reply_init(ps, &r, req_id, NULL);
-    e.code = (uint32_t)code;
-    e.message = msg;
-    r.body_case = GDDR__REPLY__BODY_ERROR;
-    r.error = &e;
-    if (ident)
-        send_reply(ps, ident, &r, NULL, 0);
-    return code;
-}
-
-/* ---- workers ------------------------------------------------------------- */
-
-int gddr_ps_expected_workers(const gddr_ps *ps)
-{
-    int n = ps->cfg.workers ? (int)ps->cfg.workers : ps->announced_world;
-    return n < 1 ? 1 : n;
-}
-
-/* A rank counts as live when it is alive, or when it was never seen but the
- * run is young: a sync step must not complete with one worker just because
- * the others are still loading their data. */
-static int rank_live(gddr_ps *ps, int r, int64_t now)
-{
-    ps_worker *w = &ps->workers[r];
-    if (w->known)
-        return w->alive;
-    int64_t since = ps->first_hello_ms ? ps->first_hello_ms : now;
-    return now - since < (int64_t)(ps->cfg.worker_timeout_s * 1000);
-}
-
-int gddr_ps_live_workers(gddr_ps *ps)
-{
-    int64_t now = gddr__now_ms();
-    int exp = gddr_ps_expected_workers(ps), live = 0;
-    for (int r = 0; r < ps->cfg.max_workers; r++)
-        if ((r < exp && rank_live(ps, r, now)) || (r >= exp && ps->workers[r].alive))
-            live++;
-    return live;
-}
-
-/* The slowest live worker's clock (steps pushed), for ssp. */
-static uint64_t min_live_clock(gddr_ps *ps)
-{
-    uint64_t m = UINT64_MAX;
-    for (int r = 0; r < ps->cfg.max_workers; r++)
-        if (ps->workers[r].known && ps->workers[r].alive && ps->workers[r].clock < m)
-            m = ps->workers[r].clock;
-    return m;
-}
-
-static void touch_worker(gddr_ps *ps, uint32_t rank)
-{
-    ps_worker *w = &ps->workers[rank];
-    int64_t now = gddr__now_ms();
-    if (!w->known) {
-        w->known = 1;
-        w->alive = 1;
-        if (!ps->first_hello_ms)
-            ps->first_hello_ms = now;
-        gddr_log(GDDR_LOG_INFO, "worker %u joined", rank);
-    } else if (!w->alive) {
-        w->alive = 1;
-        ps->rejoins++;
-        gddr_log(GDDR_LOG_INFO, "worker %u rejoined", rank);
-        gddr_ps_snapshot_rejoined(ps, rank);
-    }
-    w->last_seen_ms = now;
+    if (ps->refusals_unlogged)
+        gddr_log(GDDR_LOG_WARN, "%s (and %llu more refusals not logged since the last line)", msg,
+                 (unsigned long long)ps->refusals_unlogged);
+    else
+        gddr_log(GDDR_LOG_WARN, "%s", msg);
+    ps->refusals_unlogged = 0;
+    ps->last_refusal_log_ms = now;
 }
 
 /* ---- tensors -------------------------------------------------------------- */
 
-static ps_tensor *tensor_by_id(gddr_ps *ps, uint32_t id)
+ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id)
 {
     return id < ps->ntensors ? ps->tensors[id] : NULL;
+}
+
+static void tensor_free(ps_tensor *t)
+{
+    free(t->w);
+    free(t->mom);
+    free(t->acc);
+    free(t->touched);
+    free(t->contrib);
+    ps_vbuf_unref(t->pub);
+    while (t->flushes) {
+        ps_flush *f = t->flushes;
+        t->flushes = f->next;
+        free(f->vals), free(f->bitmap), free(f);
+    }
+    free(t);
 }
 
 ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
@@ -147,13 +146,11 @@ ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
     t->touched = calloc(t->nchunks, 1);
     t->contrib = calloc((size_t)ps->cfg.max_workers, 1);
     t->tau = (int)ps->cfg.tau_init;
-    if (!t->w || !t->acc || !t->touched || !t->contrib) {
-        free(t->w), free(t->acc), free(t->touched), free(t->contrib), free(t);
-        return NULL;
-    }
-    ps_tensor **arr = realloc(ps->tensors, (ps->ntensors + 1) * sizeof *arr);
+    ps_tensor **arr = t->w && t->acc && t->touched && t->contrib
+                          ? realloc(ps->tensors, (ps->ntensors + 1) * sizeof *arr)
+                          : NULL;
     if (!arr) {
-        free(t->w), free(t->acc), free(t->touched), free(t->contrib), free(t);
+        tensor_free(t);
         return NULL;
     }
     ps->tensors = arr;
@@ -162,129 +159,67 @@ ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
     return t;
 }
 
-static void tensor_free(ps_tensor *t)
-{
-    free(t->w);
-    free(t->mom);
-    free(t->acc);
-    free(t->touched);
-    free(t->contrib);
-    free(t);
-}
-
 /* Hybrid: a sync server runs async until the tensor reaches the warm-up. */
-static int tensor_mode(gddr_ps *ps, const ps_tensor *t)
+int ps_tensor_mode(gddr_ps *ps, const ps_tensor *t)
 {
     if (ps->cfg.mode == GDDR_PS_MODE_SYNC && t->version < (uint64_t)ps->cfg.async_warmup_steps)
         return GDDR_PS_MODE_ASYNC;
     return ps->cfg.mode;
 }
 
-int ps_all_finite(const float *v, size_t n)
+/* One read of the payload gives its L2 norm, and with it whether every
+ * value is finite (a NaN or Inf makes the sum of squares NaN or Inf). */
+static double payload_norm(const float *v, size_t n)
 {
-    /* isfinite on every element vectorises poorly; summing v*0 is NaN iff
-     * some element is NaN or Inf, and runs at memory speed. */
-    float acc = 0.0f;
-    for (size_t i = 0; i < n; i++)
-        acc += v[i] * 0.0f;
-    return acc == 0.0f;
+    return gddr_nrm2_cpu(v, n);
 }
 
-/* ---- pulls ---------------------------------------------------------------- */
-
-static void send_values(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, ps_tensor *t)
+/* Per-chunk offsets of a payload laid out by bitmap (NULL: dense). */
+static void chunk_offsets(const ps_tensor *t, const uint8_t *bm, int64_t *off)
 {
-    size_t bytes = t->n * sizeof(float);
-    float *copy = malloc(bytes ? bytes : 1);
-    if (!copy) {
-        reject(ps, ident, req_id, GDDR_ENOMEM, "no memory for a %zu-byte reply", bytes);
-        return;
-    }
-    memcpy(copy, t->w, bytes);
-    Gddr__Reply r;
-    Gddr__PullReply pr = GDDR__PULL_REPLY__INIT;
-    reply_init(ps, &r, req_id, t);
-    pr.id = t->id;
-    pr.version = t->version;
-    pr.payload_bytes = bytes;
-    r.body_case = GDDR__REPLY__BODY_PULL;
-    r.pull = &pr;
-    gddr__raw raw = { copy, bytes, gddr__zfree, NULL };
-    send_reply(ps, ident, &r, &raw, 1);
-    ps->pulls_served++;
-}
-
-/* Whether a pull can be answered now. */
-static int pull_ready(gddr_ps *ps, ps_tensor *t, uint64_t min_version, uint64_t step)
-{
-    if (t->version < min_version)
-        return 0;
-    if (ps->cfg.mode == GDDR_PS_MODE_SSP) {
-        uint64_t slow = min_live_clock(ps);
-        if (slow != UINT64_MAX && step > slow + (uint64_t)ps->cfg.staleness_bound)
-            return 0;
-    }
-    return 1;
-}
-
-static void park_pull(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, uint32_t rank,
-                      ps_tensor *t, uint64_t min_version, uint64_t step, uint32_t wait_ms)
-{
-    if (ps->npulls == ps->cap_pulls) {
-        size_t cap = ps->cap_pulls ? ps->cap_pulls * 2 : 64;
-        ps_pull *p = realloc(ps->pulls, cap * sizeof *p);
-        if (!p) {
-            reject(ps, ident, req_id, GDDR_ENOMEM, "no memory to park a pull");
-            return;
-        }
-        ps->pulls = p;
-        ps->cap_pulls = cap;
-    }
-    uint64_t wait = wait_ms;
-    if (wait > (uint64_t)ps->cfg.pull_wait_max_ms)
-        wait = (uint64_t)ps->cfg.pull_wait_max_ms;
-    ps_pull *p = &ps->pulls[ps->npulls++];
-    zmq_msg_init(&p->ident);
-    zmq_msg_copy(&p->ident, ident);
-    p->req_id = req_id;
-    p->rank = rank;
-    p->id = t->id;
-    p->min_version = min_version;
-    p->step = step;
-    p->deadline_ms = gddr__now_ms() + (int64_t)wait;
-}
-
-/* Answers every parked pull whose condition now holds or whose time is up. */
-static void release_pulls(gddr_ps *ps)
-{
-    int64_t now = gddr__now_ms();
-    size_t keep = 0;
-    for (size_t i = 0; i < ps->npulls; i++) {
-        ps_pull *p = &ps->pulls[i];
-        ps_tensor *t = tensor_by_id(ps, p->id);
-        if (t && pull_ready(ps, t, p->min_version, p->step)) {
-            send_values(ps, &p->ident, p->req_id, t);
-        } else if (!t || now >= p->deadline_ms || ps->stop) {
-            if (ps->stop)
-                reject(ps, &p->ident, p->req_id, GDDR_ESHUTDOWN, "server is shutting down");
-            else
-                reject(ps, &p->ident, p->req_id, GDDR_ETIMEDOUT,
-                       "pull of tensor %u waited too long for version %llu (now %llu)%s", p->id,
-                       (unsigned long long)p->min_version,
-                       (unsigned long long)(t ? t->version : 0),
-                       ps->cfg.mode == GDDR_PS_MODE_SSP ? " or for the slowest worker" : "");
+    size_t o = 0;
+    for (size_t c = 0; c < t->nchunks; c++) {
+        size_t lo = c * t->chunk;
+        if (!bm || (bm[c / 8] >> (c % 8) & 1)) {
+            off[c] = (int64_t)o;
+            o += lo + t->chunk <= t->n ? t->chunk : t->n - lo;
         } else {
-            if (keep != i)
-                ps->pulls[keep] = ps->pulls[i];
-            keep++;
-            continue;
+            off[c] = -1;
         }
-        zmq_msg_close(&p->ident);
     }
-    ps->npulls = keep;
+}
+
+/* The offset buffer, grown to t's chunks; kept across pushes, so the hot
+ * path allocates nothing once the largest tensor has been seen. */
+static int64_t *offsets_for(gddr_ps *ps, const ps_tensor *t)
+{
+    if (ps->offcap < t->nchunks) {
+        int64_t *nb = realloc(ps->offbuf, t->nchunks * sizeof *nb);
+        if (!nb)
+            return NULL;
+        ps->offbuf = nb;
+        ps->offcap = t->nchunks;
+    }
+    return ps->offbuf;
 }
 
 /* ---- sync steps ----------------------------------------------------------- */
+
+/* Applies a flush (a closing worker's held residual) as its own update. */
+static void apply_flush(gddr_ps *ps, ps_tensor *t, const float *vals, const uint8_t *bitmap,
+                        float scale)
+{
+    int64_t *off = offsets_for(ps, t);
+    if (!off)
+        return;
+    chunk_offsets(t, bitmap, off);
+    if (ps->cfg.momentum > 0 && !t->mom)
+        t->mom = calloc(t->n, sizeof(float));
+    ps_job job = { PS_JOB_APPLY, t, vals, off, scale, (float)ps->cfg.momentum };
+    ps_pool_run(ps->pool, &job);
+    t->version++;
+    ps->versions_total++;
+}
 
 /* Applies the step being collected when enough workers pushed. The divisor
  * is the number of live workers, so a step is the mean over the workers,
@@ -303,37 +238,43 @@ static int sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
         return 0;
     if (ps->cfg.momentum > 0 && !t->mom)
         t->mom = calloc(t->n, sizeof(float));
-    /* When workers left with their last pushes still in the step (a final
-     * residual flush), divide by those who took part, not by who is left. */
+    /* A step whose workers left before it completed still divides by those
+     * who took part, not by who is left. */
     int divisor = (int)t->ncontrib > live ? (int)t->ncontrib : live;
     ps_job job = { PS_JOB_SYNC, t, NULL, NULL, 1.0f / (float)divisor, (float)ps->cfg.momentum };
     ps_pool_run(ps->pool, &job);
     t->version++;
     ps->versions_total++;
+    t->sync_divisor = (uint32_t)divisor;
     memset(t->contrib, 0, (size_t)ps->cfg.max_workers);
     t->ncontrib = 0;
     t->npushes = 0;
+    /* Flushes that came in while the step was open go right after it. */
+    while (t->flushes) {
+        ps_flush *f = t->flushes;
+        t->flushes = f->next;
+        apply_flush(ps, t, f->vals, f->bitmap, f->scale);
+        free(f->vals), free(f->bitmap), free(f);
+        t->nflushes--;
+    }
     return 1;
+}
+
+void ps_membership_changed(gddr_ps *ps)
+{
+    for (size_t i = 0; i < ps->ntensors; i++)
+        if (ps_tensor_mode(ps, ps->tensors[i]) == GDDR_PS_MODE_SYNC)
+            sync_try_complete(ps, ps->tensors[i], 0);
+    ps_release_pulls(ps);
 }
 
 /* ---- requests ------------------------------------------------------------- */
 
-static void worker_left(gddr_ps *ps, uint32_t rank);
-
-static int on_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
+static void send_hello_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id)
 {
-    const Gddr__Hello *h = rq->hello;
-    if (h->world_size > (uint32_t)ps->cfg.max_workers) {
-        return reject(ps, ident, rq->req_id, GDDR_EWORKER, "world_size %u is above max_workers %lld",
-               h->world_size, ps->cfg.max_workers);
-    }
-    if (!rq->observer && (int)h->world_size > ps->announced_world)
-        ps->announced_world = (int)h->world_size;
-    gddr_log(GDDR_LOG_INFO, "hello from rank %u (world %u, %s)", rq->rank, h->world_size,
-             h->client ? h->client : "?");
     Gddr__Reply r;
     Gddr__HelloReply hr = GDDR__HELLO_REPLY__INIT;
-    reply_init(ps, &r, rq->req_id, NULL);
+    ps_reply_init(ps, &r, req_id, NULL);
     hr.mode = (Gddr__Mode)ps->cfg.mode;
     if (ps->cfg.mode == GDDR_PS_MODE_SYNC && ps->cfg.async_warmup_steps > 0) {
         /* Hybrid: the phase of the first tensor (all advance together). */
@@ -347,8 +288,7 @@ static int on_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
     hr.async_warmup_steps = (uint32_t)ps->cfg.async_warmup_steps;
     r.body_case = GDDR__REPLY__BODY_HELLO;
     r.hello = &hr;
-    send_reply(ps, ident, &r, NULL, 0);
-    return GDDR_OK;
+    ps_send_reply(ps, ident, &r, NULL, 0);
 }
 
 static int valid_key(const char *k)
@@ -362,19 +302,22 @@ static int valid_key(const char *k)
     return 1;
 }
 
-static int on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f)
+/* Registration; `worker` says whether a worker asks (observers may only
+ * look up a tensor that exists). */
+static int on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f,
+                   int worker)
 {
     const Gddr__InitTensor *in = rq->init;
     if (!valid_key(in->key)) {
-        return reject(ps, ident, rq->req_id, GDDR_EINVAL,
+        return ps_reject(ps, ident, rq->req_id, GDDR_EINVAL,
                "tensor key must be 1-127 printable characters without spaces");
     }
     if (in->n == 0 || in->n > (uint64_t)ps->cfg.max_message_bytes / 4) {
-        return reject(ps, ident, rq->req_id, GDDR_ELENGTH, "tensor '%s': length %llu is out of range",
+        return ps_reject(ps, ident, rq->req_id, GDDR_ELENGTH, "tensor '%s': length %llu is out of range",
                in->key, (unsigned long long)in->n);
     }
     if (in->payload_bytes != in->n * 4 || f->n != 3 || gddr__frame_size(f, 2) != in->payload_bytes) {
-        return reject(ps, ident, rq->req_id, GDDR_ELENGTH,
+        return ps_reject(ps, ident, rq->req_id, GDDR_ELENGTH,
                "tensor '%s': header says %llu values (%llu bytes) but the frame holds %zu bytes",
                in->key, (unsigned long long)in->n, (unsigned long long)in->payload_bytes,
                f->n == 3 ? gddr__frame_size(f, 2) : 0);
@@ -387,62 +330,45 @@ static int on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
     int created = 0;
     if (t) {
         if (t->n != in->n) {
-            return reject(ps, ident, rq->req_id, GDDR_ELENGTH,
+            return ps_reject(ps, ident, rq->req_id, GDDR_ELENGTH,
                    "tensor '%s' exists with length %zu, not %llu", in->key, t->n,
                    (unsigned long long)in->n);
         }
     } else {
+        if (!worker)
+            return ps_reject(ps, ident, rq->req_id, GDDR_ENOKEY,
+                             "no tensor '%s' (only a worker may register one)", in->key);
+        if (!ps->cfg.allow_register)
+            return ps_reject(ps, ident, rq->req_id, GDDR_ESTATE,
+                             "no tensor '%s', and registration is closed (allow_register = false)", in->key);
         if (ps->ntensors >= (size_t)ps->cfg.max_tensors) {
-            return reject(ps, ident, rq->req_id, GDDR_EINVAL, "server holds max_tensors = %lld already",
+            return ps_reject(ps, ident, rq->req_id, GDDR_EINVAL, "server holds max_tensors = %lld already",
                    ps->cfg.max_tensors);
         }
-        if (!ps_all_finite(vals, in->n)) {
-            return reject(ps, ident, rq->req_id, GDDR_ENONFINITE, "tensor '%s': initial values hold NaN or Inf",
+        if (!isfinite(payload_norm(vals, in->n))) {
+            return ps_reject(ps, ident, rq->req_id, GDDR_ENONFINITE, "tensor '%s': initial values hold NaN or Inf",
                    in->key);
         }
         t = gddr_ps_tensor_create(ps, in->key, in->n);
         if (!t) {
-            return reject(ps, ident, rq->req_id, GDDR_ENOMEM, "no memory for tensor '%s'", in->key);
+            return ps_reject(ps, ident, rq->req_id, GDDR_ENOMEM, "no memory for tensor '%s'", in->key);
         }
         memcpy(t->w, vals, in->n * sizeof(float));
         created = 1;
         ps->inits++;
-        gddr_log(GDDR_LOG_INFO, "tensor '%s' registered: id %u, %zu values, %zu chunks", t->key,
-                 t->id, t->n, t->nchunks);
+        gddr_log(GDDR_LOG_INFO, "tensor '%s' registered by worker %u: id %u, %zu values, %zu chunks",
+                 t->key, rq->rank, t->id, t->n, t->nchunks);
     }
     Gddr__Reply r;
     Gddr__InitReply ir = GDDR__INIT_REPLY__INIT;
-    reply_init(ps, &r, rq->req_id, t);
+    ps_reply_init(ps, &r, rq->req_id, t);
     ir.id = t->id;
     ir.version = t->version;
     ir.n = t->n;
     ir.created = created;
     r.body_case = GDDR__REPLY__BODY_INIT;
     r.init = &ir;
-    send_reply(ps, ident, &r, NULL, 0);
-    return GDDR_OK;
-}
-
-static int on_pull(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
-{
-    const Gddr__Pull *p = rq->pull;
-    ps_tensor *t = tensor_by_id(ps, p->id);
-    if (!t) {
-        return reject(ps, ident, rq->req_id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)", p->id,
-               ps->ntensors);
-    }
-    if (pull_ready(ps, t, p->min_version, p->step)) {
-        send_values(ps, ident, rq->req_id, t);
-        return GDDR_OK;
-    }
-    /* A sync step or the ssp bound will release it. A min_version far ahead
-     * of anything a step can produce is a client bug, not a wait. */
-    if (p->min_version > t->version + 1 + (uint64_t)gddr_ps_expected_workers(ps)) {
-        return reject(ps, ident, rq->req_id, GDDR_EVERSION,
-               "pull asks for version %llu of tensor '%s', which is at %llu",
-               (unsigned long long)p->min_version, t->key, (unsigned long long)t->version);
-    }
-    park_pull(ps, ident, rq->req_id, rq->rank, t, p->min_version, p->step, p->wait_ms);
+    ps_send_reply(ps, ident, &r, NULL, 0);
     return GDDR_OK;
 }
 
@@ -463,12 +389,11 @@ static int check_layout(const ps_tensor *t, const ProtobufCBinaryData *bm, uint6
                      (unsigned long long)payload_bytes, t->key, t->n);
             return GDDR_ELENGTH;
         }
-        for (size_t c = 0; c < t->nchunks; c++)
-            off[c] = (int64_t)(c * t->chunk);
+        chunk_offsets(t, NULL, off);
         *nfloats = t->n;
         return GDDR_OK;
     }
-    size_t need = (t->nchunks + 7) / 8;
+    size_t need = gddr_bitmap_bytes(t->nchunks);
     if (bm->len != need) {
         snprintf(msg, mlen, "bitmap of %zu bytes for %zu chunks (needs %zu)", bm->len, t->nchunks,
                  need);
@@ -479,15 +404,12 @@ static int check_layout(const ps_tensor *t, const ProtobufCBinaryData *bm, uint6
         return GDDR_EBITMAP;
     }
     size_t o = 0;
-    for (size_t c = 0; c < t->nchunks; c++) {
-        if (bm->data[c / 8] >> (c % 8) & 1) {
-            off[c] = (int64_t)o;
+    chunk_offsets(t, bm->data, off);
+    for (size_t c = 0; c < t->nchunks; c++)
+        if (off[c] >= 0) {
             size_t lo = c * t->chunk;
-            o += (lo + t->chunk <= t->n ? t->chunk : t->n - lo);
-        } else {
-            off[c] = -1;
+            o += lo + t->chunk <= t->n ? t->chunk : t->n - lo;
         }
-    }
     if (o * 4 != payload_bytes) {
         snprintf(msg, mlen, "bitmap selects %zu values but the payload holds %llu bytes", o,
                  (unsigned long long)payload_bytes);
@@ -497,78 +419,127 @@ static int check_layout(const ps_tensor *t, const ProtobufCBinaryData *bm, uint6
     return GDDR_OK;
 }
 
+static void send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, const ps_tensor *t,
+                            const ps_wtensor *out, int duplicate)
+{
+    Gddr__Reply r;
+    Gddr__PushReply pr = GDDR__PUSH_REPLY__INIT;
+    ps_reply_init(ps, &r, req_id, t);
+    pr.id = t->id;
+    pr.version = out->version;
+    pr.applied = out->applied;
+    pr.staleness = out->staleness;
+    pr.mode = (Gddr__Mode)out->mode;
+    pr.sync_target = out->sync_target;
+    pr.duplicate = duplicate;
+    r.body_case = GDDR__REPLY__BODY_PUSH;
+    r.push = &pr;
+    ps_send_reply(ps, ident, &r, NULL, 0);
+}
+
+/* Keeps a flush that arrived while a sync step is open, for after it. */
+static int defer_flush(gddr_ps *ps, ps_tensor *t, const Gddr__Push *p, const float *vals,
+                       size_t nfloats, float scale)
+{
+    if (t->nflushes >= (uint32_t)ps->cfg.max_workers)
+        return GDDR_EBUSY;
+    ps_flush *f = calloc(1, sizeof *f);
+    if (f && (f->vals = malloc(nfloats * 4 + 4)) &&
+        (!p->bitmap.len || (f->bitmap = malloc(p->bitmap.len)))) {
+        memcpy(f->vals, vals, nfloats * 4);
+        if (p->bitmap.len)
+            memcpy(f->bitmap, p->bitmap.data, p->bitmap.len);
+        f->scale = scale;
+        ps_flush **pp = &t->flushes;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = f;
+        t->nflushes++;
+        return GDDR_OK;
+    }
+    if (f)
+        free(f->vals), free(f);
+    return GDDR_ENOMEM;
+}
+
 static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f)
 {
     const Gddr__Push *p = rq->push;
     uint64_t id = rq->req_id;
-    ps_tensor *t = tensor_by_id(ps, p->id);
+    ps_tensor *t = ps_tensor_by_id(ps, p->id);
     if (!t) {
-        return reject(ps, ident, id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)", p->id,
+        return ps_reject(ps, ident, id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)", p->id,
                ps->ntensors);
     }
     int want_frames = 3 + (p->residual_snapshot ? 1 : 0);
     if (f->n != want_frames) {
-        return reject(ps, ident, id, GDDR_EPROTO, "push carries %d frames, expected %d", f->n - 1,
+        return ps_reject(ps, ident, id, GDDR_EPROTO, "push carries %d frames, expected %d", f->n - 1,
                want_frames - 1);
     }
     char msg[256];
-    /* Per-chunk payload offsets, in a buffer kept across pushes: no
-     * allocation on the hot path once the largest tensor has been seen. */
-    if (ps->offcap < t->nchunks) {
-        int64_t *nb = realloc(ps->offbuf, t->nchunks * sizeof *nb);
-        if (nb) {
-            ps->offbuf = nb;
-            ps->offcap = t->nchunks;
-        }
-    }
-    int64_t *off = ps->offcap >= t->nchunks ? ps->offbuf : NULL;
-    if (!off) {
-        return reject(ps, ident, id, GDDR_ENOMEM, "no memory");
-    }
+    int64_t *off = offsets_for(ps, t);
+    ps_wtensor *wt = off ? ps_worker_tensor(ps, rq->rank, t->id) : NULL;
+    if (!wt)
+        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory");
     size_t nfloats = 0;
     int rc = check_layout(t, &p->bitmap, p->payload_bytes, gddr__frame_size(f, 2), off, &nfloats,
                           msg, sizeof msg);
     if (rc != GDDR_OK) {
-        return reject(ps, ident, id, rc, "push to tensor '%s': %s", t->key, msg);
+        return ps_reject(ps, ident, id, rc, "push to tensor '%s': %s", t->key, msg);
+    }
+    ps_worker *w = &ps->workers[rq->rank];
+    /* Exactly once: a resend gets the first answer and changes nothing. */
+    if (wt->set && p->step <= wt->step) {
+        ps->duplicates++;
+        w->duplicates++;
+        gddr_log(GDDR_LOG_DEBUG, "worker %u: push of step %llu to '%s' is a resend (last taken %llu)",
+                 rq->rank, (unsigned long long)p->step, t->key, (unsigned long long)wt->step);
+        send_push_reply(ps, ident, id, t, wt, 1);
+        return GDDR_OK;
     }
     if (p->base_version > t->version || p->birth_version > p->base_version) {
-        return reject(ps, ident, id, GDDR_EVERSION,
+        return ps_reject(ps, ident, id, GDDR_EVERSION,
                "push to tensor '%s' at version %llu claims birth %llu, base %llu", t->key,
                (unsigned long long)t->version, (unsigned long long)p->birth_version,
                (unsigned long long)p->base_version);
     }
     const float *vals = gddr__frame_data(f, 2);
-    if (!ps_all_finite(vals, nfloats) || !isfinite(p->grad_norm) || p->grad_norm < 0) {
-        return reject(ps, ident, id, GDDR_ENONFINITE, "push to tensor '%s' holds NaN or Inf", t->key);
+    double measured = payload_norm(vals, nfloats);
+    if (!isfinite(measured) || !isfinite(p->grad_norm) || p->grad_norm < 0 ||
+        !isfinite(p->residual_l1) || p->residual_l1 < 0) {
+        return ps_reject(ps, ident, id, GDDR_ENONFINITE, "push to tensor '%s' holds NaN or Inf", t->key);
     }
-    if (ps->cfg.max_grad_norm > 0) {
-        double measured = gddr_nrm2_cpu(vals, nfloats);
-        /* The guard judges what would be applied. The reported norm is the
-         * fresh gradient's, before any client-side clipping (it feeds the
-         * tau controller), so it must not veto a clipped push. */
-        if (measured > ps->cfg.max_grad_norm) {
-                return reject(ps, ident, id, GDDR_EGRADNORM,
-                   "push to tensor '%s': gradient norm %.6g (reported %.6g) exceeds max_grad_norm %g",
-                   t->key, measured, (double)p->grad_norm, ps->cfg.max_grad_norm);
-        }
+    /* The guard judges what would be applied. The reported norm is the
+     * fresh gradient's, before any client-side clipping (it feeds the tau
+     * controller), so it must not veto a clipped push. */
+    if (ps->cfg.max_grad_norm > 0 && measured > ps->cfg.max_grad_norm) {
+        return ps_reject(ps, ident, id, GDDR_EGRADNORM,
+               "push to tensor '%s': gradient norm %.6g (reported %.6g) exceeds max_grad_norm %g",
+               t->key, measured, (double)p->grad_norm, ps->cfg.max_grad_norm);
     }
     if (p->residual_snapshot) {
-        rc = gddr_ps_snapshot_check(ps, t, p, f, msg, sizeof msg);
-        if (rc != GDDR_OK) {
-                return reject(ps, ident, id, rc, "push to tensor '%s': residual snapshot: %s", t->key, msg);
-        }
+        rc = gddr_ps_snapshot_check(ps, t, rq->rank, p, f, msg, sizeof msg);
+        if (rc != GDDR_OK)
+            return ps_reject(ps, ident, id, rc, "push to tensor '%s': residual snapshot: %s", t->key, msg);
     }
-
-    /* Accepted: from here on, state changes. */
-    ps_worker *w = &ps->workers[rq->rank];
     uint64_t tau = t->version - p->base_version;
     double lr_eff = ps->cfg.lr / (1.0 + ps->cfg.adadelay * (double)tau);
-    int mode = tensor_mode(ps, t);
-    if (ps->cfg.momentum > 0 && !t->mom)
-        t->mom = calloc(t->n, sizeof(float));
-    Gddr__Reply r;
-    Gddr__PushReply pr = GDDR__PUSH_REPLY__INIT;
-    if (mode == GDDR_PS_MODE_SYNC) {
+    int mode = ps_tensor_mode(ps, t);
+    ps_wtensor out = { p->step, 0, 0, tau, 0, 0, (uint8_t)mode, p->residual_l1 };
+    if (mode == GDDR_PS_MODE_SYNC && p->flush) {
+        /* Mass of the worker's earlier steps: it weighs what one worker's
+         * share of those steps weighed, however many workers are left. */
+        uint32_t d = t->sync_divisor ? t->sync_divisor : (uint32_t)gddr_ps_expected_workers(ps);
+        float scale = (float)(lr_eff / (double)d);
+        if (t->npushes == 0) {
+            apply_flush(ps, t, vals, p->bitmap.len ? p->bitmap.data : NULL, scale);
+            out.applied = 1;
+        } else if ((rc = defer_flush(ps, t, p, vals, nfloats, scale)) != GDDR_OK) {
+            return ps_reject(ps, ident, id, rc, "push to tensor '%s': cannot keep a flush for after the step",
+                             t->key);
+        }
+        out.sync_target = t->version + (out.applied ? 0 : 1);
+    } else if (mode == GDDR_PS_MODE_SYNC) {
         ps_job job = { PS_JOB_ACC, t, vals, p->bitmap.len ? off : NULL, (float)lr_eff, 0 };
         ps_pool_run(ps->pool, &job);
         if (!t->contrib[rq->rank]) {
@@ -576,16 +547,22 @@ static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
             t->ncontrib++;
         }
         t->npushes++;
-        pr.sync_target = t->version + 1;
-        pr.applied = sync_try_complete(ps, t, 0);
+        out.sync_target = t->version + 1;
+        out.applied = (uint8_t)sync_try_complete(ps, t, 0);
     } else {
+        if (ps->cfg.momentum > 0 && !t->mom)
+            t->mom = calloc(t->n, sizeof(float));
         ps_job job = { PS_JOB_APPLY, t, vals, p->bitmap.len ? off : NULL, (float)lr_eff,
                        (float)ps->cfg.momentum };
         ps_pool_run(ps->pool, &job);
         t->version++;
         ps->versions_total++;
-        pr.applied = 1;
+        out.applied = 1;
     }
+    out.version = t->version;
+    out.mode = (uint8_t)ps_tensor_mode(ps, t);
+    out.set = 1;
+    *wt = out;
     ps->pushes++;
     w->pushes++;
     if (p->step + 1 > w->clock)
@@ -602,29 +579,21 @@ static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
                      ps->stale.ema, ps->cfg.staleness_alarm);
         ps->alarm_on = over;
     }
-    if (ps_tau_update(&ps->cfg, t, p->grad_norm))
+    if (!p->flush && ps_tau_update(&ps->cfg, t, p->grad_norm))
         gddr_log(GDDR_LOG_DEBUG, "tensor '%s': tau now %d (norm EMA %.4g, change rate %.3f)",
                  t->key, t->tau, t->norm_ema, t->rate_ema);
     gddr_ps_snapshot_after_push(ps, t, rq->rank, p, f);
-
-    reply_init(ps, &r, id, t);
-    pr.id = t->id;
-    pr.version = t->version;
-    pr.staleness = tau;
-    pr.mode = (Gddr__Mode)tensor_mode(ps, t);
-    r.body_case = GDDR__REPLY__BODY_PUSH;
-    r.push = &pr;
-    send_reply(ps, ident, &r, NULL, 0);
+    send_push_reply(ps, ident, id, t, wt, 0);
     gddr_ps_snapshot_offer_orphans(ps, ident, rq->rank);
-    release_pulls(ps);
+    ps_release_pulls(ps);
     return GDDR_OK;
 }
 
-static void on_stats(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
+static void on_stats(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, int owner)
 {
     Gddr__Reply r;
     Gddr__StatsReply sr = GDDR__STATS_REPLY__INIT;
-    reply_init(ps, &r, rq->req_id, ps->ntensors ? ps->tensors[0] : NULL);
+    ps_reply_init(ps, &r, rq->req_id, ps->ntensors ? ps->tensors[0] : NULL);
     sr.pushes = ps->pushes;
     sr.pulls = ps->pulls_served;
     for (int i = 0; i < PS_NERR; i++)
@@ -635,16 +604,19 @@ static void on_stats(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
     sr.staleness_max = ps->stale.max;
     sr.n_staleness_hist = PS_HIST;
     sr.staleness_hist = ps->stale.hist;
-    ps_worker *w = &ps->workers[rq->rank];
-    sr.worker_staleness_mean = ps_stale_mean(&w->stale);
-    sr.worker_pushes = w->pushes;
+    if (owner) {
+        ps_worker *w = &ps->workers[rq->rank];
+        sr.worker_staleness_mean = ps_stale_mean(&w->stale);
+        sr.worker_pushes = w->pushes;
+    }
     sr.live_workers = (uint32_t)gddr_ps_live_workers(ps);
+    sr.duplicates = ps->duplicates;
     char *text = NULL;
     if (rq->stats->prometheus)
         sr.prometheus = text = ps_metrics_text(ps);
     r.body_case = GDDR__REPLY__BODY_STATS;
     r.stats = &sr;
-    send_reply(ps, ident, &r, NULL, 0);
+    ps_send_reply(ps, ident, &r, NULL, 0);
     free(text);
 }
 
@@ -652,11 +624,112 @@ static void send_ack(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, const char 
 {
     Gddr__Reply r;
     Gddr__Ack a = GDDR__ACK__INIT;
-    reply_init(ps, &r, req_id, NULL);
+    ps_reply_init(ps, &r, req_id, NULL);
     a.text = (char *)text;
     r.body_case = GDDR__REPLY__BODY_ACK;
     r.ack = &a;
-    send_reply(ps, ident, &r, NULL, 0);
+    ps_send_reply(ps, ident, &r, NULL, 0);
+}
+
+static const char *body_name(int body)
+{
+    switch (body) {
+    case GDDR__REQUEST__BODY_HELLO: return "hello";
+    case GDDR__REQUEST__BODY_INIT: return "a registration";
+    case GDDR__REQUEST__BODY_PULL: return "a pull";
+    case GDDR__REQUEST__BODY_PUSH: return "a push";
+    case GDDR__REQUEST__BODY_STATS: return "a stats request";
+    case GDDR__REQUEST__BODY_HEARTBEAT: return "a heartbeat";
+    case GDDR__REQUEST__BODY_CHECKPOINT: return "a checkpoint request";
+    case GDDR__REQUEST__BODY_BYE: return "a bye";
+    }
+    return "a request";
+}
+
+/* One well-formed request of the right protocol version. */
+static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Request *rq)
+{
+    zmq_msg_t *ident = &f->part[0];
+    const ps_key *key = gddr_ps_auth_key(ps, &f->part[1]);
+    uint64_t session = ps_request_session(rq, c);
+    int body = rq->body_case;
+    if (body == GDDR__REQUEST__BODY_HELLO) {
+        if (!rq->observer && rq->rank >= (uint32_t)ps->cfg.max_workers) {
+            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "rank %u is not below max_workers %lld",
+                      rq->rank, ps->cfg.max_workers);
+            ps_log_refusal(ps, "refused a hello as rank %u: not below max_workers", rq->rank);
+            return;
+        }
+        if (!rq->observer && ps_worker_hello(ps, ident, rq, session, key) != GDDR_OK) {
+            ps_log_refusal(ps, "refused a hello as rank %u", rq->rank);
+            return;
+        }
+        if (rq->observer)
+            gddr_log(GDDR_LOG_DEBUG, "hello from an observer");
+        send_hello_reply(ps, ident, rq->req_id);
+        return;
+    }
+    /* From here on, the worker's own requests keep it alive; nobody else's. */
+    int owner = ps_worker_owns(ps, rq, session);
+    int observer_key = key && key->observer_only;
+    switch (body) {
+    case GDDR__REQUEST__BODY_PULL:
+        ps_pull_request(ps, ident, c, rq);
+        return;
+    case GDDR__REQUEST__BODY_STATS:
+        on_stats(ps, ident, rq, owner);
+        return;
+    case GDDR__REQUEST__BODY_HEARTBEAT:
+        if (owner)
+            send_ack(ps, ident, rq->req_id, "alive");
+        else if (rq->observer)
+            send_ack(ps, ident, rq->req_id, "observer");
+        else
+            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER,
+                      "heartbeat for rank %u, which this session does not hold", rq->rank);
+        return;
+    case GDDR__REQUEST__BODY_CHECKPOINT: {
+        if (observer_key) {
+            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "this key may only observe");
+            return;
+        }
+        char text[128];
+        gddr_ps_checkpoint_request(ps, text, sizeof text);
+        send_ack(ps, ident, rq->req_id, text);
+        return;
+    }
+    case GDDR__REQUEST__BODY_BYE:
+        if (owner) {
+            ps_worker_left(ps, rq->rank);
+            send_ack(ps, ident, rq->req_id, "bye");
+        } else if (rq->observer) {
+            send_ack(ps, ident, rq->req_id, "bye");
+        } else {
+            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER,
+                      "bye for rank %u, which this session does not hold", rq->rank);
+        }
+        return;
+    case GDDR__REQUEST__BODY_INIT:
+        if (rq->observer || owner)
+            on_init(ps, ident, rq, f, owner && !rq->observer);
+        else
+            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER,
+                      "%s from rank %u, which this session does not hold: say hello first",
+                      body_name(body), rq->rank);
+        return;
+    case GDDR__REQUEST__BODY_PUSH:
+        if (rq->observer)
+            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "an observer cannot push");
+        else if (!owner)
+            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER,
+                      "%s from rank %u, which this session does not hold: say hello first",
+                      body_name(body), rq->rank);
+        else
+            on_push(ps, ident, rq, f);
+        return;
+    default:
+        ps_reject(ps, ident, rq->req_id, GDDR_EPROTO, "request without a body");
+    }
 }
 
 static void handle_message(gddr_ps *ps, gddr__frames *f)
@@ -665,120 +738,32 @@ static void handle_message(gddr_ps *ps, gddr__frames *f)
     if (f->n < 2 || f->truncated) {
         /* Too few or too many frames. With an identity we can still say so. */
         if (f->n >= 1)
-            reject(ps, &f->part[0], 0, GDDR_EPROTO, "message with %d frames", f->n);
+            ps_reject(ps, &f->part[0], 0, GDDR_EPROTO, "message with %d frames", f->n);
         else
             ps->rejected[GDDR_EPROTO]++;
         return;
     }
     zmq_msg_t *ident = &f->part[0];
+    ps_conn *c = ps_conn_get(ps, ident);
     Gddr__Request *rq =
         gddr__request__unpack(NULL, gddr__frame_size(f, 1), gddr__frame_data(f, 1));
     if (!rq) {
-        reject(ps, ident, 0, GDDR_EPROTO, "header is not a valid gddr.Request");
+        ps_reject(ps, ident, 0, GDDR_EPROTO, "header is not a valid gddr.Request");
         return;
     }
     if (rq->protocol != GDDR__CONST__PROTOCOL_VERSION) {
-        reject(ps, ident, rq->req_id, GDDR_EPROTO, "protocol %u, this server speaks %d",
-               rq->protocol, GDDR__CONST__PROTOCOL_VERSION);
-    } else if (rq->rank >= (uint32_t)ps->cfg.max_workers) {
-        reject(ps, ident, rq->req_id, GDDR_EWORKER, "rank %u is not below max_workers %lld",
-               rq->rank, ps->cfg.max_workers);
+        ps_reject(ps, ident, rq->req_id, GDDR_EPROTO, "protocol %u, this server speaks %d",
+                  rq->protocol, GDDR__CONST__PROTOCOL_VERSION);
+    } else if (!rq->observer && rq->rank >= (uint32_t)ps->cfg.max_workers) {
+        ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "rank %u is not below max_workers %lld",
+                  rq->rank, ps->cfg.max_workers);
+    } else if (rq->body_case != GDDR__REQUEST__BODY_INIT &&
+               rq->body_case != GDDR__REQUEST__BODY_PUSH && f->n != 2) {
+        ps_reject(ps, ident, rq->req_id, GDDR_EPROTO, "unexpected %d value frames", f->n - 2);
     } else {
-        int needs_values = rq->body_case == GDDR__REQUEST__BODY_INIT;
-        if (!needs_values && rq->body_case != GDDR__REQUEST__BODY_PUSH && f->n != 2) {
-            reject(ps, ident, rq->req_id, GDDR_EPROTO, "unexpected %d value frames", f->n - 2);
-        } else {
-            /* A worker becomes known by a hello or an accepted request; a
-             * rejected one from a stranger changes nothing (section 8). Any
-             * message from a known worker counts as a heartbeat. */
-            ps_worker *w = &ps->workers[rq->rank];
-            if (!rq->observer && (rq->body_case == GDDR__REQUEST__BODY_HELLO || w->known))
-                touch_worker(ps, rq->rank);
-            int rc = GDDR_OK;
-            switch (rq->body_case) {
-            case GDDR__REQUEST__BODY_HELLO: rc = on_hello(ps, ident, rq); break;
-            case GDDR__REQUEST__BODY_INIT: rc = on_init(ps, ident, rq, f); break;
-            case GDDR__REQUEST__BODY_PULL: rc = on_pull(ps, ident, rq); break;
-            case GDDR__REQUEST__BODY_PUSH: rc = on_push(ps, ident, rq, f); break;
-            case GDDR__REQUEST__BODY_STATS: on_stats(ps, ident, rq); break;
-            case GDDR__REQUEST__BODY_HEARTBEAT: send_ack(ps, ident, rq->req_id, "alive"); break;
-            case GDDR__REQUEST__BODY_CHECKPOINT:
-                ps->ckpt_now = 1;
-                send_ack(ps, ident, rq->req_id, "checkpoint requested");
-                break;
-            case GDDR__REQUEST__BODY_BYE:
-                if (!rq->observer)
-                    worker_left(ps, rq->rank);
-                send_ack(ps, ident, rq->req_id, "bye");
-                break;
-            default:
-                rc = reject(ps, ident, rq->req_id, GDDR_EPROTO, "request without a body");
-            }
-            if (!rq->observer && !w->known && rc == GDDR_OK &&
-                rq->body_case != GDDR__REQUEST__BODY_BYE &&
-                rq->body_case != GDDR__REQUEST__BODY_HEARTBEAT)
-                touch_worker(ps, rq->rank);
-        }
+        dispatch(ps, f, c, rq);
     }
     gddr__request__free_unpacked(rq, NULL);
-}
-
-/* Re-checks what a change of membership may unblock: open sync steps and
- * parked pulls (ssp waits on the slowest live worker). */
-static void membership_changed(gddr_ps *ps)
-{
-    for (size_t i = 0; i < ps->ntensors; i++)
-        if (tensor_mode(ps, ps->tensors[i]) == GDDR_PS_MODE_SYNC)
-            sync_try_complete(ps, ps->tensors[i], 0);
-    release_pulls(ps);
-}
-
-/* A worker that said bye is gone at once; its residual snapshot becomes an
- * orphan just as if it had died. */
-static void worker_left(gddr_ps *ps, uint32_t rank)
-{
-    ps_worker *w = &ps->workers[rank];
-    if (!w->known || !w->alive)
-        return;
-    w->alive = 0;
-    gddr_log(GDDR_LOG_INFO, "worker %u left after %llu pushes", rank, (unsigned long long)w->pushes);
-    gddr_ps_snapshot_worker_died(ps, (int)rank);
-    membership_changed(ps);
-}
-
-/* ---- timers ---------------------------------------------------------------- */
-
-static void check_workers(gddr_ps *ps)
-{
-    int64_t now = gddr__now_ms();
-    int64_t limit = (int64_t)(ps->cfg.worker_timeout_s * 1000);
-    int changed = 0;
-    for (int r = 0; r < ps->cfg.max_workers; r++) {
-        ps_worker *w = &ps->workers[r];
-        if (w->known && w->alive && now - w->last_seen_ms > limit) {
-            w->alive = 0;
-            ps->deaths++;
-            changed = 1;
-            gddr_log(GDDR_LOG_WARN, "worker %d declared dead: silent for %.1f s", r,
-                     (double)(now - w->last_seen_ms) / 1000.0);
-            gddr_ps_snapshot_worker_died(ps, r);
-        }
-    }
-    /* A death (or a never-arrived worker timing out) may complete a sync
-     * step or free an ssp wait. */
-    if (changed || ps->npulls)
-        membership_changed(ps);
-}
-
-static int next_timeout(gddr_ps *ps)
-{
-    int64_t now = gddr__now_ms(), t = 250;
-    for (size_t i = 0; i < ps->npulls; i++) {
-        int64_t d = ps->pulls[i].deadline_ms - now;
-        if (d < t)
-            t = d < 0 ? 0 : d;
-    }
-    return (int)t;
 }
 
 /* ---- life cycle ------------------------------------------------------------ */
@@ -805,7 +790,8 @@ int gddr_ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path,
     ps->epoch = make_epoch();
     ps->start_ms = gddr__now_ms();
     ps->workers = calloc((size_t)cfg->max_workers, sizeof *ps->workers);
-    if (!ps->workers || ps_pool_start(&ps->pool, (int)cfg->threads) != GDDR_OK) {
+    if (!ps->workers || ps_conns_open(ps) != GDDR_OK ||
+        ps_pool_start(&ps->pool, (int)cfg->threads) != GDDR_OK) {
         snprintf(err, errlen, "out of memory");
         gddr_ps_close(&ps);
         return GDDR_ENOMEM;
@@ -848,15 +834,17 @@ int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
              ps->cfg.threads, (unsigned long long)ps->epoch);
     if (ready)
         ready(ps);
-    int64_t last_check = gddr__now_ms();
+    int64_t last_check = gddr__now_ms(), last_sweep = last_check;
     while (!ps->stop) {
-        zmq_pollitem_t items[3] = { { ps->router, 0, ZMQ_POLLIN, 0 } };
+        zmq_pollitem_t items[4] = { { ps->router, 0, ZMQ_POLLIN, 0 } };
         int nitems = 1;
         if (ps->zap)
             items[nitems++] = (zmq_pollitem_t){ ps->zap, 0, ZMQ_POLLIN, 0 };
+        if (ps->monitor)
+            items[nitems++] = (zmq_pollitem_t){ ps->monitor, 0, ZMQ_POLLIN, 0 };
         if (ps->metrics)
             items[nitems++] = (zmq_pollitem_t){ ps->metrics, 0, ZMQ_POLLIN, 0 };
-        int rc = zmq_poll(items, nitems, next_timeout(ps));
+        int rc = zmq_poll(items, nitems, ps_pulls_next_timeout(ps, 250));
         if (rc < 0 && errno != EINTR)
             break;
         /* Drain what is waiting, but not forever: timers must run too. */
@@ -869,15 +857,24 @@ int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
         }
         if (ps->zap)
             gddr_ps_auth_poll(ps);
+        if (ps->monitor)
+            gddr_ps_monitor_poll(ps);
         if (ps->metrics)
             gddr_ps_metrics_poll(ps);
         int64_t now = gddr__now_ms();
         if (now - last_check >= 200) {
-            check_workers(ps);
+            /* A death (or a never-arrived worker timing out) may complete a
+             * sync step or free an ssp wait. */
+            if (ps_workers_check(ps) || ps->npulls)
+                ps_membership_changed(ps);
             last_check = now;
         }
+        if (now - last_sweep >= 10000) {
+            ps_conns_sweep(ps);
+            last_sweep = now;
+        }
         if (ps->npulls)
-            release_pulls(ps);
+            ps_release_pulls(ps);
         if (ps->reload) {
             ps->reload = 0;
             gddr_ps_reload(ps);
@@ -886,7 +883,7 @@ int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
         if (ps->tick)
             ps->tick(ps);
     }
-    release_pulls(ps); /* answers parked pulls with ESHUTDOWN */
+    ps_release_pulls(ps); /* answers parked pulls with ESHUTDOWN */
     gddr_ps_checkpoint_tick(ps, 1);
     return GDDR_OK;
 }
@@ -899,9 +896,7 @@ void gddr_ps_close(gddr_ps **pp)
     gddr_ps_snapshot_free(ps);
     if (ps->ckw)
         gddr__ckpt_writer_stop(&ps->ckw);
-    for (size_t i = 0; i < ps->npulls; i++)
-        zmq_msg_close(&ps->pulls[i].ident);
-    free(ps->pulls);
+    ps_pulls_free(ps);
     free(ps->offbuf);
     if (ps->router)
         zmq_close(ps->router);
@@ -910,12 +905,13 @@ void gddr_ps_close(gddr_ps **pp)
     gddr_ps_auth_close(ps);
     if (ps->zctx)
         zmq_ctx_term(ps->zctx);
+    ps_conns_close(ps);
     if (ps->pool)
         ps_pool_stop(&ps->pool);
     for (size_t i = 0; i < ps->ntensors; i++)
         tensor_free(ps->tensors[i]);
     free(ps->tensors);
-    free(ps->workers);
+    ps_workers_free(ps);
     free(ps);
     *pp = NULL;
 }

@@ -11,14 +11,18 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen);
 /* Writes a checkpoint when the interval passed, one was asked for, or
  * `final` is set (then it waits for the write to finish). */
 void gddr_ps_checkpoint_tick(gddr_ps *ps, int final);
+/* A checkpoint request: starts one, or joins the one in flight or due;
+ * text gets the answer for the requester. */
+void gddr_ps_checkpoint_request(gddr_ps *ps, char *text, size_t len);
 
 /* orphan.c */
-int gddr_ps_snapshot_check(gddr_ps *ps, ps_tensor *t, const Gddr__Push *p, gddr__frames *f,
-                           char *msg, size_t mlen);
+/* Checks a push's residual snapshot (layout, values, the memory bound);
+ * GDDR_OK or an error code with msg filled. */
+int gddr_ps_snapshot_check(gddr_ps *ps, ps_tensor *t, uint32_t rank, const Gddr__Push *p,
+                           gddr__frames *f, char *msg, size_t mlen);
 void gddr_ps_snapshot_after_push(gddr_ps *ps, ps_tensor *t, uint32_t rank, const Gddr__Push *p,
                                  gddr__frames *f);
 void gddr_ps_snapshot_worker_died(gddr_ps *ps, int rank);
-void gddr_ps_snapshot_rejoined(gddr_ps *ps, uint32_t rank);
 void gddr_ps_snapshot_offer_orphans(gddr_ps *ps, zmq_msg_t *ident, uint32_t rank);
 void gddr_ps_snapshot_free(gddr_ps *ps);
 struct gddr_ckpt_section;
@@ -28,8 +32,15 @@ typedef int (*gddr_ps_add_section_fn)(struct gddr_ckpt_section **s, size_t *n, s
 /* Adds the residual snapshots to a checkpoint being built; -1 on no memory. */
 int gddr_ps_orphan_sections(gddr_ps *ps, struct gddr_ckpt_section **s, size_t *n, size_t *cap,
                             gddr_ps_add_section_fn add);
-void gddr_ps_orphan_restore(gddr_ps *ps, const struct gddr_ckpt *c);
-void gddr_ps_orphan_stats(gddr_ps *ps, uint64_t *handed, uint64_t *recovered, double *last_s);
+/* format: the checkpoint's meta format (1 stored snapshots dense). */
+void gddr_ps_orphan_restore(gddr_ps *ps, const struct gddr_ckpt *c, int format);
+typedef struct gddr_ps_orphan_counts {
+    uint64_t handed, recovered;   /* orphans handed to survivors, and re-injected */
+    double last_recovery_s;       /* last time from a death to its orphan re-injected */
+    double held_l1, handed_l1, lost_l1; /* residual mass of dead workers: held, handed over, lost */
+    uint64_t bytes;               /* snapshots and pending orphans */
+} gddr_ps_orphan_counts;
+void gddr_ps_orphan_stats(gddr_ps *ps, gddr_ps_orphan_counts *out);
 
 /* ops.c */
 void gddr_ps_reload(gddr_ps *ps);

@@ -100,22 +100,22 @@ char *ps_metrics_text(gddr_ps *ps)
               gddr_ps_live_workers(ps));
     sb_printf(&b, "# HELP gddr_worker_pushes_total Pushes accepted per worker.\n# TYPE gddr_worker_pushes_total counter\n");
     for (int r = 0; r < ps->cfg.max_workers; r++)
-        if (ps->workers[r].known)
+        if (ps->workers[r].state != PS_W_NONE)
             sb_printf(&b, "gddr_worker_pushes_total{rank=\"%d\"} %llu\n", r,
                       (unsigned long long)ps->workers[r].pushes);
     sb_printf(&b, "# HELP gddr_worker_staleness_mean Mean staleness of a worker's pushes.\n# TYPE gddr_worker_staleness_mean gauge\n");
     for (int r = 0; r < ps->cfg.max_workers; r++)
-        if (ps->workers[r].known)
+        if (ps->workers[r].state != PS_W_NONE)
             sb_printf(&b, "gddr_worker_staleness_mean{rank=\"%d\"} %g\n", r,
                       ps_stale_mean(&ps->workers[r].stale));
     sb_printf(&b, "# HELP gddr_worker_staleness_max Largest staleness of a worker's pushes.\n# TYPE gddr_worker_staleness_max gauge\n");
     for (int r = 0; r < ps->cfg.max_workers; r++)
-        if (ps->workers[r].known)
+        if (ps->workers[r].state != PS_W_NONE)
             sb_printf(&b, "gddr_worker_staleness_max{rank=\"%d\"} %llu\n", r,
                       (unsigned long long)ps->workers[r].stale.max);
     sb_printf(&b, "# HELP gddr_worker_staleness_ema EMA of a worker's staleness.\n# TYPE gddr_worker_staleness_ema gauge\n");
     for (int r = 0; r < ps->cfg.max_workers; r++)
-        if (ps->workers[r].known)
+        if (ps->workers[r].state != PS_W_NONE)
             sb_printf(&b, "gddr_worker_staleness_ema{rank=\"%d\"} %g\n", r, ps->workers[r].stale.ema);
     sb_printf(&b, "# HELP gddr_worker_deaths_total Workers declared dead.\n# TYPE gddr_worker_deaths_total counter\n"
                   "gddr_worker_deaths_total %llu\n", (unsigned long long)ps->deaths);
@@ -130,15 +130,32 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_checkpoints_total %llu\n", (unsigned long long)ps->ckpt_count);
     sb_printf(&b, "# HELP gddr_checkpoint_last_ms Duration of the last checkpoint write.\n# TYPE gddr_checkpoint_last_ms gauge\n"
                   "gddr_checkpoint_last_ms %g\n", ps->ckpt_last_ms);
-    uint64_t handed, recovered;
-    double last_s;
-    gddr_ps_orphan_stats(ps, &handed, &recovered, &last_s);
+    gddr_ps_orphan_counts oc;
+    gddr_ps_orphan_stats(ps, &oc);
     sb_printf(&b, "# HELP gddr_orphans_handed_total Dead workers' residuals handed to live workers.\n# TYPE gddr_orphans_handed_total counter\n"
-                  "gddr_orphans_handed_total %llu\n", (unsigned long long)handed);
-    sb_printf(&b, "# HELP gddr_orphans_recovered_total Orphans fully re-injected.\n# TYPE gddr_orphans_recovered_total counter\n"
-                  "gddr_orphans_recovered_total %llu\n", (unsigned long long)recovered);
+                  "gddr_orphans_handed_total %llu\n", (unsigned long long)oc.handed);
+    sb_printf(&b, "# HELP gddr_orphans_recovered_total Orphans re-injected by the workers they were handed to.\n# TYPE gddr_orphans_recovered_total counter\n"
+                  "gddr_orphans_recovered_total %llu\n", (unsigned long long)oc.recovered);
     sb_printf(&b, "# HELP gddr_recovery_seconds Last time from a death to its orphan re-injected.\n# TYPE gddr_recovery_seconds gauge\n"
-                  "gddr_recovery_seconds %g\n", last_s);
+                  "gddr_recovery_seconds %g\n", oc.last_recovery_s);
+    sb_printf(&b, "# HELP gddr_dead_residual_l1_total Residual mass (sum of |r|) dead workers last reported holding.\n# TYPE gddr_dead_residual_l1_total counter\n"
+                  "gddr_dead_residual_l1_total %g\n", oc.held_l1);
+    sb_printf(&b, "# HELP gddr_dead_residual_handed_l1_total Of that, the mass their snapshots handed to survivors.\n# TYPE gddr_dead_residual_handed_l1_total counter\n"
+                  "gddr_dead_residual_handed_l1_total %g\n", oc.handed_l1);
+    sb_printf(&b, "# HELP gddr_dead_residual_lost_l1_total Of that, the mass lost (held after the last snapshot, or no snapshot).\n# TYPE gddr_dead_residual_lost_l1_total counter\n"
+                  "gddr_dead_residual_lost_l1_total %g\n", oc.lost_l1);
+    sb_printf(&b, "# HELP gddr_snapshot_bytes Memory held by residual snapshots and pending orphans.\n# TYPE gddr_snapshot_bytes gauge\n"
+                  "gddr_snapshot_bytes %llu\n", (unsigned long long)oc.bytes);
+    sb_printf(&b, "# HELP gddr_duplicate_pushes_total Resent pushes answered with their first outcome, not applied again.\n# TYPE gddr_duplicate_pushes_total counter\n"
+                  "gddr_duplicate_pushes_total %llu\n", (unsigned long long)ps->duplicates);
+    sb_printf(&b, "# HELP gddr_handshake_failures_total Connections that failed the ZMTP/CURVE handshake (plaintext or wrong server key).\n# TYPE gddr_handshake_failures_total counter\n"
+                  "gddr_handshake_failures_total %llu\n", (unsigned long long)ps->handshake_failed);
+    sb_printf(&b, "# HELP gddr_connections Peer connections the server keeps accounts for.\n# TYPE gddr_connections gauge\n"
+                  "gddr_connections %zu\n", ps_conns_count(ps));
+    sb_printf(&b, "# HELP gddr_checkpoint_requests_total Checkpoints asked for by requests.\n# TYPE gddr_checkpoint_requests_total counter\n"
+                  "gddr_checkpoint_requests_total %llu\n", (unsigned long long)ps->ckpt_requests);
+    sb_printf(&b, "# HELP gddr_checkpoint_requests_joined_total Requests that joined a checkpoint in flight or due.\n# TYPE gddr_checkpoint_requests_joined_total counter\n"
+                  "gddr_checkpoint_requests_joined_total %llu\n", (unsigned long long)ps->ckpt_joined);
     return b.p;
 }
 
@@ -162,6 +179,13 @@ int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double norm)
         t->norm_ema = norm;
         return 0;
     }
+    /* One push moves the controller by a bounded amount: a norm far off the
+     * EMA (a real regime change, or a bogus report) counts as 8x the EMA at
+     * most, so a single absurd value (3e38) cannot hold tau at tau_min for
+     * the ~800 pushes its EMA would otherwise take to decay; a genuine
+     * change still comes through within a few pushes. */
+    if (norm > 8.0 * t->norm_ema)
+        norm = 8.0 * t->norm_ema;
     double rate = (norm - t->norm_ema) / t->norm_ema;
     if (rate < 0)
         rate = -rate;

@@ -73,11 +73,13 @@ START_TEST(test_keyfiles)
     chmod(k.alice_key, 0644);
     ck_assert_int_eq(gddr__keyfile_read(k.alice_key, pub, sec, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "chmod 600"), "err: %s", err);
-    unsigned char(*keys)[32] = NULL;
+    gddr__authkey *keys = NULL;
     ck_assert_int_eq(gddr__authorized_keys_read(k.allow, &keys, err, sizeof err), 1);
     unsigned char bin[32];
     zmq_z85_decode(bin, k.alice_pub);
-    ck_assert_int_eq(memcmp(keys[0], bin, 32), 0);
+    ck_assert_int_eq(memcmp(keys[0].key, bin, 32), 0);
+    ck_assert_int_eq(keys[0].rank_lo, -1);
+    ck_assert_int_eq(keys[0].observer_only, 0);
     free(keys);
     remove_keys(&k);
 }

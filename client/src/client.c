@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "blas.h"
@@ -88,6 +89,7 @@ int gddr__send_req(gddr_client *c, Gddr__Request *rq, const gddr__raw *raws, int
     rq->req_id = o->req_id;
     rq->rank = (uint32_t)c->info.rank;
     rq->observer = c->o.observer != 0;
+    rq->session = c->session;
     long n = gddr__send(c->sock, NULL, &rq->base, raws, nraw);
     if (n < 0) {
         o->req_id = 0;
@@ -132,6 +134,7 @@ static void complete(gddr_client *c, gddr__frames *f)
         return;
     }
     o->done = 1;
+    o->answered = 1;
     o->rc = GDDR_OK;
     /* Only a tensor's own reply says its tau (an error reply carries the
      * server default, which is not this tensor's). */
@@ -141,6 +144,7 @@ static void complete(gddr_client *c, gddr__frames *f)
     switch (r->body_case) {
     case GDDR__REPLY__BODY_ERROR:
         o->rc = r->error->code ? (int)r->error->code : GDDR_EPROTO;
+        o->retry_ms = r->error->retry_ms;
         gddr__set_err(c, o->rc, "server: %s", r->error->message);
         break;
     case GDDR__REPLY__BODY_HELLO:
@@ -187,6 +191,7 @@ static void complete(gddr_client *c, gddr__frames *f)
         o->sync_target = r->push->sync_target;
         o->staleness = r->push->staleness;
         o->mode = r->push->mode;
+        o->duplicate = r->push->duplicate;
         c->info.mode = r->push->mode;
         c->k.pushes++;
         break;
@@ -327,20 +332,31 @@ static int open_socket(gddr_client *c)
     return gddr__socket_new(c, &c->sock);
 }
 
-static int hello(gddr_client *c, int timeout_ms)
+/* Says hello; *retry_ms (may be NULL) gets the server's hint when it
+ * refused for now (the rank is still held by a worker it thinks alive). */
+static int hello(gddr_client *c, int timeout_ms, uint32_t *retry_ms)
 {
     Gddr__Request rq = GDDR__REQUEST__INIT;
     Gddr__Hello h = GDDR__HELLO__INIT;
-    h.rank = (uint32_t)c->info.rank;
     h.world_size = (uint32_t)c->o.world_size;
     h.client = "libgddr-client/" GDDR_VERSION;
     rq.body_case = GDDR__REQUEST__BODY_HELLO;
     rq.hello = &h;
     uint64_t tk;
+    op res;
+    memset(&res, 0, sizeof res);
     int rc = gddr__send_req(c, &rq, NULL, 0, OP_HELLO, -1, &tk);
     if (rc == GDDR_OK)
-        rc = gddr__wait_op(c, tk, timeout_ms, NULL);
+        rc = gddr__wait_op(c, tk, timeout_ms, &res);
+    if (retry_ms)
+        *retry_ms = rc == GDDR_OK ? 0 : res.retry_ms;
     return rc;
+}
+
+/* Whether a refused or unanswered hello may succeed later. */
+static int hello_retryable(int rc, uint32_t retry_ms)
+{
+    return rc == GDDR_ETIMEDOUT || rc == GDDR_EIO || retry_ms > 0;
 }
 
 static int register_one(gddr_client *c, int i, const float *vals, int timeout_ms, op *res)
@@ -379,7 +395,8 @@ int gddr__reconnect(gddr_client *c)
             return rc;
         c->info.epoch = 0;
         c->epoch_changed = 0;
-        rc = hello(c, try_ms);
+        uint32_t retry_ms = 0;
+        rc = hello(c, try_ms, &retry_ms);
         for (int i = 0; rc == GDDR_OK && i < c->nt; i++) {
             op res;
             rc = register_one(c, i, c->t[i].last, try_ms, &res);
@@ -398,8 +415,10 @@ int gddr__reconnect(gddr_client *c)
                        (unsigned long long)c->info.epoch);
             return GDDR_OK;
         }
-        if (rc != GDDR_ETIMEDOUT && rc != GDDR_EIO)
+        if (!hello_retryable(rc, retry_ms) && rc != GDDR_ETIMEDOUT && rc != GDDR_EIO)
             return rc; /* the server answered and refused: retrying won't help */
+        if (retry_ms > (uint32_t)backoff)
+            backoff = retry_ms > 5000 ? 5000 : (int)retry_ms;
         int nap = backoff < (int)(deadline - gddr__now_ms()) ? backoff : 0;
         if (nap > 0)
             usleep((useconds_t)nap * 1000);
@@ -440,14 +459,40 @@ int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
     c->info.rank = opts->rank >= 0 ? opts->rank : gddr__env_rank();
     if (c->o.world_size <= 0)
         c->o.world_size = gddr__env_world();
-    if (c->info.rank < 0 || c->info.rank >= 65536 || c->o.world_size < 1) {
+    if (c->info.rank < 0 || c->info.rank >= 65536 || c->o.world_size < 1 ||
+        (!c->o.observer && c->info.rank >= c->o.world_size)) {
         free(c);
         return GDDR_EWORKER;
     }
+    /* The session: random, never 0, top bit clear (the server's stand-ins
+     * for session-less connections have it set). */
+    while (!c->session) {
+        if (getrandom(&c->session, sizeof c->session, 0) != (ssize_t)sizeof c->session)
+            c->session = (uint64_t)gddr__now_ms() * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid();
+        c->session &= ~(1ull << 63);
+    }
     c->zctx = zmq_ctx_new();
     int rc = open_socket(c);
-    if (rc == GDDR_OK)
-        rc = hello(c, c->o.timeout_ms);
+    /* A cluster starts in any order: a server not up yet (or a rank still
+     * held by this worker's previous, dying process) is waited for, up to
+     * reconnect_timeout_ms, as a running step would. */
+    int64_t deadline = gddr__now_ms() + c->o.reconnect_timeout_ms;
+    int backoff = 100, said = 0;
+    while (rc == GDDR_OK) {
+        int64_t left = deadline - gddr__now_ms();
+        uint32_t retry_ms = 0;
+        rc = hello(c, left > 0 && left < c->o.timeout_ms ? (int)left : c->o.timeout_ms, &retry_ms);
+        if (rc == GDDR_OK || !hello_retryable(rc, retry_ms) || gddr__now_ms() >= deadline)
+            break;
+        if (!said++)
+            gddr__logf(&c->log, GDDR_LOG_WARN, "%s: %s; retrying for up to %d ms", c->server,
+                       c->errmsg, c->o.reconnect_timeout_ms);
+        int nap = retry_ms > (uint32_t)backoff ? (int)retry_ms : backoff;
+        left = deadline - gddr__now_ms();
+        usleep((useconds_t)(nap < left ? nap : left > 0 ? left : 0) * 1000);
+        backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+        rc = GDDR_OK;
+    }
     if (rc != GDDR_OK) {
         gddr__logf(&c->log, GDDR_LOG_ERROR, "cannot open a session with %s: %s", c->server,
                    c->errmsg);
@@ -526,6 +571,40 @@ uint64_t gddr_next_step(gddr_client *c)
 
 /* ---- tensors ---------------------------------------------------------------- */
 
+int gddr__needs_reconnect(gddr_client *c, int rc)
+{
+    return c->epoch_changed || rc == GDDR_ETIMEDOUT || rc == GDDR_EIO || rc == GDDR_ENOKEY ||
+           rc == GDDR_EVERSION || rc == GDDR_ENOTICKET;
+}
+
+/* Runs call(c, arg) again after a reconnect while the server is away,
+ * within reconnect_timeout_ms: what a restarting cluster needs from every
+ * blocking call, not only from gddr_step. */
+static int with_reconnect(gddr_client *c, int (*call)(gddr_client *, void *), void *arg)
+{
+    int64_t give_up = gddr__now_ms() + c->o.reconnect_timeout_ms;
+    for (;;) {
+        int rc = call(c, arg);
+        if (rc == GDDR_OK || !gddr__needs_reconnect(c, rc) || gddr__now_ms() > give_up)
+            return rc;
+        int r2 = gddr__reconnect(c);
+        if (r2 != GDDR_OK)
+            return r2;
+    }
+}
+
+struct register_call {
+    int index;
+    const float *init;
+    op res;
+};
+
+static int register_call(gddr_client *c, void *arg)
+{
+    struct register_call *a = arg;
+    return register_one(c, a->index, a->init, c->o.timeout_ms, &a->res);
+}
+
 int gddr_register(gddr_client *c, const char *key, const float *init, size_t n, int *id,
                   uint64_t *version)
 {
@@ -554,18 +633,20 @@ int gddr_register(gddr_client *c, const char *key, const float *init, size_t n, 
     }
     memcpy(t->last, init, n * 4);
     c->nt++;
-    op res;
-    int rc = register_one(c, c->nt - 1, init, c->o.timeout_ms, &res);
+    /* A reconnect meanwhile registers this tensor too (it is in c->t), from
+     * t->last, which holds init until the first pull. */
+    struct register_call a = { c->nt - 1, init, { 0 } };
+    int rc = with_reconnect(c, register_call, &a);
     if (rc != GDDR_OK) {
         c->nt--;
         free(t->last), free(t->g);
         return rc;
     }
-    t->sid = res.sid;
-    t->version = res.version;
+    t->sid = a.res.sid;
+    t->version = a.res.version;
     *id = c->nt - 1;
     if (version)
-        *version = res.version;
+        *version = a.res.version;
     return GDDR_OK;
 }
 
@@ -614,50 +695,108 @@ int gddr_pull_async(gddr_client *c, int id, float *out, uint64_t min_version, gd
     return pull_tracked(c, id, out, min_version, ticket);
 }
 
-int gddr_pull(gddr_client *c, int id, float *out, uint64_t min_version, uint64_t *version)
+struct pull_call {
+    int id;
+    float *out;
+    uint64_t min_version;
+    int64_t give_up;
+    uint64_t version;
+};
+
+static int pull_call(gddr_client *c, void *arg)
 {
-    gddr_ticket tk;
-    int rc = gddr_pull_async(c, id, out, min_version, &tk);
-    if (rc != GDDR_OK)
+    struct pull_call *a = arg;
+    for (;;) {
+        gddr_ticket tk;
+        op res;
+        memset(&res, 0, sizeof res);
+        int rc = pull_tracked(c, a->id, a->out, a->min_version, &tk);
+        /* The server may park the pull for up to timeout_ms; allow for the trip. */
+        if (rc == GDDR_OK)
+            rc = gddr__wait_op(c, tk, c->o.timeout_ms + 1000, &res);
+        if (rc == GDDR_OK)
+            a->version = res.version;
+        /* The server answered that the version did not come in time (a
+         * slow sync peer): ask again, within the call's bound. */
+        if (rc == GDDR_ETIMEDOUT && res.answered && !c->epoch_changed && gddr__now_ms() < a->give_up)
+            continue;
         return rc;
-    /* The server may park the pull for up to timeout_ms; allow for the trip. */
-    return gddr_wait(c, tk, c->o.timeout_ms + 1000, version);
+    }
 }
 
-int gddr__push_tensor(gddr_client *c, int i, const float *vals, const uint8_t *bitmap,
-                      size_t bitmap_len, size_t nvals, uint64_t birth, uint64_t base, float norm,
-                      const float *snap, const uint8_t *snap_bm, size_t snap_vals,
-                      uint64_t *ticket)
+int gddr_pull(gddr_client *c, int id, float *out, uint64_t min_version, uint64_t *version)
+{
+    int rc = check_id(c, id);
+    if (rc != GDDR_OK)
+        return rc;
+    if (!out)
+        return gddr__set_err(c, GDDR_EINVAL, "pull: NULL buffer");
+    struct pull_call a = { id, out, min_version, gddr__now_ms() + c->o.reconnect_timeout_ms, 0 };
+    rc = with_reconnect(c, pull_call, &a);
+    if (rc == GDDR_OK && version)
+        *version = a.version;
+    return rc;
+}
+
+uint64_t gddr__push_step(gddr_client *c, int i)
+{
+    ctensor *t = &c->t[i];
+    uint64_t step = c->step;
+    if (t->pushed && step <= t->last_step)
+        step = t->last_step + 1;
+    t->pushed = 1;
+    t->last_step = step;
+    return step;
+}
+
+int gddr__push_tensor(gddr_client *c, int i, const gddr__push_args *a, uint64_t *ticket)
 {
     ctensor *t = &c->t[i];
     Gddr__Request rq = GDDR__REQUEST__INIT;
     Gddr__Push p = GDDR__PUSH__INIT;
     p.id = t->sid;
-    p.birth_version = birth;
-    p.base_version = base;
-    p.step = c->step;
-    p.grad_norm = norm;
-    p.bitmap.data = (uint8_t *)bitmap;
-    p.bitmap.len = bitmap ? bitmap_len : 0;
-    p.payload_bytes = nvals * 4;
-    gddr__raw raws[2] = { { vals, nvals * 4, NULL, NULL }, { snap, snap_vals * 4, NULL, NULL } };
-    if (snap_bm) {
+    p.birth_version = a->birth;
+    p.base_version = a->base;
+    p.step = a->step;
+    p.grad_norm = a->norm;
+    p.bitmap.data = (uint8_t *)a->bitmap;
+    p.bitmap.len = a->bitmap ? a->bitmap_len : 0;
+    p.payload_bytes = a->nvals * 4;
+    p.flush = a->flush != 0;
+    p.residual_l1 = a->residual_l1;
+    gddr__raw raws[2] = { { a->vals, a->nvals * 4, NULL, NULL },
+                          { a->snap, a->snap_vals * 4, NULL, NULL } };
+    if (a->snap_bm) {
         p.residual_snapshot = 1;
-        p.residual_bitmap.data = (uint8_t *)snap_bm;
-        p.residual_bitmap.len = bitmap_len;
-        p.residual_payload_bytes = snap_vals * 4;
+        p.residual_bitmap.data = (uint8_t *)a->snap_bm;
+        p.residual_bitmap.len = a->bitmap_len;
+        p.residual_payload_bytes = a->snap_vals * 4;
     }
     /* The orphan this tensor finished replaying, reported on its own push so
      * the server credits the right orphan. */
     p.orphans_replayed = t->orphan_done;
     rq.body_case = GDDR__REQUEST__BODY_PUSH;
     rq.push = &p;
-    int rc = gddr__send_req(c, &rq, raws, snap_bm ? 2 : 1, OP_PUSH, i, ticket);
+    int rc = gddr__send_req(c, &rq, raws, a->snap_bm ? 2 : 1, OP_PUSH, i, ticket);
     if (rc == GDDR_OK) {
-        c->k.values_pushed += nvals;
+        c->k.values_pushed += a->nvals;
         t->orphan_done = 0;
     }
     return rc;
+}
+
+/* A push of the caller's dense gradient, tagged and stepped once. */
+static void plain_push_args(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
+                            gddr__push_args *a)
+{
+    ctensor *t = &c->t[id];
+    memset(a, 0, sizeof *a);
+    a->vals = grad;
+    a->nvals = t->n;
+    a->birth = tags && tags->has_birth ? tags->birth_version : t->version;
+    a->base = tags && tags->has_birth && tags->base_version ? tags->base_version : a->birth;
+    a->norm = (float)gddr_nrm2_cpu(grad, t->n);
+    a->step = gddr__push_step(c, id);
 }
 
 int gddr_push_async(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
@@ -668,21 +807,58 @@ int gddr_push_async(gddr_client *c, int id, const float *grad, const gddr_push_t
         return rc;
     if (!grad || !ticket)
         return gddr__set_err(c, GDDR_EINVAL, "push: NULL gradient or ticket");
-    ctensor *t = &c->t[id];
-    uint64_t birth = tags && tags->has_birth ? tags->birth_version : t->version;
-    uint64_t base = tags && tags->has_birth && tags->base_version ? tags->base_version : birth;
-    return gddr__push_tensor(c, id, grad, NULL, 0, t->n, birth, base, (float)gddr_nrm2_cpu(grad, t->n), NULL,
-                             NULL, 0, ticket);
+    gddr__push_args a;
+    plain_push_args(c, id, grad, tags, &a);
+    return gddr__push_tensor(c, id, &a, ticket);
+}
+
+struct push_call {
+    int id;
+    gddr__push_args a;
+    uint64_t version;
+};
+
+static int push_call(gddr_client *c, void *arg)
+{
+    struct push_call *p = arg;
+    /* After a reconnect the server may be behind the versions we tagged. */
+    ctensor *t = &c->t[p->id];
+    if (p->a.base > t->version)
+        p->a.base = t->version;
+    if (p->a.birth > p->a.base)
+        p->a.birth = p->a.base;
+    gddr_ticket tk;
+    op res;
+    int rc = gddr__push_tensor(c, p->id, &p->a, &tk);
+    if (rc == GDDR_OK)
+        rc = gddr__wait_op(c, tk, -1, &res);
+    if (rc == GDDR_OK)
+        p->version = res.version;
+    return rc;
+}
+
+int gddr__push_wait(gddr_client *c, int i, const gddr__push_args *a, uint64_t *version)
+{
+    /* Sent again unchanged (same step) after a reconnect: the server takes
+     * it once whether or not the first copy arrived. */
+    struct push_call p = { i, *a, 0 };
+    int rc = with_reconnect(c, push_call, &p);
+    if (rc == GDDR_OK && version)
+        *version = p.version;
+    return rc;
 }
 
 int gddr_push_ex(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
                  uint64_t *version)
 {
-    gddr_ticket tk;
-    int rc = gddr_push_async(c, id, grad, tags, &tk);
+    int rc = check_id(c, id);
     if (rc != GDDR_OK)
         return rc;
-    return gddr_wait(c, tk, -1, version);
+    if (!grad)
+        return gddr__set_err(c, GDDR_EINVAL, "push: NULL gradient");
+    gddr__push_args a;
+    plain_push_args(c, id, grad, tags, &a);
+    return gddr__push_wait(c, id, &a, version);
 }
 
 int gddr_push(gddr_client *c, int id, const float *grad, uint64_t *version)
@@ -722,6 +898,7 @@ int gddr_server_metrics_text(gddr_client *c, char **text)
     rq.req_id = ++c->next_req;
     rq.rank = (uint32_t)c->info.rank;
     rq.observer = c->o.observer != 0;
+    rq.session = c->session;
     if (gddr__send(c->sock, NULL, &rq.base, NULL, 0) < 0)
         return gddr__set_err(c, GDDR_EIO, "send failed: %s", zmq_strerror(errno));
     int64_t deadline = gddr__now_ms() + c->o.timeout_ms;

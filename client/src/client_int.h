@@ -29,7 +29,26 @@ typedef struct op {
     uint32_t sid;      /* init reply: server id */
     int created;
     int track;         /* pull: also update the tensor's last values and version */
+    int answered;      /* the server answered (also with an error) */
+    int duplicate;     /* push: the server had taken this push already */
+    uint32_t retry_ms; /* error: a passing refusal, try again after this long */
 } op;
+
+/* One push of one tensor, built once and sent again unchanged after a
+ * reconnect, so the server recognises a resend by its step. */
+typedef struct gddr__push_args {
+    const float *vals;
+    const uint8_t *bitmap; /* NULL: dense */
+    size_t bitmap_len, nvals;
+    uint64_t birth, base;
+    uint64_t step;         /* from gddr__push_step() */
+    float norm;            /* of the fresh gradient */
+    float residual_l1;     /* what this worker holds of the tensor after the push */
+    int flush;             /* the residual a closing worker still held */
+    const float *snap;     /* residual snapshot (held chunks, packed), or NULL */
+    const uint8_t *snap_bm;
+    size_t snap_vals;
+} gddr__push_args;
 
 /* GDDR residual state of one tensor (host or device memory). */
 typedef struct residual {
@@ -51,6 +70,8 @@ typedef struct ctensor {
     size_t n;
     uint32_t sid;      /* id on the server */
     uint64_t version;  /* of the last pull */
+    uint64_t last_step;/* step of the last push of this tensor (valid when pushed) */
+    int pushed;
     float *last;       /* values of the last pull (w_bak for DC, re-register) */
     float *g;          /* work buffer: the gradient being pushed */
     float *wnew;       /* DC: the freshly pulled parameters */
@@ -68,6 +89,7 @@ struct gddr_client {
     char curve_server[64], curve_file[512];
     gddr__logger log;
     void *zctx, *sock;
+    uint64_t session;      /* random, once per client: ties our rank to us across reconnects */
     uint64_t next_req;
     op *ops;
     size_t nops;
@@ -93,10 +115,17 @@ op *gddr__op(gddr_client *c, uint64_t ticket);
 /* Waits for one op until timeout_ms; frees its slot unless keep is set. */
 int gddr__wait_op(gddr_client *c, uint64_t ticket, int timeout_ms, op *result);
 int gddr__reconnect(gddr_client *c);
-int gddr__push_tensor(gddr_client *c, int i, const float *vals, const uint8_t *bitmap,
-                      size_t bitmap_len, size_t nvals, uint64_t birth, uint64_t base, float norm,
-                      const float *snap, const uint8_t *snap_bm, size_t snap_vals,
-                      uint64_t *ticket);
+/* The step a new push of tensor i carries: this client's step counter, or
+ * one above the tensor's last push if that is higher (every push of a
+ * tensor must carry a larger step than the one before: exactly once). */
+uint64_t gddr__push_step(gddr_client *c, int i);
+int gddr__push_tensor(gddr_client *c, int i, const gddr__push_args *a, uint64_t *ticket);
+/* Pushes and waits for the answer, again (the same push) after a reconnect
+ * while the server is away, within reconnect_timeout_ms. */
+int gddr__push_wait(gddr_client *c, int i, const gddr__push_args *a, uint64_t *version);
+/* Whether a failed call may succeed after gddr__reconnect(): no answer, or
+ * a restarted server that no longer knows our tensors or versions. */
+int gddr__needs_reconnect(gddr_client *c, int rc);
 int gddr__pull_tensor(gddr_client *c, int i, float *out, uint64_t min_version, uint64_t step,
                       uint64_t *ticket);
 

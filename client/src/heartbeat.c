@@ -23,6 +23,7 @@ struct heartbeat {
     void *sock;
     int ms;
     uint32_t rank;
+    uint64_t session;
     uint64_t sent;
 };
 
@@ -33,7 +34,9 @@ static void *hb_main(void *arg)
     pthread_mutex_lock(&hb->mu);
     while (!hb->stop) {
         struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
+        /* Monotonic: a wall-clock step back must not stall heartbeats
+         * (and get a healthy worker declared dead). */
+        clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_sec += hb->ms / 1000;
         until.tv_nsec += (long)(hb->ms % 1000) * 1000000L;
         if (until.tv_nsec >= 1000000000L) {
@@ -50,6 +53,7 @@ static void *hb_main(void *arg)
         rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
         rq.req_id = req++;
         rq.rank = hb->rank;
+        rq.session = hb->session; /* only the worker's own session keeps it alive */
         rq.body_case = GDDR__REQUEST__BODY_HEARTBEAT;
         rq.heartbeat = &h;
         if (gddr__send(hb->sock, NULL, &rq.base, NULL, 0) >= 0)
@@ -79,8 +83,13 @@ int gddr__heartbeat_start(gddr_client *c)
     zmq_setsockopt(hb->sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
     hb->ms = c->o.heartbeat_ms;
     hb->rank = (uint32_t)c->info.rank;
+    hb->session = c->session;
     pthread_mutex_init(&hb->mu, NULL);
-    pthread_cond_init(&hb->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&hb->cv, &ca);
+    pthread_condattr_destroy(&ca);
     if (pthread_create(&hb->th, NULL, hb_main, hb) != 0) {
         zmq_close(hb->sock);
         free(hb);

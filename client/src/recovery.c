@@ -142,11 +142,12 @@ int gddr__residual_flush(gddr_client *c)
             continue;
         size_t np = 0;
         gddr_pack_cpu(r->r, t->n, (uint32_t)c->info.chunk, r->bitmap, r->packed, &np);
-        uint64_t tk;
-        rc = gddr__push_tensor(c, i, r->packed, r->bitmap, bytes, np, t->version, t->version, 0.0f,
-                               NULL, NULL, 0, &tk);
-        if (rc == GDDR_OK)
-            rc = gddr__wait_op(c, tk, -1, NULL);
+        /* Marked as a flush: in sync mode the server weighs it as a share
+         * of the steps it came from, not as a step of its own. */
+        gddr__push_args a = { .vals = r->packed, .bitmap = r->bitmap, .bitmap_len = bytes,
+                              .nvals = np, .birth = t->version, .base = t->version,
+                              .step = gddr__push_step(c, i), .flush = 1 };
+        rc = gddr__push_wait(c, i, &a, NULL);
         if (rc == GDDR_OK) {
             memset(r->r, 0, t->n * 4);
             memset(r->age, 0, r->nchunks * sizeof *r->age);

@@ -67,16 +67,7 @@ static int res_alloc(gddr_client *c, ctensor *t)
 }
 
 /* What one tensor sends this step. */
-typedef struct payload {
-    const float *vals;
-    const uint8_t *bitmap; /* NULL: dense */
-    size_t bitmap_len, nvals;
-    uint64_t birth, base;
-    float norm;
-    const float *snap;
-    const uint8_t *snap_bm;
-    size_t snap_vals;
-} payload;
+typedef gddr__push_args payload;
 
 /* Waits for every ticket under one deadline (not one per ticket: a dead
  * server must cost one timeout, not one per tensor); the first error wins,
@@ -96,13 +87,6 @@ static int wait_all(gddr_client *c, uint64_t *tk, op *res, int n, int timeout_ms
     return rc;
 }
 
-/* A failure that a reconnect may cure: no answer, or a restarted server
- * that no longer knows our tensors or versions. */
-static int needs_reconnect(gddr_client *c, int rc)
-{
-    return c->epoch_changed || rc == GDDR_ETIMEDOUT || rc == GDDR_EIO || rc == GDDR_ENOKEY ||
-           rc == GDDR_EVERSION || rc == GDDR_ENOTICKET;
-}
 
 /* Pulls every tensor into dst[i] with min_version[i] (NULL: 0). */
 static int pull_all(gddr_client *c, float *const *dst, const uint64_t *minv, uint64_t step,
@@ -332,6 +316,9 @@ static int dev_residual_pack(gddr_client *c, int i, payload *p)
     if (npacked)
         DEV_TRY(gddr_cuda_memcpy_d2h(d->h_packed, d->d_packed, npacked * 4, st), "copying the payload");
     DEV_TRY(gddr_cuda_memcpy_d2h(d->h_bitmap, d->d_bitmap, bmb, st), "copying the bitmap");
+    double held = 0;
+    DEV_TRY(gddr_asum_cuda((gddr_cuda_ctx *)c->cuda, d->d_r, t->n, &held), "asum");
+    p->residual_l1 = (float)held;
     int every = c->o.residual_checkpoint_steps;
     if (every > 0 && (c->step + 1) % (uint64_t)every == 0) /* a snapshot reads the host mirror */
         DEV_TRY(gddr_cuda_memcpy_d2h(r->r, d->d_r, t->n * 4, st), "copying the residual down");
@@ -477,6 +464,7 @@ static int residual_pack(gddr_client *c, int i, payload *p)
     rc = gddr_residual_step_cpu(&a, t->g, r->r, r->age, r->packed, r->bitmap, &npacked, &nsent);
     if (rc != GDDR_OK)
         return gddr__set_err(c, rc, "residual step of '%s' failed", t->key);
+    p->residual_l1 = (float)gddr_asum_cpu(r->r, t->n); /* what a crash now would lose */
     p->vals = r->packed;
     p->nvals = npacked;
     if (nsent == r->nchunks) {
@@ -491,7 +479,7 @@ static int residual_pack(gddr_client *c, int i, payload *p)
 
 /* Step 5: push every tensor and fetch the next parameters. */
 static int exchange(gddr_client *c, payload *pl, float *const *params, op *res, uint64_t *tk,
-                    uint64_t *ptk)
+                    uint64_t *ptk, int64_t give_up)
 {
     int nt = c->nt, rc = GDDR_OK, sent = 0;
     /* async and ssp: the pull can follow the push at once, the server
@@ -499,8 +487,7 @@ static int exchange(gddr_client *c, payload *pl, float *const *params, op *res, 
     int pipelined = c->info.mode != GDDR_MODE_SYNC;
     for (int i = 0; i < nt && rc == GDDR_OK; i++, sent++) {
         payload *p = &pl[i];
-        rc = gddr__push_tensor(c, i, p->vals, p->bitmap, p->bitmap_len, p->nvals, p->birth,
-                               p->base, p->norm, p->snap, p->snap_bm, p->snap_vals, &tk[i]);
+        rc = gddr__push_tensor(c, i, p, &tk[i]);
     }
     int npulled = 0;
     if (rc == GDDR_OK && pipelined) {
@@ -525,14 +512,23 @@ static int exchange(gddr_client *c, payload *pl, float *const *params, op *res, 
             continue;
         for (;;) {
             uint64_t t1;
+            memset(&pres[i], 0, sizeof pres[i]); /* answered: this pull's answer only */
             rc = gddr__pull_tensor(c, i, params[i], need, c->step + 1, &t1);
             if (rc == GDDR_OK)
                 rc = gddr__wait_op(c, t1, c->o.timeout_ms + 1000, &pres[i]);
             /* The server parks a sync pull for timeout_ms; when a slow or
-             * dead worker keeps the step open longer, ask again. */
-            if (rc == GDDR_ETIMEDOUT && !c->epoch_changed && pres[i].req_id == t1 &&
-                pres[i].done)
-                continue;
+             * dead worker keeps the step open longer, ask again -- but not
+             * forever: a peer that is alive (it heartbeats) yet never
+             * pushes would hold this step open for good. */
+            if (rc == GDDR_ETIMEDOUT && !c->epoch_changed && pres[i].answered) {
+                if (gddr__now_ms() < give_up)
+                    continue;
+                return gddr__set_err(c, GDDR_ETIMEDOUT,
+                                     "step %llu: version %llu of '%s' did not come within "
+                                     "reconnect_timeout_ms = %d ms (a worker is alive but not pushing?)",
+                                     (unsigned long long)c->step, (unsigned long long)need,
+                                     c->t[i].key, c->o.reconnect_timeout_ms);
+            }
             break;
         }
         if (rc != GDDR_OK)
@@ -615,13 +611,15 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
         rc = dc_pull_and_compensate(c, w_bak, base, res, tk);
         if (rc == GDDR_OK)
             break;
-        if (!needs_reconnect(c, rc) || gddr__now_ms() > give_up || gddr__reconnect(c) != GDDR_OK)
+        if (!gddr__needs_reconnect(c, rc) || gddr__now_ms() > give_up || gddr__reconnect(c) != GDDR_OK)
             goto out;
     }
 
-    /* 4: GDDR residuals, or the whole gradient. */
+    /* 4: GDDR residuals, or the whole gradient. The step of each push is
+     * fixed here, so a resend after a reconnect carries the same one. */
     for (int i = 0; i < nt; i++) {
         pl[i].base = base[i] < pl[i].birth ? pl[i].birth : base[i];
+        pl[i].step = gddr__push_step(c, i);
         if (c->o.delay_fraction > 0) {
             rc = dev ? dev_residual_pack(c, i, &pl[i]) : residual_pack(c, i, &pl[i]);
             if (rc != GDDR_OK)
@@ -641,10 +639,10 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
 
     /* 5: push and pull, again after a reconnect if the server went away. */
     for (;;) {
-        rc = exchange(c, pl, dev ? staged : params, res, tk, tk + nt);
+        rc = exchange(c, pl, dev ? staged : params, res, tk, tk + nt, give_up);
         if (rc == GDDR_OK)
             break;
-        if (!needs_reconnect(c, rc) || gddr__now_ms() > give_up || gddr__reconnect(c) != GDDR_OK)
+        if (!gddr__needs_reconnect(c, rc) || gddr__now_ms() > give_up || gddr__reconnect(c) != GDDR_OK)
             goto out;
         /* The restarted server may be behind the versions we tagged. */
         for (int i = 0; i < nt; i++) {

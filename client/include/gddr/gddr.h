@@ -42,7 +42,8 @@ extern "C" {
     X(GDDR_ESTATE, 16, "call not valid in this state")                        \
     X(GDDR_ECUDA, 17, "CUDA or cuBLAS call failed")                           \
     X(GDDR_EWORKER, 18, "bad worker rank")                                    \
-    X(GDDR_ENOTICKET, 19, "unknown or already completed ticket")
+    X(GDDR_ENOTICKET, 19, "unknown or already completed ticket")            \
+    X(GDDR_EBUSY, 20, "too many unread replies or parked requests")
 
 typedef enum gddr_err {
 #define GDDR__ERR_ENUM(name, num, text) name = num,

@@ -1,0 +1,324 @@
+/* conn.c -- the peers of the ROUTER, and pull replies without copies.
+ *
+ * Connections. A ROUTER sees a peer as a routing id. The table here keeps,
+ * per routing id, what the server must bound per peer: the reply bytes
+ * handed to ZeroMQ and not yet sent (a peer that pulls and never reads
+ * would otherwise make the server queue copies of tensors without limit)
+ * and the pulls parked for it. A peer idle for a while with nothing in
+ * flight is forgotten. The id also stands for a session when a request
+ * carries none (workers.c).
+ *
+ * Zero-copy pulls. The values of one tensor version are copied once into
+ * an immutable, reference-counted buffer (ps_vbuf); every pull reply of
+ * that version points ZeroMQ at it (zmq_msg_init_data) with a small token
+ * whose free callback, run by ZeroMQ's I/O thread once the bytes are on the
+ * wire, gives back the peer's queued bytes and drops the references. A
+ * push makes a new version; the old buffer lives on until its last reply is
+ * sent, so a reply is never torn and never shows a newer version than its
+ * header says.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "ps.h"
+
+#define CONN_BUCKETS 4096
+#define CONN_IDLE_MS 120000
+
+struct ps_conns {
+    ps_conn *bucket[CONN_BUCKETS];
+    size_t count;
+    uint64_t next_session;
+};
+
+int ps_conns_open(gddr_ps *ps)
+{
+    ps->conns = calloc(1, sizeof *ps->conns);
+    if (!ps->conns)
+        return GDDR_ENOMEM;
+    /* Sessions that stand for connections live in their own range. */
+    ps->conns->next_session = (1ull << 63) | ((uint64_t)ps->epoch << 20);
+    return GDDR_OK;
+}
+
+static void conn_unref(ps_conn *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) == 1)
+        free(c);
+}
+
+static uint32_t id_hash(const uint8_t *p, size_t n)
+{
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+ps_conn *ps_conn_get(gddr_ps *ps, zmq_msg_t *ident)
+{
+    struct ps_conns *t = ps->conns;
+    size_t n = zmq_msg_size(ident);
+    const uint8_t *id = zmq_msg_data(ident);
+    if (n > 255)
+        return NULL;
+    uint32_t b = id_hash(id, n) % CONN_BUCKETS;
+    for (ps_conn *c = t->bucket[b]; c; c = c->next)
+        if (c->idlen == n && memcmp(c->id, id, n) == 0) {
+            c->last_ms = gddr__now_ms();
+            return c;
+        }
+    ps_conn *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    atomic_init(&c->refs, 1);
+    atomic_init(&c->queued, 0);
+    c->idlen = (uint8_t)n;
+    memcpy(c->id, id, n);
+    c->last_ms = gddr__now_ms();
+    c->session = ++t->next_session;
+    c->next = t->bucket[b];
+    t->bucket[b] = c;
+    t->count++;
+    return c;
+}
+
+void ps_conns_sweep(gddr_ps *ps)
+{
+    struct ps_conns *t = ps->conns;
+    int64_t now = gddr__now_ms();
+    for (size_t b = 0; b < CONN_BUCKETS; b++) {
+        for (ps_conn **pp = &t->bucket[b]; *pp;) {
+            ps_conn *c = *pp;
+            if (now - c->last_ms > CONN_IDLE_MS && c->parked == 0 && atomic_load(&c->queued) == 0) {
+                *pp = c->next;
+                t->count--;
+                conn_unref(c);
+            } else {
+                pp = &c->next;
+            }
+        }
+    }
+}
+
+size_t ps_conns_count(gddr_ps *ps)
+{
+    return ps->conns ? ps->conns->count : 0;
+}
+
+void ps_conns_close(gddr_ps *ps)
+{
+    struct ps_conns *t = ps->conns;
+    if (!t)
+        return;
+    for (size_t b = 0; b < CONN_BUCKETS; b++)
+        while (t->bucket[b]) {
+            ps_conn *c = t->bucket[b];
+            t->bucket[b] = c->next;
+            conn_unref(c);
+        }
+    free(t);
+    ps->conns = NULL;
+}
+
+/* ---- version buffers ------------------------------------------------------- */
+
+void ps_vbuf_unref(ps_vbuf *b)
+{
+    if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
+        free(b->data);
+        free(b);
+    }
+}
+
+/* The buffer of t's current version (made on the first pull of a version). */
+static ps_vbuf *current_values(ps_tensor *t)
+{
+    if (t->pub && t->pub->version == t->version)
+        return t->pub;
+    ps_vbuf *b = malloc(sizeof *b);
+    size_t bytes = t->n * sizeof(float);
+    if (!b || posix_memalign((void **)&b->data, 64, bytes ? bytes : 64) != 0) {
+        free(b);
+        return NULL;
+    }
+    memcpy(b->data, t->w, bytes);
+    atomic_init(&b->refs, 1); /* the tensor's */
+    b->version = t->version;
+    b->bytes = bytes;
+    ps_vbuf_unref(t->pub);
+    t->pub = b;
+    return b;
+}
+
+typedef struct reply_token {
+    ps_conn *conn;
+    ps_vbuf *buf;
+} reply_token;
+
+/* ZeroMQ is done with a reply's values (sent or dropped): any thread. */
+static void reply_sent(void *data, void *hint)
+{
+    (void)data;
+    reply_token *k = hint;
+    atomic_fetch_sub(&k->conn->queued, (long long)k->buf->bytes);
+    conn_unref(k->conn);
+    ps_vbuf_unref(k->buf);
+    free(k);
+}
+
+static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t)
+{
+    size_t bytes = t->n * sizeof(float);
+    long long queued = c ? atomic_load(&c->queued) : 0;
+    /* One reply is always allowed; more only within the bound. */
+    if (c && queued > 0 && queued + (long long)bytes > ps->cfg.max_queued_reply_bytes) {
+        ps_reject(ps, ident, req_id, GDDR_EBUSY,
+                  "%lld reply bytes not yet read by this connection (max_queued_reply_bytes = %lld)",
+                  queued, ps->cfg.max_queued_reply_bytes);
+        return;
+    }
+    ps_vbuf *b = current_values(t);
+    reply_token *k = b && c ? malloc(sizeof *k) : NULL;
+    if (!k) {
+        ps_reject(ps, ident, req_id, GDDR_ENOMEM, "no memory for a %zu-byte reply", bytes);
+        return;
+    }
+    atomic_fetch_add(&b->refs, 1);
+    atomic_fetch_add(&c->refs, 1);
+    atomic_fetch_add(&c->queued, (long long)bytes);
+    k->conn = c;
+    k->buf = b;
+    Gddr__Reply r;
+    Gddr__PullReply pr = GDDR__PULL_REPLY__INIT;
+    ps_reply_init(ps, &r, req_id, t);
+    pr.id = t->id;
+    pr.version = b->version;
+    pr.payload_bytes = bytes;
+    r.body_case = GDDR__REPLY__BODY_PULL;
+    r.pull = &pr;
+    gddr__raw raw = { b->data, bytes, reply_sent, k };
+    ps_send_reply(ps, ident, &r, &raw, 1);
+    ps->pulls_served++;
+}
+
+/* ---- pulls ------------------------------------------------------------------ */
+
+/* Whether a pull can be answered now. */
+static int pull_ready(gddr_ps *ps, ps_tensor *t, uint64_t min_version, uint64_t step)
+{
+    if (t->version < min_version)
+        return 0;
+    if (ps->cfg.mode == GDDR_PS_MODE_SSP) {
+        uint64_t slow = ps_min_live_clock(ps);
+        if (slow != UINT64_MAX && step > slow + (uint64_t)ps->cfg.staleness_bound)
+            return 0;
+    }
+    return 1;
+}
+
+int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Request *rq)
+{
+    const Gddr__Pull *p = rq->pull;
+    ps_tensor *t = ps_tensor_by_id(ps, p->id);
+    if (!t)
+        return ps_reject(ps, ident, rq->req_id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)",
+                         p->id, ps->ntensors);
+    if (pull_ready(ps, t, p->min_version, p->step)) {
+        send_values(ps, ident, c, rq->req_id, t);
+        return GDDR_OK;
+    }
+    /* A sync step or the ssp bound will release it. A min_version far ahead
+     * of anything a step can produce is a client bug, not a wait. */
+    if (p->min_version > t->version + 1 + (uint64_t)gddr_ps_expected_workers(ps) + t->nflushes)
+        return ps_reject(ps, ident, rq->req_id, GDDR_EVERSION,
+                         "pull asks for version %llu of tensor '%s', which is at %llu",
+                         (unsigned long long)p->min_version, t->key, (unsigned long long)t->version);
+    if (!c)
+        return ps_reject(ps, ident, rq->req_id, GDDR_ENOMEM, "no memory to park a pull");
+    if (c->parked >= (uint32_t)ps->cfg.max_parked_pulls)
+        return ps_reject(ps, ident, rq->req_id, GDDR_EBUSY,
+                         "%u pulls of this connection wait already (max_parked_pulls)", c->parked);
+    if (ps->npulls == ps->cap_pulls) {
+        size_t cap = ps->cap_pulls ? ps->cap_pulls * 2 : 64;
+        ps_pull *np = realloc(ps->pulls, cap * sizeof *np);
+        if (!np)
+            return ps_reject(ps, ident, rq->req_id, GDDR_ENOMEM, "no memory to park a pull");
+        ps->pulls = np;
+        ps->cap_pulls = cap;
+    }
+    uint64_t wait = p->wait_ms;
+    if (wait > (uint64_t)ps->cfg.pull_wait_max_ms)
+        wait = (uint64_t)ps->cfg.pull_wait_max_ms;
+    ps_pull *q = &ps->pulls[ps->npulls++];
+    zmq_msg_init(&q->ident);
+    zmq_msg_copy(&q->ident, ident);
+    q->conn = c;
+    atomic_fetch_add(&c->refs, 1);
+    c->parked++;
+    q->req_id = rq->req_id;
+    q->rank = rq->rank;
+    q->id = t->id;
+    q->min_version = p->min_version;
+    q->step = p->step;
+    q->deadline_ms = gddr__now_ms() + (int64_t)wait;
+    return GDDR_OK;
+}
+
+static void pull_done(ps_pull *p)
+{
+    zmq_msg_close(&p->ident);
+    p->conn->parked--;
+    conn_unref(p->conn);
+}
+
+void ps_release_pulls(gddr_ps *ps)
+{
+    int64_t now = gddr__now_ms();
+    size_t keep = 0;
+    for (size_t i = 0; i < ps->npulls; i++) {
+        ps_pull *p = &ps->pulls[i];
+        ps_tensor *t = ps_tensor_by_id(ps, p->id);
+        if (t && pull_ready(ps, t, p->min_version, p->step)) {
+            send_values(ps, &p->ident, p->conn, p->req_id, t);
+        } else if (!t || now >= p->deadline_ms || ps->stop) {
+            if (ps->stop)
+                ps_reject(ps, &p->ident, p->req_id, GDDR_ESHUTDOWN, "server is shutting down");
+            else
+                ps_reject(ps, &p->ident, p->req_id, GDDR_ETIMEDOUT,
+                          "pull of tensor %u waited too long for version %llu (now %llu)%s", p->id,
+                          (unsigned long long)p->min_version,
+                          (unsigned long long)(t ? t->version : 0),
+                          ps->cfg.mode == GDDR_PS_MODE_SSP ? " or for the slowest worker" : "");
+        } else {
+            if (keep != i)
+                ps->pulls[keep] = ps->pulls[i];
+            keep++;
+            continue;
+        }
+        pull_done(p);
+    }
+    ps->npulls = keep;
+}
+
+int ps_pulls_next_timeout(gddr_ps *ps, int cap)
+{
+    int64_t now = gddr__now_ms(), t = cap;
+    for (size_t i = 0; i < ps->npulls; i++) {
+        int64_t d = ps->pulls[i].deadline_ms - now;
+        if (d < t)
+            t = d < 0 ? 0 : d;
+    }
+    return (int)t;
+}
+
+void ps_pulls_free(gddr_ps *ps)
+{
+    for (size_t i = 0; i < ps->npulls; i++)
+        pull_done(&ps->pulls[i]);
+    free(ps->pulls);
+    ps->pulls = NULL;
+    ps->npulls = ps->cap_pulls = 0;
+}
