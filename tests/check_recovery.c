@@ -20,11 +20,15 @@
  * orphan, and when a worker declared dead was only slow and comes back; the
  * installments a survivor replays must add up to the orphan exactly.
  *
- * dead_server_costs_one_timeout fails today: a worker in a step when the
- * server dies waits timeout_ms for its push replies and then timeout_ms +
- * 1 s more for its pull replies before it reconnects (client/src/step.c,
- * exchange()), about 2 x timeout_ms + 1 s instead of one timeout.
+ * dead_server_costs_one_timeout checks that a worker in a step when the
+ * server dies gives its push and pull replies one deadline together, not
+ * one each (client/src/step.c, exchange()), by adding up the time budgets
+ * of the waits that timed out (the client logs each one at debug level).
  *
+ * No test here asserts that something happened faster than a wall-clock
+ * bound (a loaded machine or a sanitizer build makes everything slower):
+ * they wait for events (log lines, versions, checkpoints, exits) under
+ * generous deadlines (WAIT_MS, TRAIN_WAIT_MS) that only catch a hang.
  * Every wait is bounded; every process started here dies with the test
  * (harness.h, PR_SET_PDEATHSIG). Server logs go to files in a mkdtemp()
  * directory that is removed when a test passes (kept when one fails, for
@@ -39,6 +43,7 @@
 #include <ftw.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +60,14 @@
 #include "replay.h"
 #include "suites.h"
 
-#define TCASE_TIMEOUT 45
+#define TCASE_TIMEOUT 120
+/* Tests that run gddr-train workers (two training runs, a kill, a restart). */
+#define TCASE_TIMEOUT_TRAIN 300
+/* Deadline for an event that should come at once (a log line, a checkpoint
+ * file, some progress, a process exit): it only catches a hang. */
+#define WAIT_MS 60000
+/* Deadline for a gddr-train run to finish (seconds of work normally). */
+#define TRAIN_WAIT_MS 120000
 
 #define CN 18 /* 5 chunks of 4, the last one short */
 
@@ -226,8 +238,8 @@ static void start_ps(gt_server *s, const char *logpath, const char *const *sets)
 static void stop_ps_clean(gt_server *s, const char *what)
 {
     int st = 0;
-    int rc = gt_server_stop(s, 10000, &st);
-    ck_assert_msg(rc == 0, "%s: gddr-ps did not exit within 10 s of SIGTERM", what);
+    int rc = gt_server_stop(s, WAIT_MS, &st);
+    ck_assert_msg(rc == 0, "%s: gddr-ps did not exit within %d s of SIGTERM", what, WAIT_MS / 1000);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
                   "%s: gddr-ps ended with %s %d after SIGTERM, expected exit status 0", what,
                   WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
@@ -239,7 +251,7 @@ static void kill9_ps(gt_server *s)
     ck_assert_int_gt(s->pid, 0);
     kill(s->pid, SIGKILL);
     int st = 0;
-    ck_assert_int_eq(gt_wait_pid(s->pid, 5000, &st), 1);
+    ck_assert_int_eq(gt_wait_pid(s->pid, WAIT_MS, &st), 1);
     ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     s->pid = 0;
 }
@@ -351,7 +363,7 @@ static gddr_client *open_client(const char *ep, int rank, int world, int observe
     o.server = ep;
     o.rank = rank;
     o.world_size = world;
-    o.timeout_ms = 3000;
+    o.timeout_ms = 30000; /* a reply bound that only catches a hang */
     o.reconnect_timeout_ms = 2000;
     o.observer = observer;
     o.delay_fraction = delay_fraction;
@@ -521,7 +533,11 @@ START_TEST(test_server_kill9_restart)
     snprintf(log1, sizeof log1, "%s/ps-crash.log", dir);
     snprintf(log2, sizeof log2, "%s/ps-restart.log", dir);
     snprintf(logb, sizeof logb, "%s/ps-base.log", dir);
-    const char *extra[] = { "--steps", CRASH_STEPS, "--progress", "0", "--verbose", NULL };
+    /* --timeout-ms 5000 (instead of spawn_trainer's 1000): the uninterrupted
+     * run must not reconnect, and a reply that a loaded machine delays past
+     * a short timeout would make it reconnect. */
+    const char *extra[] = { "--steps", CRASH_STEPS, "--progress", "0", "--verbose",
+                            "--timeout-ms", "5000", NULL };
     run_result base, crash;
     int64_t t0 = gt_now_ms();
 
@@ -536,7 +552,7 @@ START_TEST(test_server_kill9_restart)
             snprintf(name, sizeof name, "base%d", r);
             spawn_trainer(&w[r], dir, name, s.endpoint, r, 4, extra);
         }
-        wait_workers(w, 4, 30000, "uninterrupted run");
+        wait_workers(w, 4, TRAIN_WAIT_MS, "uninterrupted run");
         for (int r = 0; r < 4; r++) {
             base.acc[r] = result_of(&w[r], "test_accuracy");
             base.loss[r] = result_of(&w[r], "train_loss");
@@ -563,22 +579,25 @@ START_TEST(test_server_kill9_restart)
     }
     /* Kill it once the workers have trained a while and a checkpoint was
      * written since. */
-    int64_t deadline = gt_now_ms() + 15000;
     for (int r = 0; r < 4; r++) {
         char joined[64];
         snprintf(joined, sizeof joined, "worker %d joined", r);
-        ck_assert_msg(wait_for_text(log1, joined, 15000) >= 0, "rank %d did not join within 15 s", r);
+        ck_assert_msg(wait_for_text(log1, joined, WAIT_MS) >= 0, "rank %d did not join within %d s", r,
+                      WAIT_MS / 1000);
     }
+    int64_t deadline = gt_now_ms() + WAIT_MS;
     gddr_client *obs0 = open_client(s.endpoint, 0, 1, 1, 0, 0);
     uint64_t v_joined = server_versions(obs0);
     while (server_versions(obs0) < v_joined + 2000) {
-        ck_assert_msg(gt_now_ms() < deadline, "the workers made no progress within 15 s");
+        ck_assert_msg(gt_now_ms() < deadline, "the workers made no progress within %d s",
+                      WAIT_MS / 1000);
         gt_sleep_ms(10);
     }
     gddr_client_close(&obs0);
+    deadline = gt_now_ms() + WAIT_MS;
     uint64_t seq0 = newest_seq(ckdir);
     while (newest_seq(ckdir) < seq0 + 1) {
-        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written within 15 s");
+        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written within %d s", WAIT_MS / 1000);
         gt_sleep_ms(10);
     }
     for (int r = 0; r < 4; r++)
@@ -603,7 +622,7 @@ START_TEST(test_server_kill9_restart)
     ck_assert_str_eq(s.endpoint, listen + 7);
     char want[4200];
     snprintf(want, sizeof want, "restored checkpoint %s: 4 tensors, 4 workers", ck.path);
-    ck_assert_msg(wait_for_text(log2, want, 5000) >= 0, "the restarted server did not log '%s'", want);
+    ck_assert_msg(wait_for_text(log2, want, WAIT_MS) >= 0, "the restarted server did not log '%s'", want);
     gddr_client *obs = open_client(s.endpoint, 0, 1, 1, 0, 0);
     assert_server_matches(obs, &ck, "kill -9 restart");
     gddr_client_close(&obs);
@@ -611,7 +630,7 @@ START_TEST(test_server_kill9_restart)
     for (int r = 0; r < 4; r++)
         kill(w[r].pid, SIGCONT);
 
-    wait_workers(w, 4, 30000, "interrupted run");
+    wait_workers(w, 4, TRAIN_WAIT_MS, "interrupted run");
     for (int r = 0; r < 4; r++) {
         crash.acc[r] = result_of(&w[r], "test_accuracy");
         crash.loss[r] = result_of(&w[r], "train_loss");
@@ -652,13 +671,48 @@ END_TEST
 
 /* ---- 1b. how long a step waits for a dead server ------------------------------------------ */
 
+/* The client's debug log, as far as the waits that timed out go: every
+ * "no reply from SERVER within N ms" line (client/src/client.c,
+ * gddr__wait_op) is one wait that ran out, N being the budget it had. */
+typedef struct timeout_log {
+    pthread_mutex_t mu;
+    int waits;        /* timed-out waits */
+    long budget_ms;   /* their budgets added up */
+    char budgets[256]; /* "2000 0 ..." for the failure message */
+} timeout_log;
+
+static void timeout_log_fn(void *user, int level, const char *msg)
+{
+    (void)level;
+    timeout_log *tl = user;
+    const char *p = strstr(msg, "no reply from ");
+    const char *w = p ? strstr(p, " within ") : NULL;
+    int ms;
+    if (!w || sscanf(w, " within %d ms", &ms) != 1)
+        return;
+    pthread_mutex_lock(&tl->mu);
+    tl->waits++;
+    tl->budget_ms += ms;
+    size_t len = strlen(tl->budgets);
+    snprintf(tl->budgets + len, sizeof tl->budgets - len, "%s%d", len ? " + " : "", ms);
+    pthread_mutex_unlock(&tl->mu);
+}
+
 /* A step whose server stopped answering should give up after one timeout:
  * its push and pull requests go out together, so their replies should share
  * one deadline (client/src/step.c: "a dead server must cost one timeout").
  * The longest single wait a step allows is timeout_ms + 1 s (a pull may be
  * parked for timeout_ms). The server is frozen with SIGSTOP, so nothing
  * answers and nothing disconnects; reconnect_timeout_ms is shorter than one
- * wait, so the step returns GDDR_ETIMEDOUT instead of reconnecting. */
+ * wait, so the step returns GDDR_ETIMEDOUT instead of reconnecting.
+ *
+ * Not with the clock (a loaded machine stretches every wait): the client
+ * logs each wait that timed out with the budget it was given, and those
+ * budgets must add up to one step deadline (timeout_ms + 1 s), plus at most
+ * one reconnect try (reconnect_timeout_ms). Waiting timeout_ms for the push
+ * replies and then timeout_ms + 1 s more for the pull replies adds up to
+ * 3 s here, over the 2.2 s allowed. The elapsed time is only printed, and
+ * checked against a loose hang-catcher. */
 START_TEST(test_dead_server_costs_one_timeout)
 {
     char dir[64], log[160];
@@ -666,12 +720,18 @@ START_TEST(test_dead_server_costs_one_timeout)
     snprintf(log, sizeof log, "%s/ps.log", dir);
     gt_server s;
     start_ps(&s, log, NULL);
+    static timeout_log tl; /* static: the client may log from its threads */
+    memset(&tl, 0, sizeof tl);
+    pthread_mutex_init(&tl.mu, NULL);
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
     o.server = s.endpoint;
     o.rank = 0;
     o.world_size = 1;
     o.timeout_ms = 1000;
     o.reconnect_timeout_ms = 200;
+    o.log = timeout_log_fn;
+    o.log_user = &tl;
+    o.log_level = GDDR_LOG_DEBUG;
     gddr_client *c = NULL;
     ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
     float w[CN] = { 0 }, g[CN], p[CN];
@@ -682,6 +742,11 @@ START_TEST(test_dead_server_costs_one_timeout)
     const float *gp[1] = { g };
     float *pp[1] = { p };
     ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_OK);
+    pthread_mutex_lock(&tl.mu); /* count only the step against the frozen server */
+    tl.waits = 0;
+    tl.budget_ms = 0;
+    tl.budgets[0] = 0;
+    pthread_mutex_unlock(&tl.mu);
     kill(s.pid, SIGSTOP);
     int64_t t0 = gt_now_ms();
     int rc = gddr_step(c, gp, pp);
@@ -692,12 +757,30 @@ START_TEST(test_dead_server_costs_one_timeout)
     gddr_client_close(&c);
     stop_ps_clean(&s, "frozen server");
     rm_rf(dir);
-    fprintf(stderr, "recovery: a step against a frozen server (timeout_ms 1000) gave up after %.2f s\n",
-            took);
-    ck_assert_msg(took <= 2.8, /* one deadline (2 s) + the 0.2 s reconnect try; two were 3.2 s */
-                  "a step against a silent server took %.2f s to give up with timeout_ms 1 s: it waits "
-                  "timeout_ms for its push replies, then timeout_ms + 1 s more for its pull replies "
-                  "(client/src/step.c exchange()), instead of one deadline for both",
+    pthread_mutex_lock(&tl.mu);
+    int waits = tl.waits;
+    long budget = tl.budget_ms;
+    char budgets[256];
+    snprintf(budgets, sizeof budgets, "%s", tl.budgets);
+    pthread_mutex_unlock(&tl.mu);
+    fprintf(stderr,
+            "recovery: a step against a frozen server (timeout_ms 1000) gave up after %.2f s; "
+            "%d waits timed out, budgets %s ms\n",
+            took, waits, budgets);
+    ck_assert_msg(waits >= 1,
+                  "the step returned GDDR_ETIMEDOUT but the client logged no wait that timed out "
+                  "(no \"no reply from ... within N ms\" debug line)");
+    const long one_deadline = o.timeout_ms + 1000, allowed = one_deadline + o.reconnect_timeout_ms;
+    ck_assert_msg(budget <= allowed,
+                  "a step against a silent server waited with budgets %s ms (%ld ms in all) with "
+                  "timeout_ms 1 s: more than one step deadline (%ld ms) plus one reconnect try "
+                  "(%d ms). It waits timeout_ms for its push replies, then timeout_ms + 1 s more for "
+                  "its pull replies (client/src/step.c exchange()), instead of one deadline for both",
+                  budgets, budget, one_deadline, o.reconnect_timeout_ms);
+    /* It did wait (a lower bound load cannot break), and it did not hang. */
+    ck_assert_msg(took >= o.timeout_ms / 1000.0, "the step gave up after %.2f s, before timeout_ms",
+                  took);
+    ck_assert_msg(took < 10.0 * allowed / 1000.0, "the step against a frozen server hung for %.2f s",
                   took);
 }
 END_TEST
@@ -734,7 +817,7 @@ static void make_three_checkpoints(const char *dir, const char *ckdir, ck_state 
         ck_assert_int_eq(gddr_pull(c, id, st[k].vals, 0, &st[k].version), GDDR_OK);
         if (k < 2) {
             ck_assert_int_eq(gddr_request_checkpoint(c), GDDR_OK);
-            ck_assert_msg(wait_ckpts(ckdir, (size_t)k + 1, 5000) >= 0, "checkpoint %d did not appear",
+            ck_assert_msg(wait_ckpts(ckdir, (size_t)k + 1, WAIT_MS) >= 0, "checkpoint %d did not appear",
                           k + 1);
         }
     }
@@ -775,12 +858,12 @@ static void damaged_newest(int truncate_it)
     start_ps(&s, log, sets);
     char want[700], line[1024];
     snprintf(want, sizeof want, "checkpoint %s skipped: ", path3);
-    ck_assert_msg(wait_for_text(log, want, 5000) >= 0, "no '%s' line in the log", want);
+    ck_assert_msg(wait_for_text(log, want, WAIT_MS) >= 0, "no '%s' line in the log", want);
     find_line(log, want, line, sizeof line);
     ck_assert_msg(strstr(line, truncate_it ? "bad trailer magic" : "CRC mismatch") != NULL,
                   "unexpected reason: %s", line);
     snprintf(want, sizeof want, "restored checkpoint %s: 1 tensors", path2);
-    ck_assert_msg(wait_for_text(log, want, 5000) >= 0, "no '%s' line in the log", want);
+    ck_assert_msg(wait_for_text(log, want, WAIT_MS) >= 0, "no '%s' line in the log", want);
     gddr_client *c = open_client(s.endpoint, 0, 1, 1, 0, 0);
     float got[300];
     int id;
@@ -832,22 +915,24 @@ START_TEST(test_sync_worker_kill9_rejoin)
     }
     gddr_client *obs = open_client(s.endpoint, 0, 1, 1, 0, 0);
     /* Let them train a little: 50 sync steps of the 4 tensors. */
-    int64_t deadline = gt_now_ms() + 15000;
+    int64_t deadline = gt_now_ms() + WAIT_MS;
     while (server_versions(obs) < 200) {
         ck_assert_msg(gt_now_ms() < deadline, "the workers made no progress");
         gt_sleep_ms(20);
     }
     kill(w[3].pid, SIGKILL);
     int st;
-    ck_assert_int_eq(gt_wait_pid(w[3].pid, 5000, &st), 1);
+    ck_assert_int_eq(gt_wait_pid(w[3].pid, WAIT_MS, &st), 1);
     w[3].exited = 1;
     int64_t t_kill = gt_now_ms();
     uint64_t v_kill = server_versions(obs);
     /* The survivors are blocked in the step the dead worker never joins
      * until it is declared dead; then they go on. Progress = two more sync
-     * steps (8 versions) past the step in flight. */
+     * steps (8 versions) past the step in flight. How long that took is
+     * printed, not asserted (a loaded machine stretches it): the deadline
+     * only catches survivors that never go on. */
     int64_t t_resume = -1;
-    deadline = t_kill + (int64_t)(timeout_s * 1000) + 8000;
+    deadline = t_kill + (int64_t)(timeout_s * 1000) + WAIT_MS;
     while (gt_now_ms() < deadline) {
         if (server_versions(obs) >= v_kill + 12) {
             t_resume = gt_now_ms();
@@ -856,11 +941,11 @@ START_TEST(test_sync_worker_kill9_rejoin)
         gt_sleep_ms(20);
     }
     ck_assert_msg(t_resume > 0, "the survivors made no progress within %g s of the kill",
-                  timeout_s + 8);
+                  timeout_s + WAIT_MS / 1000);
     double stall = (double)(t_resume - t_kill) / 1000.0;
-    ck_assert_msg(stall <= timeout_s + 3.0, "the survivors stalled %.2f s (worker_timeout_s %g)",
-                  stall, timeout_s);
-    ck_assert(file_has(log, "worker 3 declared dead"));
+    /* They went on because rank 3 was declared dead. */
+    ck_assert_msg(wait_for_text(log, "worker 3 declared dead", WAIT_MS) >= 0,
+                  "the survivors went on but the server never declared worker 3 dead");
     for (int r = 0; r < 3; r++)
         ck_assert_msg(worker_running(&w[r]), "rank %d finished before the restart: raise --steps", r);
 
@@ -868,18 +953,18 @@ START_TEST(test_sync_worker_kill9_rejoin)
     const char *extra2[] = { "--steps", "200", "--progress", "0", "--verbose", NULL };
     worker back;
     spawn_trainer(&back, dir, "rank3-again", s.endpoint, 3, 4, extra2);
-    ck_assert_msg(wait_for_text(log, "worker 3 rejoined", 10000) >= 0, "no 'worker 3 rejoined' line");
-    wait_workers(&back, 1, 30000, "restarted rank 3");
+    ck_assert_msg(wait_for_text(log, "worker 3 rejoined", WAIT_MS) >= 0, "no 'worker 3 rejoined' line");
+    wait_workers(&back, 1, TRAIN_WAIT_MS, "restarted rank 3");
     ck_assert_double_eq(result_of(&back, "steps"), 200);
     ck_assert_msg(result_of(&back, "test_accuracy") > 0.5, "the rejoined worker did not train");
-    wait_workers(w, 3, 30000, "survivors");
+    wait_workers(w, 3, TRAIN_WAIT_MS, "survivors");
     for (int r = 0; r < 3; r++)
         ck_assert_double_eq(result_of(&w[r], "steps"), 2500);
 
     /* The dead worker's residual went to a survivor: how long it took. */
     char line[1024];
     double rec = -1;
-    if (wait_for_text(log, "orphan of rank 3", 2000) >= 0 &&
+    if (wait_for_text(log, "orphan of rank 3", WAIT_MS) >= 0 &&
         find_line(log, "fully re-injected by rank", line, sizeof line) == 0) {
         const char *p = strstr(line, "fully re-injected by rank");
         unsigned by;
@@ -1006,10 +1091,11 @@ START_TEST(test_conservation_across_death)
 
     /* The survivors go on until one of them took the orphan over, replayed
      * its 8 installments and reported it (one more push). */
-    int64_t t_silent = gt_now_ms(), deadline = t_silent + 15000;
+    int64_t t_silent = gt_now_ms(), deadline = t_silent + WAIT_MS;
     int taker = -1, after = 0;
     for (;;) {
-        ck_assert_msg(gt_now_ms() < deadline, "the orphan was not re-injected within 15 s");
+        ck_assert_msg(gt_now_ms() < deadline, "the orphan was not re-injected within %d s",
+                      WAIT_MS / 1000);
         for (int j = 0; j < 2; j++)
             step_one(c[j], &rng[j], m.produced, params[j]);
         gddr_client_counters k0, k1;
@@ -1095,7 +1181,7 @@ static void installments(double gamma, int integer_values)
     o.server = s.endpoint;
     o.rank = 0;
     o.world_size = 2;
-    o.timeout_ms = 3000;
+    o.timeout_ms = 30000;
     o.replay_decay = gamma;
     gddr_client *sv = NULL;
     ck_assert_int_eq(gddr_client_open(&o, &sv), GDDR_OK);
@@ -1132,10 +1218,11 @@ static void installments(double gamma, int integer_values)
     /* The survivor steps (zero gradients) until the orphan arrives. */
     const float *zp[1] = { zero };
     float *sp[1] = { params };
-    int64_t deadline = gt_now_ms() + 10000;
+    int64_t deadline = gt_now_ms() + WAIT_MS;
     gddr_client_counters k;
     for (;;) {
-        ck_assert_msg(gt_now_ms() < deadline, "no orphan reached the survivor within 10 s");
+        ck_assert_msg(gt_now_ms() < deadline, "no orphan reached the survivor within %d s",
+                      WAIT_MS / 1000);
         ck_assert_int_eq(gddr_step(sv, zp, sp), GDDR_OK);
         gddr_client_counters_get(sv, &k);
         if (k.orphans_received)
@@ -1254,10 +1341,10 @@ START_TEST(test_close_during_replay)
     ck_assert_msg(held > 0, "worker 1 holds nothing: change the seeds");
     /* Worker 1 falls silent; worker 0 goes on until it has the orphan, then
      * two more steps, then closes. */
-    int64_t deadline = gt_now_ms() + 10000;
+    int64_t deadline = gt_now_ms() + WAIT_MS;
     gddr_client_counters k;
     do {
-        ck_assert_msg(gt_now_ms() < deadline, "no orphan within 10 s");
+        ck_assert_msg(gt_now_ms() < deadline, "no orphan within %d s", WAIT_MS / 1000);
         step_all(c, 1, rng, produced, params);
         gddr_client_counters_get(c[0], &k);
         gt_sleep_ms(20);
@@ -1267,7 +1354,7 @@ START_TEST(test_close_during_replay)
     ck_assert_ptr_nonnull(c[0]->t[0].res.orphan); /* still replaying */
     gddr_client_close(&c[0]);
     assert_applied(s.endpoint, w0, produced, "after the survivor closed mid-replay");
-    ck_assert_msg(wait_for_text(log, "orphan of rank 1 (tensor 0) fully re-injected by rank 0", 2000) >= 0,
+    ck_assert_msg(wait_for_text(log, "orphan of rank 1 (tensor 0) fully re-injected by rank 0", WAIT_MS) >= 0,
                   "the flush did not report the orphan as re-injected");
     c[1]->info.epoch = 0;
     gddr_client_close(&c[1]);
@@ -1307,9 +1394,10 @@ static void slow_not_dead(int delivered)
         step_all(c, 2, rng, produced, params);
     /* Worker 1 pauses past worker_timeout_s; worker 0 keeps talking (steps,
      * or only stats requests when the orphan must stay undelivered). */
-    int64_t deadline = gt_now_ms() + 10000;
+    int64_t deadline = gt_now_ms() + WAIT_MS;
     for (;;) {
-        ck_assert_msg(gt_now_ms() < deadline, "worker 1 was not declared dead within 10 s");
+        ck_assert_msg(gt_now_ms() < deadline, "worker 1 was not declared dead within %d s",
+                      WAIT_MS / 1000);
         if (delivered) {
             step_all(c, 1, rng, produced, params);
         } else {
@@ -1477,13 +1565,13 @@ START_TEST(test_ctl_checkpoint)
     gt_bin_path(bin, sizeof bin, "gddr-ctl");
     char *argv[] = { bin, "-s", s.endpoint, "checkpoint", NULL };
     int st = 0;
-    int rc = gt_run_capture(argv, 10000, 0, &out, &st, err, sizeof err);
+    int rc = gt_run_capture(argv, WAIT_MS, 0, &out, &st, err, sizeof err);
     ck_assert_msg(rc == 0, "gddr-ctl: %s", err);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gddr-ctl checkpoint failed: %s", out);
     ck_assert_ptr_nonnull(strstr(out, "checkpoint requested"));
     free(out);
-    int64_t ms = wait_ckpts(ckdir, 1, 5000);
-    ck_assert_msg(ms >= 0, "no checkpoint file within 5 s of gddr-ctl checkpoint");
+    int64_t ms = wait_ckpts(ckdir, 1, WAIT_MS);
+    ck_assert_msg(ms >= 0, "no checkpoint file within %d s of gddr-ctl checkpoint", WAIT_MS / 1000);
     gddr_ckpt ck;
     load_newest(ckdir, &ck);
     ck_assert_uint_eq(ck.seq, 1);
@@ -1493,7 +1581,7 @@ START_TEST(test_ctl_checkpoint)
     /* The library call does the same. */
     ck_assert_int_eq(gddr_push(c, id, g, NULL), GDDR_OK);
     ck_assert_int_eq(gddr_request_checkpoint(c), GDDR_OK);
-    ck_assert_msg(wait_ckpts(ckdir, 2, 5000) >= 0, "no second checkpoint within 5 s");
+    ck_assert_msg(wait_ckpts(ckdir, 2, WAIT_MS) >= 0, "no second checkpoint within %d s", WAIT_MS / 1000);
     load_newest(ckdir, &ck);
     ck_assert_uint_eq(ck.seq, 2);
     ck_assert_uint_eq(ckpt_tensor(&ck, 0).version, 2);
@@ -1509,15 +1597,16 @@ END_TEST
 /* ---- the suite ---------------------------------------------------------------------------- */
 
 #define ADD_CASE(s, name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT)
+#define ADD_TRAIN_CASE(s, name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT_TRAIN)
 
 Suite *suite_recovery(void)
 {
     Suite *s = suite_create("recovery");
-    ADD_CASE(s, "server_kill9_restart", test_server_kill9_restart);
+    ADD_TRAIN_CASE(s, "server_kill9_restart", test_server_kill9_restart);
     ADD_CASE(s, "dead_server_costs_one_timeout", test_dead_server_costs_one_timeout);
     ADD_CASE(s, "corrupt_newest_checkpoint", test_corrupt_newest_checkpoint);
     ADD_CASE(s, "truncated_newest_checkpoint", test_truncated_newest_checkpoint);
-    ADD_CASE(s, "sync_worker_kill9_rejoin", test_sync_worker_kill9_rejoin);
+    ADD_TRAIN_CASE(s, "sync_worker_kill9_rejoin", test_sync_worker_kill9_rejoin);
     ADD_CASE(s, "conservation_across_death", test_conservation_across_death);
     ADD_CASE(s, "close_during_replay", test_close_during_replay);
     ADD_CASE(s, "slow_worker_orphan_delivered", test_slow_worker_orphan_delivered);

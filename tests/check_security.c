@@ -114,6 +114,7 @@ START_TEST(test_allowlist)
 
     /* Alice is on the list: she registers, pushes and pulls. */
     gddr_client_opts o = opts_for(s.endpoint, k.server_pub, k.alice_key);
+    o.timeout_ms = 30000; /* her replies come: a bound that only catches a hang */
     gddr_client *c = NULL;
     ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
     float w[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, g[8] = { 2, 2, 2, 2, 2, 2, 2, 2 }, out[8];
@@ -131,8 +132,15 @@ START_TEST(test_allowlist)
     gddr_client *m = NULL;
     int64_t t0 = gt_now_ms();
     ck_assert_int_eq(gddr_client_open(&om, &m), GDDR_ETIMEDOUT);
-    ck_assert_int_lt(gt_now_ms() - t0, 3000);
+    int64_t ms = gt_now_ms() - t0;
     ck_assert_ptr_null(m);
+    /* Refused after its one hello timeout (700 ms): printed, not asserted
+     * (a loaded machine is slow). The bound only catches a hang, and is
+     * below reconnect_timeout_ms (30 s), which open must not spend. */
+    fprintf(stderr, "security: a stranger's open gave up after %lld ms (timeout_ms 700)\n",
+            (long long)ms);
+    ck_assert_msg(ms < 20000, "a stranger's gddr_client_open hung for %lld ms (timeout_ms 700)",
+                  (long long)ms);
 
     /* A plaintext client cannot talk to a CURVE server either. */
     gddr_client_opts op = opts_for(s.endpoint, NULL, NULL);
@@ -149,7 +157,7 @@ START_TEST(test_allowlist)
     free(text);
     gddr_client_close(&c);
     int status = 0;
-    ck_assert_int_eq(gt_server_stop(&s, 5000, &status), 0);
+    ck_assert_int_eq(gt_server_stop(&s, 30000, &status), 0);
     ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     remove_keys(&k);
 }
@@ -180,7 +188,7 @@ START_TEST(test_bad_key_config)
         char *out = NULL, err[512];
         int status = 0;
         /* stderr goes to the test log; the exit status is what we assert. */
-        int rc = gt_run_capture(argv, 10000, 1, &out, &status, err, sizeof err);
+        int rc = gt_run_capture(argv, 30000, 1, &out, &status, err, sizeof err);
         free(out);
         ck_assert_int_eq(rc, 0);
         ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 1, "case %zu: status %d", i, status);
@@ -198,7 +206,7 @@ Suite *suite_security(void)
 {
     Suite *s = suite_create("security");
     TCase *tc = tcase_create("curve");
-    tcase_set_timeout(tc, 30);
+    tcase_set_timeout(tc, 120); /* a hang-catcher; the tests take seconds */
     tcase_add_test(tc, test_keyfiles);
     tcase_add_test(tc, test_allowlist);
     tcase_add_test(tc, test_bad_key_config);

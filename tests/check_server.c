@@ -23,8 +23,10 @@
 #include "suites.h"
 #include "wire.h"
 
-#define TCASE_TIMEOUT 30
-#define REPLY_WAIT_MS 5000
+/* No test asserts that something was fast (a loaded machine or a sanitizer
+ * build is slow): deadlines only catch a hang. */
+#define TCASE_TIMEOUT 120
+#define REPLY_WAIT_MS 30000
 
 /* ---- servers and clients --------------------------------------------------- */
 
@@ -359,7 +361,7 @@ static void *conc_worker(void *p)
     conc_arg *a = p;
     int rc;
     float *big = malloc(CONC_BIG * sizeof(float)), *small = malloc(CONC_SMALL * sizeof(float));
-    gddr_client *c = try_client(a->ep, a->rank, CONC_WORKERS, 10000, &rc);
+    gddr_client *c = try_client(a->ep, a->rank, CONC_WORKERS, REPLY_WAIT_MS, &rc);
     int ib = -1, is = -1;
     if (!c) {
         snprintf(a->why, sizeof a->why, "open: %s", gddr_strerror(rc));
@@ -498,7 +500,7 @@ static void *torn_pusher(void *p)
     float *g = malloc(TORN_N * sizeof(float));
     for (int i = 0; i < TORN_N; i++)
         g[i] = TORN_INIT;
-    gddr_client *c = try_client(a->ep, a->rank, 3, 10000, &rc);
+    gddr_client *c = try_client(a->ep, a->rank, 3, REPLY_WAIT_MS, &rc);
     if (!c || (rc = gddr_register(c, "torn", g, TORN_N, &id, NULL)) != GDDR_OK) {
         snprintf(a->why, sizeof a->why, "open/register: %s", gddr_strerror(rc));
         a->fail = 1;
@@ -526,7 +528,7 @@ static void *torn_puller(void *p)
     float *w = malloc(TORN_N * sizeof(float));
     for (int i = 0; i < TORN_N; i++)
         w[i] = TORN_INIT;
-    gddr_client *c = try_client(a->ep, a->rank, 3, 10000, &rc);
+    gddr_client *c = try_client(a->ep, a->rank, 3, REPLY_WAIT_MS, &rc);
     if (!c || (rc = gddr_register(c, "torn", w, TORN_N, &id, NULL)) != GDDR_OK) {
         snprintf(a->why, sizeof a->why, "open/register: %s", gddr_strerror(rc));
         a->fail = 1;
@@ -967,7 +969,9 @@ END_TEST
 START_TEST(test_rejected_stranger_is_not_a_worker)
 {
     gt_server s;
-    START_SERVER(s, "mode=sync", "workers=0", "lr=0.5", "worker_timeout_s=10");
+    /* worker_timeout_s far beyond every wait below: had rank 7 become a
+     * worker, the sync step would wait for it, and no wait here would end. */
+    START_SERVER(s, "mode=sync", "workers=0", "lr=0.5", "worker_timeout_s=3600");
     enum { N = 8 };
     float init[N] = { 1, 2, 3, 4, 5, 6, 7, 8 }, g[N] = { 1, 1, 1, 1, 1, 1, 1, 1 }, want[N];
     for (int i = 0; i < N; i++)
@@ -1001,10 +1005,11 @@ START_TEST(test_rejected_stranger_is_not_a_worker)
     float out[N];
     gddr_ticket tk;
     ck_assert_int_eq(gddr_pull_async(c, id, out, 1, &tk), GDDR_OK);
-    int rc = gddr_wait(c, tk, 3000, &v);
+    int rc = gddr_wait(c, tk, REPLY_WAIT_MS, &v);
     ck_assert_msg(rc == GDDR_OK,
-                  "sync step of the only worker did not complete within 3 s after a stranger's "
-                  "rejected request: %s", gddr_strerror(rc));
+                  "sync step of the only worker did not complete within %d s after a stranger's "
+                  "rejected request (worker_timeout_s 3600): %s", REPLY_WAIT_MS / 1000,
+                  gddr_strerror(rc));
     ck_assert_uint_eq(v, 1);
     assert_same_floats(out, want, N, "sync step of one worker");
     gddr_client_close(&c);
@@ -1041,7 +1046,13 @@ START_TEST(test_no_server_times_out)
     ck_assert_msg(rc == GDDR_ETIMEDOUT, "open with no server at %s: %s, expected %s", ep,
                   gddr_strerror(rc), gddr_strerror(GDDR_ETIMEDOUT));
     ck_assert_ptr_null(c);
-    ck_assert_msg(ms >= 250 && ms <= 2000, "gddr_client_open took %lld ms with timeout_ms = 300",
+    fprintf(stderr, "server: gddr_client_open with no server gave up after %lld ms (timeout_ms 300)\n",
+            (long long)ms);
+    /* It waited for its timeout (a bound load cannot break) and did not
+     * hang; how soon it gave up is not asserted. */
+    ck_assert_msg(ms >= 250, "gddr_client_open gave up after %lld ms, before timeout_ms = 300",
+                  (long long)ms);
+    ck_assert_msg(ms < 30000, "gddr_client_open with no server hung for %lld ms (timeout_ms = 300)",
                   (long long)ms);
 }
 END_TEST
@@ -1119,7 +1130,7 @@ START_TEST(test_trainer_softmax)
     char *out = NULL, err[512] = "";
     int st = 0;
     int64_t t0 = gt_now_ms();
-    int rc = gt_run_capture(argv, 20000, 0, &out, &st, err, sizeof err);
+    int rc = gt_run_capture(argv, 90000, 0, &out, &st, err, sizeof err);
     int64_t ms = gt_now_ms() - t0;
     ck_assert_msg(rc == 0, "gddr-train: %s; output:\n%s", err, out ? out : "");
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gddr-train exited with %d; output:\n%s",
@@ -1299,7 +1310,7 @@ START_TEST(test_metrics_text)
                   gddr_strerror(rc));
     free(text);
     uint64_t v = 0;
-    rc = gddr_wait(c, tk, 2000, &v);
+    rc = gddr_wait(c, tk, REPLY_WAIT_MS, &v);
     ck_assert_msg(rc == GDDR_OK,
                   "a pull in flight across gddr_server_metrics_text() never completed: %s (%s)",
                   gddr_strerror(rc), gddr_client_errmsg(c));
@@ -1330,28 +1341,28 @@ START_TEST(test_sigterm_exits_zero)
     ck_assert_uint_eq(st.pulls, 0);
     int64_t t0 = gt_now_ms();
     ck_assert_int_eq(gt_server_signal(&s, SIGTERM), 0);
-    int rc = gddr_wait(c, tk, 5000, NULL);
+    int rc = gddr_wait(c, tk, REPLY_WAIT_MS, NULL);
     ck_assert_msg(rc == GDDR_ESHUTDOWN, "parked pull at SIGTERM: %s, expected %s",
                   gddr_strerror(rc), gddr_strerror(GDDR_ESHUTDOWN));
     int status = 0;
-    int w = gt_wait_pid(s.pid, 5000, &status);
+    int w = gt_wait_pid(s.pid, REPLY_WAIT_MS, &status);
     int64_t ms = gt_now_ms() - t0;
     if (w != 1)
         gt_server_stop(&s, 0, NULL);
     else
         s.pid = 0;
-    ck_assert_msg(w == 1, "gddr-ps still runs 5 s after SIGTERM");
+    ck_assert_msg(w == 1, "gddr-ps still runs %d s after SIGTERM", REPLY_WAIT_MS / 1000);
     ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
                   "gddr-ps ended with %s %d after SIGTERM",
                   WIFEXITED(status) ? "status" : "signal",
                   WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
-    ck_assert_msg(ms < 3000, "gddr-ps took %lld ms to exit after SIGTERM", (long long)ms);
+    fprintf(stderr, "server: gddr-ps exited %lld ms after SIGTERM\n", (long long)ms);
     gddr_client_close(&c);
 
     /* SIGINT, idle: the same. */
     START_SERVER(s, NULL);
     ck_assert_int_eq(gt_server_signal(&s, SIGINT), 0);
-    w = gt_wait_pid(s.pid, 5000, &status);
+    w = gt_wait_pid(s.pid, REPLY_WAIT_MS, &status);
     if (w != 1)
         gt_server_stop(&s, 0, NULL);
     else
