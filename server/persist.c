@@ -456,7 +456,7 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
         return;
     int64_t now = gddr__now_ms();
     int due = final ||
-              (ps->ckpt_now && now - ps->last_ckpt_ms >= REQUEST_GAP_MS) ||
+              (ps->ckpt_now && (!ps->ckpt_started_ms || now - ps->ckpt_started_ms >= REQUEST_GAP_MS)) ||
               (ps->cfg.checkpoint_interval_s > 0 &&
                now - ps->last_ckpt_ms >= (int64_t)(ps->cfg.checkpoint_interval_s * 1000));
     /* Report the write that finished since the last tick. */
@@ -483,6 +483,7 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
     }
     ps->ckpt_now = 0;
     ps->last_ckpt_ms = now;
+    ps->ckpt_started_ms = now;
     int64_t t0 = gddr__now_ms();
     gddr_ckpt_section *s;
     size_t n;

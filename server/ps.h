@@ -173,7 +173,8 @@ typedef struct gddr_ps {
     /* checkpoints */
     struct gddr_ckpt_writer *ckw;
     uint64_t ckpt_seq;
-    int64_t last_ckpt_ms;
+    int64_t last_ckpt_ms;       /* the interval counts from here */
+    int64_t ckpt_started_ms;    /* the last checkpoint started (0: none yet) */
     uint64_t ckpt_count, ckpt_requests, ckpt_joined;
     double ckpt_last_ms, ckpt_copy_ms;
     int ckpt_pending, final_ckpt_rc;

@@ -138,7 +138,7 @@ int ps_worker_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, uint
     if (w->session != session) {
         /* A new process for this rank: a fresh exactly-once history. */
         if (w->state != PS_W_NONE)
-            gddr_log(GDDR_LOG_INFO, "worker %u joined as a new process (%s)", rank, client);
+            gddr_log(GDDR_LOG_INFO, "worker %u rejoined as a new process (%s)", rank, client);
         else
             gddr_log(GDDR_LOG_INFO, "worker %u joined (world %u, %s)", rank, h->world_size, client);
         free(w->wt);
@@ -150,7 +150,7 @@ int ps_worker_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, uint
     } else if (w->state == PS_W_LIVE) {
         gddr_log(GDDR_LOG_DEBUG, "worker %u said hello again (reconnect)", rank);
     } else {
-        gddr_log(GDDR_LOG_INFO, "worker %u is back", rank);
+        gddr_log(GDDR_LOG_INFO, "worker %u rejoined: the same process, after a reconnect", rank);
         ps->rejoins++;
     }
     snprintf(w->client, sizeof w->client, "%s", client);
@@ -179,7 +179,7 @@ int ps_worker_owns(gddr_ps *ps, const Gddr__Request *rq, uint64_t session)
         /* Declared dead but only slow: the same process is back. */
         w->state = PS_W_LIVE;
         ps->rejoins++;
-        gddr_log(GDDR_LOG_INFO, "worker %u was declared dead but is back", rq->rank);
+        gddr_log(GDDR_LOG_INFO, "worker %u rejoined: it was declared dead but was only slow", rq->rank);
         ps_membership_changed(ps);
     }
     return 1;

@@ -434,7 +434,7 @@ static uint64_t ckpt_ntensors(const gddr_ckpt *c)
     ck_assert_msg(m && m->len >= 24, "%s has no meta section", c->path);
     uint64_t meta[3];
     memcpy(meta, m->data, sizeof meta);
-    ck_assert_uint_eq(meta[0], 1);
+    ck_assert_uint_eq(meta[0], 2); /* format 2: exactly-once records in "workers" */
     return meta[2];
 }
 
@@ -875,8 +875,13 @@ static void damaged_newest(int truncate_it)
     assert_same_floats(got, st[1].vals, 300, "values restored from checkpoint 2");
     gddr_client_close(&c);
     stop_ps_clean(&s, "restarted server");
-    /* The damaged file is left for the operator. */
-    ck_assert_int_eq(access(path3, F_OK), 0);
+    /* The damaged file is moved aside for the operator, never deleted. */
+    char aside[sizeof path3 + 16];
+    snprintf(aside, sizeof aside, "%s.damaged", path3);
+    ck_assert_msg(access(aside, F_OK) == 0, "%s is missing", aside);
+    ck_assert_int_ne(access(path3, F_OK), 0);
+    snprintf(want, sizeof want, "unreadable checkpoint moved aside to %s", aside);
+    ck_assert_msg(file_has(log, want), "no '%s' line in the log", want);
     fprintf(stderr, "recovery: %s newest checkpoint skipped (%s); restored checkpoint 2 (version %" PRIu64 ")\n",
             truncate_it ? "truncated" : "bit-flipped", strstr(line, "skipped: ") + 9, st[1].version);
     rm_rf(dir);
@@ -965,10 +970,10 @@ START_TEST(test_sync_worker_kill9_rejoin)
     char line[1024];
     double rec = -1;
     if (wait_for_text(log, "orphan of rank 3", WAIT_MS) >= 0 &&
-        find_line(log, "fully re-injected by rank", line, sizeof line) == 0) {
-        const char *p = strstr(line, "fully re-injected by rank");
+        find_line(log, " re-injected by rank", line, sizeof line) == 0) {
+        const char *p = strstr(line, "re-injected by rank");
         unsigned by;
-        if (sscanf(p, "fully re-injected by rank %u %lf s after", &by, &rec) != 2)
+        if (sscanf(p, "re-injected by rank %u %lf s after", &by, &rec) != 2)
             rec = -1;
     }
     ck_assert_msg(rec >= 0, "no orphan of rank 3 was re-injected (server log %s)", log);
@@ -1116,10 +1121,26 @@ START_TEST(test_conservation_across_death)
     double rec_s = server_metric(c[0], "gddr_recovery_seconds");
     ck_assert_msg(handed == 1 && recovered == 1, "orphans handed %g, recovered %g", handed, recovered);
     char want[200];
-    snprintf(want, sizeof want, "rank 2 left an orphan residual of %zu values in tensor 'w'", orphan_vals);
+    snprintf(want, sizeof want, "(%zu values)", orphan_vals);
+    ck_assert_msg(file_has(log, "worker 2 held residual") && file_has(log, want),
+                  "no 'worker 2 held residual ... (%zu values)' line in the server log", orphan_vals);
+    snprintf(want, sizeof want, "orphan of rank 2 in tensor 'w' re-injected by rank %d", taker);
     ck_assert_msg(file_has(log, want), "no '%s' line in the server log", want);
-    snprintf(want, sizeof want, "orphan of rank 2 (tensor 0) fully re-injected by rank %d", taker);
-    ck_assert_msg(file_has(log, want), "no '%s' line in the server log", want);
+    /* What the dead worker held (its last push said so) against what its
+     * snapshot handed over, as the server exports them. */
+    double held_l1 = 0, orphan_l1 = 0;
+    for (int i = 0; i < CN; i++) {
+        held_l1 += fabs((double)r_dead[i]);
+        orphan_l1 += fabs((double)orphan[i]);
+    }
+    double m_held = server_metric(c[0], "gddr_dead_residual_l1_total");
+    double m_handed = server_metric(c[0], "gddr_dead_residual_handed_l1_total");
+    double m_lost = server_metric(c[0], "gddr_dead_residual_lost_l1_total");
+    ck_assert_msg(fabs(m_held - held_l1) <= 1e-5 * held_l1, "held |.|_1 %g, expected %g", m_held, held_l1);
+    ck_assert_msg(fabs(m_handed - orphan_l1) <= 1e-5 * orphan_l1, "handed |.|_1 %g, expected %g",
+                  m_handed, orphan_l1);
+    ck_assert_msg(fabs(m_lost - (held_l1 - orphan_l1)) <= 1e-5 * held_l1, "lost |.|_1 %g, expected %g",
+                  m_lost, held_l1 - orphan_l1);
 
     /* The books. */
     float w[CN], r0[CN], r1[CN];
@@ -1354,7 +1375,7 @@ START_TEST(test_close_during_replay)
     ck_assert_ptr_nonnull(c[0]->t[0].res.orphan); /* still replaying */
     gddr_client_close(&c[0]);
     assert_applied(s.endpoint, w0, produced, "after the survivor closed mid-replay");
-    ck_assert_msg(wait_for_text(log, "orphan of rank 1 (tensor 0) fully re-injected by rank 0", WAIT_MS) >= 0,
+    ck_assert_msg(wait_for_text(log, "orphan of rank 1 in tensor 'w' re-injected by rank 0", WAIT_MS) >= 0,
                   "the flush did not report the orphan as re-injected");
     c[1]->info.epoch = 0;
     gddr_client_close(&c[1]);

@@ -26,9 +26,8 @@
 #include "suites.h"
 #include "wire.h"
 
-/* Test hooks of libgddr-client (client/src/client_int.h). */
-int gddr__residual_get(gddr_client *c, int id, float *out);
-int gddr__residual_age_get(gddr_client *c, int id, uint32_t *out, size_t *nchunks);
+/* Test hooks and internals of libgddr-client (the session a push carries). */
+#include "../client/src/client_int.h"
 
 /* No test asserts that something was fast (a loaded machine or a sanitizer
  * build is slow): deadlines only catch a hang. */
@@ -101,6 +100,7 @@ static uint64_t raw_push(raw_conn *r, uint32_t rank, uint32_t id, const float *v
     p.birth_version = version;
     p.base_version = version;
     p.grad_norm = norm;
+    p.step = r->step++; /* every push a new one (a repeated step is a resend) */
     p.bitmap.data = (uint8_t *)bm;
     p.bitmap.len = bm ? bmlen : 0;
     p.payload_bytes = payload_bytes;
@@ -186,6 +186,7 @@ START_TEST(test_wire_size_of_sparse_push)
         rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
         rq.req_id = 3 + 2 * (uint64_t)k; /* any id of the same varint length */
         rq.rank = 0;
+        rq.session = c->session; /* the client's own, as it sends it */
         p.id = 0;
         p.birth_version = p.base_version = (uint64_t)k; /* async: one version per step */
         p.step = (uint64_t)k;
@@ -198,6 +199,7 @@ START_TEST(test_wire_size_of_sparse_push)
             saw_dense = 1;
         }
         p.payload_bytes = np * 4;
+        p.residual_l1 = (float)gddr_asum_cpu(r, N); /* what it holds after the push */
         rq.body_case = GDDR__REQUEST__BODY_PUSH;
         rq.push = &p;
         size_t hdr = protobuf_c_message_get_packed_size(&rq.base);
@@ -236,6 +238,7 @@ START_TEST(test_sparse_apply_momentum_present_only)
     ck_assert_int_eq(gddr_register(c, "m", w, N, &id, NULL), GDDR_OK);
     raw_conn rw;
     raw_open(&rw, s.endpoint);
+    raw_hello(&rw, 1, 2); /* pushes come from a worker */
     uint64_t ver = 0;
     /* push 1: chunks 0 and 2; push 2: chunk 1; push 3: chunk 0; push 4: dense */
     const uint8_t masks[4] = { 0x05, 0x02, 0x01, 0x07 };
@@ -246,7 +249,7 @@ START_TEST(test_sparse_apply_momentum_present_only)
         uint8_t bm = masks[k];
         size_t np = pack(g, N, 4, &bm, pk);
         int dense = bm == 0x07;
-        uint64_t rid = raw_push(&rw, 0, (uint32_t)id, dense ? g : pk, dense ? N : np,
+        uint64_t rid = raw_push(&rw, 1, (uint32_t)id, dense ? g : pk, dense ? N : np,
                                 (dense ? N : np) * 4, dense ? NULL : &bm, 1, ver, 1.0f);
         ck_assert(raw_push_ok(&rw, rid, &ver, "momentum push"));
         for (int ch = 0; ch < 3; ch++) {
@@ -286,9 +289,26 @@ START_TEST(test_sync_sparse_reduction)
     ck_assert_int_eq(gddr_register(c1, "dn", w0, N, &idd, NULL), GDDR_OK);
     float z36[36] = { 0 };
     ck_assert_int_eq(gddr_register(c0, "nine", z36, 36, &id9, NULL), GDDR_OK); /* 9 chunks */
+    /* The raw connections take over ranks 0 and 1 (the clients leave); an
+     * observer pulls. */
+    gddr_client_close(&c1);
+    gddr_client_close(&c0);
+    {
+        gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+        o.server = s.endpoint;
+        o.rank = 0;
+        o.world_size = 1;
+        o.observer = 1;
+        o.timeout_ms = REPLY_WAIT_MS;
+        ck_assert_int_eq(gddr_client_open(&o, &c0), GDDR_OK);
+        ck_assert_int_eq(gddr_register(c0, "sp", w0, N, &ids, NULL), GDDR_OK);
+        ck_assert_int_eq(gddr_register(c0, "dn", w0, N, &idd, NULL), GDDR_OK);
+    }
     raw_conn r0, r1;
     raw_open(&r0, s.endpoint);
     raw_open(&r1, s.endpoint);
+    raw_hello(&r0, 0, 2);
+    raw_hello(&r1, 1, 2);
 
     float w[N];
     memcpy(w, w0, sizeof w);
@@ -366,7 +386,6 @@ START_TEST(test_sync_sparse_reduction)
     raw_close(&r0);
     raw_close(&r1);
     gddr_client_close(&c0);
-    gddr_client_close(&c1);
     stop_server(&s);
 }
 END_TEST

@@ -76,7 +76,7 @@ static void raw_req(raw_conn *r, Gddr__Request *rq)
     gddr__request__init(rq);
     rq->protocol = GDDR__CONST__PROTOCOL_VERSION;
     rq->req_id = ++r->next_id;
-    rq->rank = 0;
+    rq->rank = r->rank;
 }
 
 /* Sends arbitrary header bytes followed by raw frames. */
@@ -150,6 +150,7 @@ static uint64_t raw_push(raw_conn *r, uint32_t id, const float *vals, size_t nva
     p.birth_version = birth;
     p.base_version = base;
     p.grad_norm = norm;
+    p.step = r->step++; /* a new push each time, not a resend */
     p.bitmap.data = (uint8_t *)bm;
     p.bitmap.len = bm ? bmlen : 0;
     p.payload_bytes = payload_bytes;
@@ -244,7 +245,7 @@ START_TEST(test_register_pull_push_exact)
     int id3 = -1;
     int rc = gddr_register(c2, "w2", init, N, &id3, NULL); /* a second tensor is fine */
     ck_assert_int_eq(rc, GDDR_OK);
-    gddr_client *c3 = open_client(s.endpoint, 1, 2);
+    gddr_client *c3 = open_client(s.endpoint, 2, 3);
     rc = gddr_register(c3, "w", longer, N + 1, &id3, NULL);
     ck_assert_msg(rc == GDDR_ELENGTH, "re-registration with another length: %s, expected %s",
                   gddr_strerror(rc), gddr_strerror(GDDR_ELENGTH));
@@ -257,6 +258,7 @@ START_TEST(test_register_pull_push_exact)
      * and the id and version are the existing tensor's. */
     raw_conn r;
     raw_open(&r, s.endpoint);
+    raw_hello(&r, 3, 4); /* pushing and registering take a worker */
     Gddr__Reply *rep = raw_init(&r, "w", other, N, N * 4, N, NULL);
     ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_INIT);
     ck_assert_msg(!rep->init->created, "re-registering 'w' says created = true");
@@ -320,6 +322,7 @@ START_TEST(test_sparse_push_exact)
         want[192 + i] = init[192 + i] - 0.25f * vals[64 + i];
     raw_conn r;
     raw_open(&r, s.endpoint);
+    raw_hello(&r, 1, 2); /* pushing and registering take a worker */
     uint8_t bm = 0x0a;
     uint64_t rid = raw_push(&r, (uint32_t)id, vals, 72, 72 * 4, &bm, 1, 0, 0, 1.0f);
     Gddr__Reply *rep = raw_recv(&r, REPLY_WAIT_MS, NULL);
@@ -649,6 +652,7 @@ START_TEST(test_bad_requests)
 
     raw_conn r;
     raw_open(&r, s.endpoint);
+    raw_hello(&r, 1, 2); /* pushing and registering take a worker */
     uint64_t rid;
     int nbad = 0;
     const uint32_t uid = (uint32_t)id;
@@ -936,6 +940,7 @@ START_TEST(test_oversized_message)
     ck_assert_ptr_nonnull(big);
     raw_conn r;
     raw_open(&r, s.endpoint);
+    raw_hello(&r, 1, 2); /* pushing and registering take a worker */
     /* A header claiming more values than max_message_bytes allows. */
     uint64_t rid;
     Gddr__Reply *rep = raw_init(&r, "huge", big, 2000, 2000 * 4, 4, &rid);
@@ -946,6 +951,7 @@ START_TEST(test_oversized_message)
     raw_close(&r);
     /* A push bigger than the limit: ZeroMQ drops it (and the connection). */
     raw_open(&r, s.endpoint);
+    raw_hello(&r, 2, 3); /* pushing and registering take a worker */
     raw_push(&r, (uint32_t)id, big, 2048, 2048 * 4, NULL, 0, 0, 0, 0.0f);
     rep = raw_recv(&r, 500, NULL);
     if (rep) { /* an error reply would be fine too; a push reply would not */
@@ -1081,6 +1087,7 @@ START_TEST(test_max_grad_norm)
     /* A lie about the norm does not help: the server measures it too. */
     raw_conn r;
     raw_open(&r, s.endpoint);
+    raw_hello(&r, 1, 2); /* pushing and registering take a worker */
     uint64_t rid = raw_push(&r, (uint32_t)id, g, N, N * 4, NULL, 0, 0, 0, 0.5f);
     raw_expect_error(&r, rid, GDDR_EGRADNORM, "a push of norm 10 that reports 0.5");
     raw_close(&r);
@@ -1098,6 +1105,7 @@ START_TEST(test_max_grad_norm)
         mid[i] = init[i] - 0.5f * tiny[i];
     }
     raw_open(&r, s.endpoint);
+    raw_hello(&r, 2, 3); /* pushing and registering take a worker */
     rid = raw_push(&r, (uint32_t)id, tiny, N, N * 4, NULL, 0, 0, 0, 5.0f);
     raw_expect_push_ok(&r, rid, "a push of norm 0.1 that reports 5");
     raw_close(&r);
@@ -1264,6 +1272,7 @@ START_TEST(test_metrics_text)
     /* One refused push shows up by reason. */
     raw_conn r;
     raw_open(&r, s.endpoint);
+    raw_hello(&r, 1, 2); /* pushing and registering take a worker */
     uint64_t rid = raw_push(&r, (uint32_t)id, g, N - 1, (N - 1) * 4, NULL, 0, 0, 0, 1.0f);
     raw_expect_error(&r, rid, GDDR_ELENGTH, "a short push");
     raw_close(&r);

@@ -14,6 +14,8 @@
 typedef struct raw_conn {
     void *ctx, *sock;
     uint64_t next_id;
+    uint32_t rank;     /* the rank its requests speak for */
+    uint64_t step;     /* the step of its next push (every push a new one) */
 } raw_conn;
 
 static inline void raw_open(raw_conn *r, const char *ep)
@@ -64,6 +66,28 @@ static inline Gddr__Reply *raw_recv(raw_conn *r, int timeout_ms, gddr__frames *f
     else
         gddr__frames_close(&fr);
     return rep;
+}
+
+/* Says hello as worker `rank` of `world` (session 0: the connection is the
+ * session) and expects the hello reply; later requests speak for that rank. */
+static inline void raw_hello(raw_conn *r, uint32_t rank, uint32_t world)
+{
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Hello h = GDDR__HELLO__INIT;
+    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq.req_id = ++r->next_id;
+    rq.rank = rank;
+    h.world_size = world;
+    h.client = "raw test connection";
+    rq.body_case = GDDR__REQUEST__BODY_HELLO;
+    rq.hello = &h;
+    ck_assert_msg(gddr__send(r->sock, NULL, &rq.base, NULL, 0) >= 0, "send hello");
+    Gddr__Reply *rep = raw_recv(r, 30000, NULL);
+    ck_assert_msg(rep != NULL, "hello as rank %u: no reply", rank);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_HELLO, "hello as rank %u refused: %s", rank,
+                  rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->message : "?");
+    gddr__reply__free_unpacked(rep, NULL);
+    r->rank = rank;
 }
 
 static inline gddr_server_stats get_stats(gddr_client *c)

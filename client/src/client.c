@@ -816,6 +816,7 @@ struct push_call {
     int id;
     gddr__push_args a;
     uint64_t version;
+    int tries;
 };
 
 static int push_call(gddr_client *c, void *arg)
@@ -823,7 +824,7 @@ static int push_call(gddr_client *c, void *arg)
     struct push_call *p = arg;
     /* After a reconnect the server may be behind the versions we tagged. */
     ctensor *t = &c->t[p->id];
-    if (p->a.base > t->version)
+    if (p->tries++ > 0 && p->a.base > t->version)
         p->a.base = t->version;
     if (p->a.birth > p->a.base)
         p->a.birth = p->a.base;
@@ -841,7 +842,7 @@ int gddr__push_wait(gddr_client *c, int i, const gddr__push_args *a, uint64_t *v
 {
     /* Sent again unchanged (same step) after a reconnect: the server takes
      * it once whether or not the first copy arrived. */
-    struct push_call p = { i, *a, 0 };
+    struct push_call p = { i, *a, 0, 0 };
     int rc = with_reconnect(c, push_call, &p);
     if (rc == GDDR_OK && version)
         *version = p.version;
