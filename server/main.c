@@ -179,6 +179,14 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* A parent may have left them blocked (and pending): from here on the
+     * handlers hold them until the daemon is ready (on_ready). */
+    sigset_t ours;
+    sigemptyset(&ours);
+    sigaddset(&ours, SIGINT);
+    sigaddset(&ours, SIGTERM);
+    sigaddset(&ours, SIGHUP);
+    sigprocmask(SIG_UNBLOCK, &ours, NULL);
 
     gddr_ps *opened = NULL;
     if (gddr_ps_open(&opened, &cfg, path, err, sizeof err) != GDDR_OK) {

@@ -56,6 +56,7 @@
 #include "data.h"
 #include "gddr/gddr.h"
 #include "harness.h"
+#include "files.h"
 #include "model.h"
 #include "replay.h"
 #include "suites.h"
@@ -84,94 +85,7 @@ static void int_grad(uint64_t *rng, float *g, size_t n)
     }
 }
 
-/* ---- files and directories ----------------------------------------------- */
-
-static void mk_tmpdir(char *buf, size_t len)
-{
-    snprintf(buf, len, "/tmp/gddr-test-rec-XXXXXX");
-    ck_assert_msg(mkdtemp(buf) != NULL, "mkdtemp: %s", strerror(errno));
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb, (void)flag, (void)ftw;
-    remove(p);
-    return 0;
-}
-
-static void rm_rf(const char *p)
-{
-    nftw(p, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-/* The whole file, NUL-terminated (malloc'd; "" when missing). */
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    if (f) {
-        for (;;) {
-            if (len + 4096 + 1 > cap) {
-                cap = cap ? cap * 2 : 16384;
-                buf = realloc(buf, cap);
-                ck_assert_ptr_nonnull(buf);
-            }
-            size_t n = fread(buf + len, 1, cap - len - 1, f);
-            len += n;
-            if (n == 0)
-                break;
-        }
-        fclose(f);
-    }
-    if (!buf)
-        buf = calloc(1, 1);
-    ck_assert_ptr_nonnull(buf);
-    buf[len] = 0;
-    return buf;
-}
-
-static int file_has(const char *path, const char *needle)
-{
-    char *t = slurp(path);
-    int yes = strstr(t, needle) != NULL;
-    free(t);
-    return yes;
-}
-
-/* Waits up to timeout_ms for needle to appear in the file; returns the ms
- * waited, or -1. */
-static int64_t wait_for_text(const char *path, const char *needle, int timeout_ms)
-{
-    int64_t t0 = gt_now_ms();
-    for (;;) {
-        if (file_has(path, needle))
-            return gt_now_ms() - t0;
-        if (gt_now_ms() - t0 > timeout_ms)
-            return -1;
-        gt_sleep_ms(20);
-    }
-}
-
-/* The line of the file that contains needle (copied into out), or -1. */
-static int find_line(const char *path, const char *needle, char *out, size_t outlen)
-{
-    char *t = slurp(path);
-    char *p = strstr(t, needle);
-    if (!p) {
-        free(t);
-        return -1;
-    }
-    while (p > t && p[-1] != '\n')
-        p--;
-    size_t n = strcspn(p, "\n");
-    if (n >= outlen)
-        n = outlen - 1;
-    memcpy(out, p, n);
-    out[n] = 0;
-    free(t);
-    return 0;
-}
+/* ---- checkpoint files ---------------------------------------------------- */
 
 /* The highest checkpoint seq in dir, 0 when none. */
 static uint64_t newest_seq(const char *dir)
@@ -205,35 +119,7 @@ static int64_t wait_ckpts(const char *dir, size_t want, int timeout_ms)
     return gt_now_ms() - t0;
 }
 
-/* ---- gddr-ps with its log in a file ----------------------------------------- */
-
-/* Starts gddr-ps at log level info with sets (NULL-terminated), its stderr
- * appended to logpath: the parent's fd 2 points at the file just while the
- * server is forked. */
-static void start_ps(gt_server *s, const char *logpath, const char *const *sets)
-{
-    const char *all[GT_MAX_SETS + 1];
-    int n = 0;
-    all[n++] = "log_level=info";
-    for (int i = 0; sets && sets[i] && n < GT_MAX_SETS; i++)
-        all[n++] = sets[i];
-    all[n] = NULL;
-    fflush(NULL);
-    int saved = fcntl(2, F_DUPFD_CLOEXEC, 3);
-    int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    ck_assert_msg(saved >= 0 && fd >= 0, "cannot redirect the server log to %s: %s", logpath,
-                  strerror(errno));
-    dup2(fd, 2);
-    close(fd);
-    char err[512] = "";
-    int rc = gt_server_start(s, all, err, sizeof err);
-    dup2(saved, 2);
-    close(saved);
-    if (rc != 0) {
-        char *log = slurp(logpath);
-        ck_abort_msg("cannot start gddr-ps: %s\n--- %s ---\n%s", err, logpath, log);
-    }
-}
+/* ---- gddr-ps with its log in a file (files.h starts it) --------------------- */
 
 static void stop_ps_clean(gt_server *s, const char *what)
 {
@@ -328,7 +214,7 @@ static void wait_workers(worker *w, int n, int timeout_ms, const char *what)
             int st = 0;
             int r = gt_wait_pid(w[i].pid, left > 0 ? (int)left : 0, &st);
             if (r != 1) {
-                char *e = slurp(w[i].err);
+                char *e = gt_slurp_text(w[i].err);
                 ck_abort_msg("%s: rank %d did not finish within %d ms\n--- stderr ---\n%.3000s", what,
                              w[i].rank, timeout_ms, e);
             }
@@ -336,7 +222,7 @@ static void wait_workers(worker *w, int n, int timeout_ms, const char *what)
             w[i].status = st;
         }
         if (!WIFEXITED(w[i].status) || WEXITSTATUS(w[i].status) != 0) {
-            char *e = slurp(w[i].err);
+            char *e = gt_slurp_text(w[i].err);
             ck_abort_msg("%s: rank %d ended with %s %d\n--- stderr ---\n%.3000s", what, w[i].rank,
                          WIFEXITED(w[i].status) ? "status" : "signal",
                          WIFEXITED(w[i].status) ? WEXITSTATUS(w[i].status) : WTERMSIG(w[i].status), e);
@@ -346,7 +232,7 @@ static void wait_workers(worker *w, int n, int timeout_ms, const char *what)
 
 static double result_of(const worker *w, const char *key)
 {
-    char *t = slurp(w->out);
+    char *t = gt_slurp_text(w->out);
     double v = NAN;
     int rc = gt_result_double(t, key, &v);
     ck_assert_msg(rc == 0, "rank %d printed no RESULT %s:\n%.2000s", w->rank, key, t);
@@ -375,31 +261,6 @@ static gddr_client *open_client(const char *ep, int rank, int world, int observe
     ck_assert_msg(rc == GDDR_OK, "gddr_client_open(%s, rank %d): %s", ep, rank, gddr_strerror(rc));
     return c;
 }
-
-/* A Prometheus sample "name value" from the metrics text; NAN when absent. */
-static double metric_of(const char *text, const char *name)
-{
-    size_t nl = strlen(name);
-    for (const char *p = text; p && *p;) {
-        if (strncmp(p, name, nl) == 0 && p[nl] == ' ')
-            return strtod(p + nl + 1, NULL);
-        p = strchr(p, '\n');
-        if (p)
-            p++;
-    }
-    return NAN;
-}
-
-static double server_metric(gddr_client *c, const char *name)
-{
-    char *text = NULL;
-    int rc = gddr_server_metrics_text(c, &text);
-    ck_assert_msg(rc == GDDR_OK, "metrics: %s (%s)", gddr_strerror(rc), gddr_client_errmsg(c));
-    double v = metric_of(text, name);
-    free(text);
-    return v;
-}
-
 static uint64_t server_versions(gddr_client *c)
 {
     gddr_server_stats st;
@@ -528,7 +389,7 @@ typedef struct run_result {
 START_TEST(test_server_kill9_restart)
 {
     char dir[64], ckdir[128], log1[160], log2[160], logb[160], listen[300];
-    mk_tmpdir(dir, sizeof dir);
+    gt_mk_tmpdir(dir, sizeof dir);
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
     snprintf(log1, sizeof log1, "%s/ps-crash.log", dir);
     snprintf(log2, sizeof log2, "%s/ps-restart.log", dir);
@@ -545,7 +406,7 @@ START_TEST(test_server_kill9_restart)
     {
         gt_server s;
         const char *sets[] = { "mode=async", "workers=4", NULL };
-        start_ps(&s, logb, sets);
+        gt_start_logged(&s, logb, sets);
         worker w[4];
         for (int r = 0; r < 4; r++) {
             char name[32];
@@ -569,7 +430,7 @@ START_TEST(test_server_kill9_restart)
     char ckset[200];
     snprintf(ckset, sizeof ckset, "checkpoint_dir=%s", ckdir);
     const char *sets1[] = { sets[0], sets[1], sets[2], ckset, NULL };
-    start_ps(&s, log1, sets1);
+    gt_start_logged(&s, log1, sets1);
     snprintf(listen, sizeof listen, "listen=%s", s.endpoint);
     worker w[4];
     for (int r = 0; r < 4; r++) {
@@ -582,7 +443,7 @@ START_TEST(test_server_kill9_restart)
     for (int r = 0; r < 4; r++) {
         char joined[64];
         snprintf(joined, sizeof joined, "worker %d joined", r);
-        ck_assert_msg(wait_for_text(log1, joined, WAIT_MS) >= 0, "rank %d did not join within %d s", r,
+        ck_assert_msg(gt_wait_for_text(log1, joined, WAIT_MS) >= 0, "rank %d did not join within %d s", r,
                       WAIT_MS / 1000);
     }
     int64_t deadline = gt_now_ms() + WAIT_MS;
@@ -618,11 +479,11 @@ START_TEST(test_server_kill9_restart)
     ck_assert_msg(t0k.version > 0, "the checkpoint holds no update yet");
 
     const char *sets2[] = { sets[0], sets[1], sets[2], ckset, listen, NULL };
-    start_ps(&s, log2, sets2);
+    gt_start_logged(&s, log2, sets2);
     ck_assert_str_eq(s.endpoint, listen + 7);
     char want[4200];
     snprintf(want, sizeof want, "restored checkpoint %s: 4 tensors, 4 workers", ck.path);
-    ck_assert_msg(wait_for_text(log2, want, WAIT_MS) >= 0, "the restarted server did not log '%s'", want);
+    ck_assert_msg(gt_wait_for_text(log2, want, WAIT_MS) >= 0, "the restarted server did not log '%s'", want);
     gddr_client *obs = open_client(s.endpoint, 0, 1, 1, 0, 0);
     assert_server_matches(obs, &ck, "kill -9 restart");
     gddr_client_close(&obs);
@@ -665,7 +526,7 @@ START_TEST(test_server_kill9_restart)
             ac - ab, lc, lb, crash.model_loss, base.model_loss, (long long)t_base,
             (long long)(gt_now_ms() - t0 - t_base));
     gddr__ckpt_free(&ck);
-    rm_rf(dir);
+    gt_rm_rf(dir);
 }
 END_TEST
 
@@ -716,10 +577,10 @@ static void timeout_log_fn(void *user, int level, const char *msg)
 START_TEST(test_dead_server_costs_one_timeout)
 {
     char dir[64], log[160];
-    mk_tmpdir(dir, sizeof dir);
+    gt_mk_tmpdir(dir, sizeof dir);
     snprintf(log, sizeof log, "%s/ps.log", dir);
     gt_server s;
-    start_ps(&s, log, NULL);
+    gt_start_logged(&s, log, NULL);
     static timeout_log tl; /* static: the client may log from its threads */
     memset(&tl, 0, sizeof tl);
     pthread_mutex_init(&tl.mu, NULL);
@@ -756,7 +617,7 @@ START_TEST(test_dead_server_costs_one_timeout)
     c->info.epoch = 0; /* no Bye to wait for */
     gddr_client_close(&c);
     stop_ps_clean(&s, "frozen server");
-    rm_rf(dir);
+    gt_rm_rf(dir);
     pthread_mutex_lock(&tl.mu);
     int waits = tl.waits;
     long budget = tl.budget_ms;
@@ -801,7 +662,7 @@ static void make_three_checkpoints(const char *dir, const char *ckdir, ck_state 
     snprintf(ckset, sizeof ckset, "checkpoint_dir=%s", ckdir);
     const char *sets[] = { "checkpoint_interval_s=0", "lr=0.5", "chunk=64", ckset, NULL };
     gt_server s;
-    start_ps(&s, log, sets);
+    gt_start_logged(&s, log, sets);
     gddr_client *c = open_client(s.endpoint, 0, 1, 0, 0, 0);
     float init[300], g[300];
     for (int i = 0; i < 300; i++)
@@ -829,7 +690,7 @@ static void make_three_checkpoints(const char *dir, const char *ckdir, ck_state 
 static void damaged_newest(int truncate_it)
 {
     char dir[64], ckdir[128], log[160], path3[300], path2[300], ckset[200];
-    mk_tmpdir(dir, sizeof dir);
+    gt_mk_tmpdir(dir, sizeof dir);
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
     snprintf(log, sizeof log, "%s/ps-restart.log", dir);
     ck_state st[3];
@@ -855,15 +716,15 @@ static void damaged_newest(int truncate_it)
     snprintf(ckset, sizeof ckset, "checkpoint_dir=%s", ckdir);
     const char *sets[] = { "checkpoint_interval_s=0", "lr=0.5", "chunk=64", ckset, NULL };
     gt_server s;
-    start_ps(&s, log, sets);
+    gt_start_logged(&s, log, sets);
     char want[700], line[1024];
     snprintf(want, sizeof want, "checkpoint %s skipped: ", path3);
-    ck_assert_msg(wait_for_text(log, want, WAIT_MS) >= 0, "no '%s' line in the log", want);
-    find_line(log, want, line, sizeof line);
+    ck_assert_msg(gt_wait_for_text(log, want, WAIT_MS) >= 0, "no '%s' line in the log", want);
+    gt_find_line(log, want, line, sizeof line);
     ck_assert_msg(strstr(line, truncate_it ? "bad trailer magic" : "CRC mismatch") != NULL,
                   "unexpected reason: %s", line);
     snprintf(want, sizeof want, "restored checkpoint %s: 1 tensors", path2);
-    ck_assert_msg(wait_for_text(log, want, WAIT_MS) >= 0, "no '%s' line in the log", want);
+    ck_assert_msg(gt_wait_for_text(log, want, WAIT_MS) >= 0, "no '%s' line in the log", want);
     gddr_client *c = open_client(s.endpoint, 0, 1, 1, 0, 0);
     float got[300];
     int id;
@@ -881,10 +742,10 @@ static void damaged_newest(int truncate_it)
     ck_assert_msg(access(aside, F_OK) == 0, "%s is missing", aside);
     ck_assert_int_ne(access(path3, F_OK), 0);
     snprintf(want, sizeof want, "unreadable checkpoint moved aside to %s", aside);
-    ck_assert_msg(file_has(log, want), "no '%s' line in the log", want);
+    ck_assert_msg(gt_file_has(log, want), "no '%s' line in the log", want);
     fprintf(stderr, "recovery: %s newest checkpoint skipped (%s); restored checkpoint 2 (version %" PRIu64 ")\n",
             truncate_it ? "truncated" : "bit-flipped", strstr(line, "skipped: ") + 9, st[1].version);
-    rm_rf(dir);
+    gt_rm_rf(dir);
 }
 
 START_TEST(test_corrupt_newest_checkpoint)
@@ -904,12 +765,12 @@ END_TEST
 START_TEST(test_sync_worker_kill9_rejoin)
 {
     char dir[64], log[160];
-    mk_tmpdir(dir, sizeof dir);
+    gt_mk_tmpdir(dir, sizeof dir);
     snprintf(log, sizeof log, "%s/ps.log", dir);
     const double timeout_s = 2.0;
     const char *sets[] = { "mode=sync", "workers=4", "worker_timeout_s=2", NULL };
     gt_server s;
-    start_ps(&s, log, sets);
+    gt_start_logged(&s, log, sets);
     const char *extra[] = { "--steps", "2500", "--progress", "0", "--delay-fraction", "0.5",
                             "--residual-checkpoint-steps", "2", "--verbose", NULL };
     worker w[4];
@@ -949,7 +810,7 @@ START_TEST(test_sync_worker_kill9_rejoin)
                   timeout_s + WAIT_MS / 1000);
     double stall = (double)(t_resume - t_kill) / 1000.0;
     /* They went on because rank 3 was declared dead. */
-    ck_assert_msg(wait_for_text(log, "worker 3 declared dead", WAIT_MS) >= 0,
+    ck_assert_msg(gt_wait_for_text(log, "worker 3 declared dead", WAIT_MS) >= 0,
                   "the survivors went on but the server never declared worker 3 dead");
     for (int r = 0; r < 3; r++)
         ck_assert_msg(worker_running(&w[r]), "rank %d finished before the restart: raise --steps", r);
@@ -958,7 +819,7 @@ START_TEST(test_sync_worker_kill9_rejoin)
     const char *extra2[] = { "--steps", "200", "--progress", "0", "--verbose", NULL };
     worker back;
     spawn_trainer(&back, dir, "rank3-again", s.endpoint, 3, 4, extra2);
-    ck_assert_msg(wait_for_text(log, "worker 3 rejoined", WAIT_MS) >= 0, "no 'worker 3 rejoined' line");
+    ck_assert_msg(gt_wait_for_text(log, "worker 3 rejoined", WAIT_MS) >= 0, "no 'worker 3 rejoined' line");
     wait_workers(&back, 1, TRAIN_WAIT_MS, "restarted rank 3");
     ck_assert_double_eq(result_of(&back, "steps"), 200);
     ck_assert_msg(result_of(&back, "test_accuracy") > 0.5, "the rejoined worker did not train");
@@ -969,15 +830,15 @@ START_TEST(test_sync_worker_kill9_rejoin)
     /* The dead worker's residual went to a survivor: how long it took. */
     char line[1024];
     double rec = -1;
-    if (wait_for_text(log, "orphan of rank 3", WAIT_MS) >= 0 &&
-        find_line(log, " re-injected by rank", line, sizeof line) == 0) {
+    if (gt_wait_for_text(log, "orphan of rank 3", WAIT_MS) >= 0 &&
+        gt_find_line(log, " re-injected by rank", line, sizeof line) == 0) {
         const char *p = strstr(line, "re-injected by rank");
         unsigned by;
         if (sscanf(p, "re-injected by rank %u %lf s after", &by, &rec) != 2)
             rec = -1;
     }
     ck_assert_msg(rec >= 0, "no orphan of rank 3 was re-injected (server log %s)", log);
-    double recovered = server_metric(obs, "gddr_orphans_recovered_total");
+    double recovered = gt_server_metric(obs, "gddr_orphans_recovered_total");
     ck_assert_msg(recovered >= 1, "gddr_orphans_recovered_total is %g", recovered);
     gddr_client_close(&obs);
     stop_ps_clean(&s, "sync server");
@@ -986,7 +847,7 @@ START_TEST(test_sync_worker_kill9_rejoin)
             "(worker_timeout_s %g); orphan re-injected %.3f s after the death was declared; rank 3 "
             "rejoined and trained\n",
             stall, timeout_s, rec);
-    rm_rf(dir);
+    gt_rm_rf(dir);
 }
 END_TEST
 
@@ -1041,12 +902,12 @@ static void snap_after_step(snap_model *m, gddr_client *c, uint64_t step_index)
 START_TEST(test_conservation_across_death)
 {
     char dir[64], log[160];
-    mk_tmpdir(dir, sizeof dir);
+    gt_mk_tmpdir(dir, sizeof dir);
     snprintf(log, sizeof log, "%s/ps.log", dir);
     const char *sets[] = { "mode=async", "lr=1", "chunk=4", "worker_timeout_s=1", "tau_dynamic=false",
                            "workers=3", NULL };
     gt_server s;
-    start_ps(&s, log, sets);
+    gt_start_logged(&s, log, sets);
     gddr_client *c[3];
     for (int j = 0; j < 3; j++)
         c[j] = open_client(s.endpoint, j, 3, 0, 0.5, 2);
@@ -1116,16 +977,16 @@ START_TEST(test_conservation_across_death)
     gddr_client_counters kt;
     gddr_client_counters_get(c[taker], &kt);
     ck_assert_uint_eq(kt.orphans_received, 1);
-    double recovered = server_metric(c[0], "gddr_orphans_recovered_total");
-    double handed = server_metric(c[0], "gddr_orphans_handed_total");
-    double rec_s = server_metric(c[0], "gddr_recovery_seconds");
+    double recovered = gt_server_metric(c[0], "gddr_orphans_recovered_total");
+    double handed = gt_server_metric(c[0], "gddr_orphans_handed_total");
+    double rec_s = gt_server_metric(c[0], "gddr_recovery_seconds");
     ck_assert_msg(handed == 1 && recovered == 1, "orphans handed %g, recovered %g", handed, recovered);
     char want[200];
     snprintf(want, sizeof want, "(%zu values)", orphan_vals);
-    ck_assert_msg(file_has(log, "worker 2 held residual") && file_has(log, want),
+    ck_assert_msg(gt_file_has(log, "worker 2 held residual") && gt_file_has(log, want),
                   "no 'worker 2 held residual ... (%zu values)' line in the server log", orphan_vals);
     snprintf(want, sizeof want, "orphan of rank 2 in tensor 'w' re-injected by rank %d", taker);
-    ck_assert_msg(file_has(log, want), "no '%s' line in the server log", want);
+    ck_assert_msg(gt_file_has(log, want), "no '%s' line in the server log", want);
     /* What the dead worker held (its last push said so) against what its
      * snapshot handed over, as the server exports them. */
     double held_l1 = 0, orphan_l1 = 0;
@@ -1133,9 +994,9 @@ START_TEST(test_conservation_across_death)
         held_l1 += fabs((double)r_dead[i]);
         orphan_l1 += fabs((double)orphan[i]);
     }
-    double m_held = server_metric(c[0], "gddr_dead_residual_l1_total");
-    double m_handed = server_metric(c[0], "gddr_dead_residual_handed_l1_total");
-    double m_lost = server_metric(c[0], "gddr_dead_residual_lost_l1_total");
+    double m_held = gt_server_metric(c[0], "gddr_dead_residual_l1_total");
+    double m_handed = gt_server_metric(c[0], "gddr_dead_residual_handed_l1_total");
+    double m_lost = gt_server_metric(c[0], "gddr_dead_residual_lost_l1_total");
     ck_assert_msg(fabs(m_held - held_l1) <= 1e-5 * held_l1, "held |.|_1 %g, expected %g", m_held, held_l1);
     ck_assert_msg(fabs(m_handed - orphan_l1) <= 1e-5 * orphan_l1, "handed |.|_1 %g, expected %g",
                   m_handed, orphan_l1);
@@ -1179,7 +1040,7 @@ START_TEST(test_conservation_across_death)
             "%.3f s after the death was declared (%.2f s after worker 2 fell silent, worker_timeout_s 1); "
             "lost (accumulated after the last snapshot) |.|_1 = %g\n",
             CN, orphan_vals, taker, rec_s, (double)(gt_now_ms() - t_silent) / 1000.0, lost_l1);
-    rm_rf(dir);
+    gt_rm_rf(dir);
 }
 END_TEST
 
@@ -1190,12 +1051,12 @@ END_TEST
 static void installments(double gamma, int integer_values)
 {
     char dir[64], log[160];
-    mk_tmpdir(dir, sizeof dir);
+    gt_mk_tmpdir(dir, sizeof dir);
     snprintf(log, sizeof log, "%s/ps.log", dir);
     const char *sets[] = { "mode=async", "lr=1", "chunk=4", "worker_timeout_s=1", "tau_dynamic=false",
                            NULL };
     gt_server s;
-    start_ps(&s, log, sets);
+    gt_start_logged(&s, log, sets);
     /* The survivor pushes dense zero gradients: each of its pushes is
      * exactly the installment it adds (DESIGN section 7, dense path). */
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
@@ -1291,7 +1152,7 @@ static void installments(double gamma, int integer_values)
     stop_ps_clean(&s, "installments");
     fprintf(stderr, "recovery: 8 installments (gamma %g, %s values) add up to the orphan exactly\n", gamma,
             integer_values ? "integer" : "random");
-    rm_rf(dir);
+    gt_rm_rf(dir);
 }
 
 START_TEST(test_installments_sum_to_orphan)
@@ -1336,12 +1197,12 @@ static void assert_applied(const char *ep, const float *w0, const double *expect
 START_TEST(test_close_during_replay)
 {
     char dir[64], log[160];
-    mk_tmpdir(dir, sizeof dir);
+    gt_mk_tmpdir(dir, sizeof dir);
     snprintf(log, sizeof log, "%s/ps.log", dir);
     const char *sets[] = { "mode=async", "lr=1", "chunk=4", "worker_timeout_s=1", "tau_dynamic=false",
                            NULL };
     gt_server s;
-    start_ps(&s, log, sets);
+    gt_start_logged(&s, log, sets);
     gddr_client *c[2] = { open_client(s.endpoint, 0, 2, 0, 0.5, 2),
                           open_client(s.endpoint, 1, 2, 0, 0.5, 1) };
     float w0[CN], params[2][CN];
@@ -1375,12 +1236,12 @@ START_TEST(test_close_during_replay)
     ck_assert_ptr_nonnull(c[0]->t[0].res.orphan); /* still replaying */
     gddr_client_close(&c[0]);
     assert_applied(s.endpoint, w0, produced, "after the survivor closed mid-replay");
-    ck_assert_msg(wait_for_text(log, "orphan of rank 1 in tensor 'w' re-injected by rank 0", WAIT_MS) >= 0,
+    ck_assert_msg(gt_wait_for_text(log, "orphan of rank 1 in tensor 'w' re-injected by rank 0", WAIT_MS) >= 0,
                   "the flush did not report the orphan as re-injected");
     c[1]->info.epoch = 0;
     gddr_client_close(&c[1]);
     stop_ps_clean(&s, "close during replay");
-    rm_rf(dir);
+    gt_rm_rf(dir);
 }
 END_TEST
 
@@ -1395,12 +1256,12 @@ END_TEST
 static void slow_not_dead(int delivered)
 {
     char dir[64], log[160];
-    mk_tmpdir(dir, sizeof dir);
+    gt_mk_tmpdir(dir, sizeof dir);
     snprintf(log, sizeof log, "%s/ps.log", dir);
     const char *sets[] = { "mode=async", "lr=1", "chunk=4", "worker_timeout_s=1", "tau_dynamic=false",
                            NULL };
     gt_server s;
-    start_ps(&s, log, sets);
+    gt_start_logged(&s, log, sets);
     gddr_client *c[2] = { open_client(s.endpoint, 0, 2, 0, 0.5, 2),
                           open_client(s.endpoint, 1, 2, 0, 0.5, 1) };
     float w0[CN], params[2][CN];
@@ -1425,8 +1286,8 @@ static void slow_not_dead(int delivered)
             gddr_server_stats st;
             ck_assert_int_eq(gddr_server_stats_get(c[0], &st), GDDR_OK);
         }
-        if (file_has(log, "worker 1 declared dead") &&
-            (!delivered || file_has(log, "orphan of rank 1 (tensor 'w'")))
+        if (gt_file_has(log, "worker 1 declared dead") &&
+            (!delivered || gt_file_has(log, "orphan of rank 1 (tensor 'w'")))
             break;
         gt_sleep_ms(20);
     }
@@ -1444,16 +1305,16 @@ static void slow_not_dead(int delivered)
     step_one(c[1], &rng[1], produced, params[1]);
     for (int k = 0; k < 12; k++)
         step_all(c, 2, rng, produced, params);
-    ck_assert(file_has(log, "worker 1 rejoined"));
+    ck_assert(gt_file_has(log, "worker 1 rejoined"));
     const char *want = delivered ? "worker 1 was slow, not dead: the " : "worker 1 was slow, not dead: its orphan";
-    ck_assert_msg(file_has(log, want), "no '%s' line in the server log", want);
+    ck_assert_msg(gt_file_has(log, want), "no '%s' line in the server log", want);
     gddr_client_close(&c[0]);
     gddr_client_close(&c[1]);
     assert_applied(s.endpoint, w0, produced,
                    delivered ? "slow worker back after its orphan was handed over"
                              : "slow worker back before its orphan was handed over");
     stop_ps_clean(&s, "slow worker");
-    rm_rf(dir);
+    gt_rm_rf(dir);
 }
 
 START_TEST(test_slow_worker_orphan_delivered)
@@ -1477,11 +1338,11 @@ END_TEST
 START_TEST(test_snapshot_on_dense_push)
 {
     char dir[64], log[160];
-    mk_tmpdir(dir, sizeof dir);
+    gt_mk_tmpdir(dir, sizeof dir);
     snprintf(log, sizeof log, "%s/ps.log", dir);
     const char *sets[] = { "mode=async", "lr=1", "chunk=4", NULL };
     gt_server s;
-    start_ps(&s, log, sets);
+    gt_start_logged(&s, log, sets);
     gddr_client *c = open_client(s.endpoint, 0, 1, 0, 0.5, 1);
     float w0[3] = { 1, 2, 3 }, g[3], p[3];
     int id;
@@ -1507,7 +1368,7 @@ START_TEST(test_snapshot_on_dense_push)
     ck_assert_uint_eq(st.pushes, 40);
     gddr_client_close(&c);
     stop_ps_clean(&s, "dense snapshot");
-    rm_rf(dir);
+    gt_rm_rf(dir);
 }
 END_TEST
 
@@ -1516,13 +1377,13 @@ END_TEST
 START_TEST(test_sigterm_final_checkpoint)
 {
     char dir[64], ckdir[128], log[160], ckset[200];
-    mk_tmpdir(dir, sizeof dir);
+    gt_mk_tmpdir(dir, sizeof dir);
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
     snprintf(log, sizeof log, "%s/ps.log", dir);
     snprintf(ckset, sizeof ckset, "checkpoint_dir=%s", ckdir);
     const char *sets[] = { "checkpoint_interval_s=0", "lr=0.25", ckset, NULL };
     gt_server s;
-    start_ps(&s, log, sets);
+    gt_start_logged(&s, log, sets);
     gddr_client *c = open_client(s.endpoint, 0, 1, 0, 0, 0);
     enum { N = 5000 };
     float *v = malloc(N * sizeof(float)), *g = malloc(N * sizeof(float));
@@ -1544,7 +1405,7 @@ START_TEST(test_sigterm_final_checkpoint)
     ck_assert_uint_eq(count_ckpts(ckdir), 0); /* interval 0: none before SIGTERM */
     stop_ps_clean(&s, "SIGTERM");
     ck_assert_uint_eq(count_ckpts(ckdir), 1);
-    ck_assert(file_has(log, "final checkpoint 1 written"));
+    ck_assert(gt_file_has(log, "final checkpoint 1 written"));
     gddr_ckpt ck;
     load_newest(ckdir, &ck);
     ck_assert_uint_eq(ck.seq, 1);
@@ -1557,7 +1418,7 @@ START_TEST(test_sigterm_final_checkpoint)
     gddr__ckpt_free(&ck);
     free(v);
     free(g);
-    rm_rf(dir);
+    gt_rm_rf(dir);
 }
 END_TEST
 
@@ -1566,13 +1427,13 @@ END_TEST
 START_TEST(test_ctl_checkpoint)
 {
     char dir[64], ckdir[128], log[160], ckset[200];
-    mk_tmpdir(dir, sizeof dir);
+    gt_mk_tmpdir(dir, sizeof dir);
     snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
     snprintf(log, sizeof log, "%s/ps.log", dir);
     snprintf(ckset, sizeof ckset, "checkpoint_dir=%s", ckdir);
     const char *sets[] = { "checkpoint_interval_s=0", ckset, NULL };
     gt_server s;
-    start_ps(&s, log, sets);
+    gt_start_logged(&s, log, sets);
     gddr_client *c = open_client(s.endpoint, 0, 1, 0, 0, 0);
     float v[100], g[100];
     for (int i = 0; i < 100; i++)
@@ -1611,7 +1472,7 @@ START_TEST(test_ctl_checkpoint)
     stop_ps_clean(&s, "gddr-ctl");
     fprintf(stderr, "recovery: gddr-ctl checkpoint: file written %lld ms after the request\n",
             (long long)ms);
-    rm_rf(dir);
+    gt_rm_rf(dir);
 }
 END_TEST
 

@@ -77,6 +77,7 @@ static void raw_req(raw_conn *r, Gddr__Request *rq)
     rq->protocol = GDDR__CONST__PROTOCOL_VERSION;
     rq->req_id = ++r->next_id;
     rq->rank = r->rank;
+    rq->session = r->session;
 }
 
 /* Sends arbitrary header bytes followed by raw frames. */

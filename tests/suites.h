@@ -15,7 +15,8 @@
     X(ops)             \
     X(consistency)     \
     X(recovery)        \
-    X(residual)
+    X(residual)        \
+    X(integrity)
 
 #define GDDR__SUITE_DECL(name) Suite *suite_##name(void);
 GDDR_SUITES(GDDR__SUITE_DECL)

@@ -15,6 +15,7 @@ typedef struct raw_conn {
     void *ctx, *sock;
     uint64_t next_id;
     uint32_t rank;     /* the rank its requests speak for */
+    uint64_t session;  /* Request.session it sends (0: the connection is the session) */
     uint64_t step;     /* the step of its next push (every push a new one) */
 } raw_conn;
 
@@ -77,6 +78,7 @@ static inline void raw_hello(raw_conn *r, uint32_t rank, uint32_t world)
     rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
     rq.req_id = ++r->next_id;
     rq.rank = rank;
+    rq.session = r->session;
     h.world_size = world;
     h.client = "raw test connection";
     rq.body_case = GDDR__REQUEST__BODY_HELLO;

@@ -1,0 +1,1357 @@
+/* check_integrity.c -- a push counts once, a stranger changes nothing, and
+ * the server's memory and log stay bounded (issue: exactly-once pushes,
+ * honest final models, and the holes an outside client found).
+ *
+ *   exactly once   the server (or a worker) stopped past the client timeout
+ *                  mid-run: every push is a gradient of exactly 1.0 per
+ *                  value at lr 1, so the final weights must be minus the
+ *                  number of steps, bit for bit; a resend is answered with
+ *                  the first outcome; the records survive a kill -9
+ *   sync flush     a closing GDDR worker's held residual weighs what it
+ *                  weighed in its steps, however many workers are left
+ *   membership     a refused hello, a stranger claiming a live rank, a
+ *                  tool's request: none of them changes who is a worker
+ *   bounds         snapshots, unread replies, parked pulls, checkpoint
+ *                  requests, a bogus grad_norm
+ *   start and stop a late server, a SIGTERM during start-up, damaged
+ *                  checkpoints, a sync step whose peer never pushes
+ *   logs           wire strings cannot forge lines; observers are quiet;
+ *                  a dead worker's residual is reported against what it held
+ *
+ * No assertion reads the clock: waits are for events, bounded generously.
+ *
+ *   build/bin/gddr-tests integrity
+ */
+#include "harness.h" /* first: it sets _GNU_SOURCE */
+
+#include <check.h>
+#include <inttypes.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "../client/src/client_int.h" /* gddr__residual_get */
+#include "checkpoint.h"
+#include "files.h"
+#include "gddr/gddr.h"
+#include "suites.h"
+#include "wirekit.h"
+
+#define WAIT_MS 60000
+#define TCASE_TIMEOUT 180
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static gddr_client *open_opts(gddr_client_opts o, const char *ep, int rank, int world)
+{
+    o.server = ep;
+    o.rank = rank;
+    o.world_size = world;
+    gddr_client *c = NULL;
+    int rc = gddr_client_open(&o, &c);
+    ck_assert_msg(rc == GDDR_OK, "gddr_client_open(%s, rank %d of %d): %s", ep, rank, world,
+                  gddr_strerror(rc));
+    return c;
+}
+
+static gddr_client *open_worker(const char *ep, int rank, int world, double alpha)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.timeout_ms = 30000;
+    o.delay_fraction = alpha;
+    return open_opts(o, ep, rank, world);
+}
+
+static gddr_client *open_observer(const char *ep)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.timeout_ms = 30000;
+    o.observer = 1;
+    return open_opts(o, ep, 0, 1);
+}
+
+/* The values of tensor `key` (n floats) as an observer pulls them. */
+static uint64_t observe(const char *ep, const char *key, float *out, size_t n)
+{
+    gddr_client *obs = open_observer(ep);
+    int id;
+    float *zero = calloc(n, sizeof(float));
+    ck_assert_int_eq(gddr_register(obs, key, zero, n, &id, NULL), GDDR_OK);
+    free(zero);
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_pull(obs, id, out, 0, &v), GDDR_OK);
+    gddr_client_close(&obs);
+    return v;
+}
+
+/* A push through the wire from r's rank and session, step given. */
+static uint64_t raw_push_step(raw_conn *r, uint32_t id, const float *vals, size_t nvals,
+                              uint64_t version, uint64_t step, float norm)
+{
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Push p = GDDR__PUSH__INIT;
+    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq.req_id = ++r->next_id;
+    rq.rank = r->rank;
+    rq.session = r->session;
+    p.id = id;
+    p.birth_version = p.base_version = version;
+    p.step = step;
+    p.grad_norm = norm;
+    p.payload_bytes = nvals * 4;
+    rq.body_case = GDDR__REQUEST__BODY_PUSH;
+    rq.push = &p;
+    gddr__raw raw = { vals, nvals * 4, NULL, NULL };
+    ck_assert(gddr__send(r->sock, NULL, &rq.base, &raw, 1) >= 0);
+    return rq.req_id;
+}
+
+/* Sends a body-only request (pull, stats, heartbeat, bye, checkpoint) of
+ * r's rank; returns its req_id. */
+static uint64_t raw_simple(raw_conn *r, Gddr__Request *rq)
+{
+    rq->protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq->req_id = ++r->next_id;
+    rq->rank = r->rank;
+    rq->session = r->session;
+    ck_assert(gddr__send(r->sock, NULL, &rq->base, NULL, 0) >= 0);
+    return rq->req_id;
+}
+
+/* The next reply that answers req_id (others, e.g. late ones, are skipped). */
+static Gddr__Reply *raw_reply_to(raw_conn *r, uint64_t req_id, gddr__frames *f)
+{
+    int64_t deadline = gt_now_ms() + WAIT_MS;
+    for (;;) {
+        int64_t left = deadline - gt_now_ms();
+        ck_assert_msg(left > 0, "no reply to request %" PRIu64, req_id);
+        gddr__frames fr;
+        Gddr__Reply *rep = raw_recv(r, (int)left, &fr);
+        ck_assert_msg(rep != NULL, "no reply to request %" PRIu64, req_id);
+        if (rep->req_id == req_id) {
+            if (f)
+                *f = fr;
+            else
+                gddr__frames_close(&fr);
+            return rep;
+        }
+        gddr__frames_close(&fr);
+        gddr__reply__free_unpacked(rep, NULL);
+    }
+}
+
+static void expect_error(raw_conn *r, uint64_t req_id, int code, const char *what)
+{
+    Gddr__Reply *rep = raw_reply_to(r, req_id, NULL);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_ERROR, "%s: accepted (body %d), expected %s",
+                  what, rep->body_case, gddr_strerror(code));
+    ck_assert_msg((int)rep->error->code == code, "%s: error %u (%s), expected %d (%s)", what,
+                  rep->error->code, rep->error->message, code, gddr_strerror(code));
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+/* The line count of text that contain needle. */
+static int count_lines_with(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+/* ---- 1. exactly once -------------------------------------------------------------- */
+
+#define ONES_N 64
+
+/* A worker process: `steps` gddr_steps of a gradient of 1.0 per value on
+ * tensor "ones" (ONES_N zeros at start). Forked before the test makes any
+ * ZeroMQ context, so the child starts clean. Exits 0 on success. */
+static pid_t spawn_ones_worker(const char *ep, int rank, int world, int steps)
+{
+    fflush(NULL);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid > 0)
+        return pid;
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127);
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout_ms = 500;            /* a pause of a few seconds is a timeout */
+    o.reconnect_timeout_ms = 120000;
+    o.heartbeat_ms = 200;
+    gddr_client *c = NULL;
+    if (gddr_client_open(&o, &c) != GDDR_OK)
+        _exit(10);
+    float w[ONES_N] = { 0 }, g[ONES_N];
+    for (int i = 0; i < ONES_N; i++)
+        g[i] = 1.0f;
+    int id;
+    if (gddr_register(c, "ones", w, ONES_N, &id, NULL) != GDDR_OK ||
+        gddr_pull(c, id, w, 0, NULL) != GDDR_OK)
+        _exit(11);
+    const float *gp[1] = { g };
+    float *wp[1] = { w };
+    for (int s = 0; s < steps; s++) {
+        int rc = gddr_step(c, gp, wp);
+        if (rc != GDDR_OK) {
+            fprintf(stderr, "integrity worker %d: step %d: %s (%s)\n", rank, s, gddr_strerror(rc),
+                    gddr_client_errmsg(c));
+            _exit(12);
+        }
+    }
+    gddr_client_close(&c);
+    _exit(0);
+}
+
+static void wait_workers_ok(const pid_t *pid, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int st = 0;
+        ck_assert_msg(gt_wait_pid(pid[i], 240000, &st) == 1, "worker %d did not finish", i);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker %d ended with %s %d", i,
+                      WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    }
+}
+
+/* Waits until an observer sees tensor "ones" at version >= v. */
+static void wait_version(gddr_client *obs, int *id, uint64_t v)
+{
+    float w[ONES_N] = { 0 };
+    int64_t deadline = gt_now_ms() + WAIT_MS;
+    while (*id < 0 && gddr_register(obs, "ones", w, ONES_N, id, NULL) != GDDR_OK) {
+        ck_assert_msg(gt_now_ms() < deadline, "tensor 'ones' never registered");
+        gt_sleep_ms(20);
+    }
+    uint64_t have = 0;
+    while (gddr_pull(obs, *id, w, 0, &have) == GDDR_OK && have < v) {
+        ck_assert_msg(gt_now_ms() < deadline, "version %" PRIu64 " never came (at %" PRIu64 ")", v, have);
+        gt_sleep_ms(10);
+    }
+}
+
+static void assert_ones_result(const char *ep, float want, uint64_t want_version)
+{
+    float w[ONES_N];
+    uint64_t v = observe(ep, "ones", w, ONES_N);
+    ck_assert_msg(v == want_version, "version %" PRIu64 ", expected %" PRIu64 " (a push counted twice or lost)",
+                  v, want_version);
+    for (int i = 0; i < ONES_N; i++)
+        ck_assert_msg(w[i] == want, "w[%d] = %.9g, expected exactly %.9g", i, (double)w[i], (double)want);
+}
+
+/* The server stopped (SIGSTOP) longer than the workers' timeout mid-run:
+ * they reconnect and resend, and the server must take each push once. */
+static void server_pause(const char *mode)
+{
+    enum { W = 3, S = 300 };
+    gt_server s;
+    char modeset[32];
+    snprintf(modeset, sizeof modeset, "mode=%s", mode);
+    START_SERVER(s, modeset, "workers=3", "lr=1", "momentum=0", "worker_timeout_s=60");
+    pid_t pid[W];
+    for (int r = 0; r < W; r++)
+        pid[r] = spawn_ones_worker(s.endpoint, r, W, S);
+    gddr_client *obs = open_observer(s.endpoint);
+    int id = -1;
+    wait_version(obs, &id, strcmp(mode, "sync") == 0 ? S / 3 : W * S / 3);
+    ck_assert_int_eq(kill(s.pid, SIGSTOP), 0);
+    gt_sleep_ms(2000); /* 4x the workers' timeout_ms: every one of them resends */
+    ck_assert_int_eq(kill(s.pid, SIGCONT), 0);
+    wait_workers_ok(pid, W);
+    double dups = gt_server_metric(obs, "gddr_duplicate_pushes_total");
+    gddr_client_close(&obs);
+    if (strcmp(mode, "sync") == 0)
+        assert_ones_result(s.endpoint, -(float)S, S); /* each step: mean of 1.0 */
+    else
+        assert_ones_result(s.endpoint, -(float)(W * S), W * S);
+    ck_assert_msg(dups >= 1, "no resend reached the server: the pause did not test anything");
+    fprintf(stderr, "integrity: %s, server stopped 2 s mid-run: %g resent pushes answered, none applied twice\n",
+            mode, dups);
+    stop_server(&s);
+}
+
+START_TEST(test_exactly_once_server_pause_async)
+{
+    server_pause("async");
+}
+END_TEST
+
+START_TEST(test_exactly_once_server_pause_sync)
+{
+    server_pause("sync");
+}
+END_TEST
+
+/* Workers stopped past their timeout: worker 1 short of worker_timeout_s,
+ * worker 2 past it (declared dead, then back as the same session). */
+START_TEST(test_exactly_once_worker_pause)
+{
+    enum { W = 3, S = 1500 };
+    gt_server s;
+    START_SERVER(s, "lr=1", "momentum=0", "worker_timeout_s=1.5");
+    pid_t pid[W];
+    for (int r = 0; r < W; r++)
+        pid[r] = spawn_ones_worker(s.endpoint, r, W, S);
+    gddr_client *obs = open_observer(s.endpoint);
+    int id = -1;
+    wait_version(obs, &id, W * S / 6);
+    kill(pid[1], SIGSTOP);
+    kill(pid[2], SIGSTOP);
+    gt_sleep_ms(1000); /* past timeout_ms (500), short of worker_timeout_s */
+    kill(pid[1], SIGCONT);
+    gt_sleep_ms(2000); /* worker 2 silent 3 s: declared dead */
+    kill(pid[2], SIGCONT);
+    wait_workers_ok(pid, W);
+    double deaths = gt_server_metric(obs, "gddr_worker_deaths_total");
+    gddr_client_close(&obs);
+    assert_ones_result(s.endpoint, -(float)(W * S), W * S);
+    ck_assert_msg(deaths >= 1, "worker 2 was not declared dead: the long pause tested nothing");
+    stop_server(&s);
+}
+END_TEST
+
+/* On the wire: a push whose step is not above the last one taken is a
+ * resend: the first answer again, nothing applied. A new session for the
+ * rank (a new process) starts a fresh history. */
+START_TEST(test_duplicate_gets_first_answer)
+{
+    gt_server s;
+    START_SERVER(s, "lr=1", "chunk=4");
+    gddr_client *c = open_worker(s.endpoint, 0, 2, 0);
+    float w0[4] = { 10, 20, 30, 40 }, g[4] = { 1, 2, 3, 4 }, w[4];
+    int id;
+    ck_assert_int_eq(gddr_register(c, "d", w0, 4, &id, NULL), GDDR_OK);
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    r.session = 0x1234567;
+    raw_hello(&r, 1, 2);
+    uint64_t rid = raw_push_step(&r, (uint32_t)id, g, 4, 0, 5, 1.0f);
+    Gddr__Reply *a = raw_reply_to(&r, rid, NULL);
+    ck_assert_int_eq(a->body_case, GDDR__REPLY__BODY_PUSH);
+    ck_assert(!a->push->duplicate && a->push->applied && a->push->version == 1);
+    gddr__reply__free_unpacked(a, NULL);
+    /* c pushes too (version 2), then r resends step 5 and sends step 4. */
+    ck_assert_int_eq(gddr_push(c, id, g, NULL), GDDR_OK);
+    for (uint64_t step = 5; step >= 4; step--) {
+        rid = raw_push_step(&r, (uint32_t)id, g, 4, 1, step, 1.0f);
+        Gddr__Reply *b = raw_reply_to(&r, rid, NULL);
+        ck_assert_int_eq(b->body_case, GDDR__REPLY__BODY_PUSH);
+        ck_assert_msg(b->push->duplicate, "step %" PRIu64 " after step 5 was not a duplicate", step);
+        ck_assert_msg(b->push->version == 1 && b->push->applied,
+                      "the resend was answered with version %" PRIu64 ", not the first answer (1)",
+                      b->push->version);
+        gddr__reply__free_unpacked(b, NULL);
+    }
+    ck_assert_uint_eq(observe(s.endpoint, "d", w, 4), 2);
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(w[i], w0[i] - 2 * g[i]);
+    /* Step 6 is new. */
+    rid = raw_push_step(&r, (uint32_t)id, g, 4, 2, 6, 1.0f);
+    Gddr__Reply *b = raw_reply_to(&r, rid, NULL);
+    ck_assert(b->body_case == GDDR__REPLY__BODY_PUSH && !b->push->duplicate && b->push->version == 3);
+    gddr__reply__free_unpacked(b, NULL);
+    /* A new process takes rank 1 after a bye: its step 0 is taken. */
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Bye bye = GDDR__BYE__INIT;
+    rq.body_case = GDDR__REQUEST__BODY_BYE;
+    rq.bye = &bye;
+    rid = raw_simple(&r, &rq);
+    b = raw_reply_to(&r, rid, NULL);
+    ck_assert_int_eq(b->body_case, GDDR__REPLY__BODY_ACK);
+    gddr__reply__free_unpacked(b, NULL);
+    raw_close(&r);
+    raw_open(&r, s.endpoint);
+    r.session = 0x7654321;
+    raw_hello(&r, 1, 2);
+    rid = raw_push_step(&r, (uint32_t)id, g, 4, 3, 0, 1.0f);
+    b = raw_reply_to(&r, rid, NULL);
+    ck_assert(b->body_case == GDDR__REPLY__BODY_PUSH && !b->push->duplicate && b->push->version == 4);
+    gddr__reply__free_unpacked(b, NULL);
+    ck_assert_double_eq(gt_server_metric(c, "gddr_duplicate_pushes_total"), 2);
+    raw_close(&r);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* The records are in the checkpoint: a push taken before it is a resend
+ * after a kill -9 and restart, one taken after it (lost with the crash) is
+ * applied again, as it must be. */
+START_TEST(test_exactly_once_across_restart)
+{
+    char dir[64], ck[96], log[128];
+    gt_mk_tmpdir(dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    char ckset[128];
+    snprintf(ckset, sizeof ckset, "checkpoint_dir=%s", ck);
+    const char *sets[] = { ckset, "checkpoint_interval_s=0", "lr=1", NULL };
+    gt_server s;
+    gt_start_logged(&s, log, sets);
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    r.session = 0xfeedbeef;
+    raw_hello(&r, 0, 1);
+    float w0[2] = { 0, 0 }, g[2] = { 1, 1 };
+    Gddr__Reply *rep = NULL;
+    {
+        Gddr__Request rq = GDDR__REQUEST__INIT;
+        Gddr__InitTensor in = GDDR__INIT_TENSOR__INIT;
+        in.key = "r";
+        in.n = 2;
+        in.payload_bytes = 8;
+        rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+        rq.req_id = ++r.next_id;
+        rq.rank = 0;
+        rq.session = r.session;
+        rq.body_case = GDDR__REQUEST__BODY_INIT;
+        rq.init = &in;
+        gddr__raw raw = { w0, 8, NULL, NULL };
+        ck_assert(gddr__send(r.sock, NULL, &rq.base, &raw, 1) >= 0);
+        rep = raw_reply_to(&r, rq.req_id, NULL);
+        ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_INIT);
+        gddr__reply__free_unpacked(rep, NULL);
+    }
+    uint64_t rid = raw_push_step(&r, 0, g, 2, 0, 1, 1.0f);
+    rep = raw_reply_to(&r, rid, NULL);
+    ck_assert(rep->body_case == GDDR__REPLY__BODY_PUSH && rep->push->version == 1);
+    gddr__reply__free_unpacked(rep, NULL);
+    /* A checkpoint with step 1 taken, then step 2 taken and lost. */
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
+    rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
+    rq.checkpoint = &cr;
+    rid = raw_simple(&r, &rq);
+    gddr__reply__free_unpacked(raw_reply_to(&r, rid, NULL), NULL);
+    int64_t deadline = gt_now_ms() + WAIT_MS;
+    uint64_t seqs[2];
+    size_t nck = 0;
+    while (gddr__ckpt_list(ck, seqs, 2, &nck) == GDDR_OK && nck == 0) {
+        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written");
+        gt_sleep_ms(20);
+    }
+    rid = raw_push_step(&r, 0, g, 2, 1, 2, 1.0f);
+    rep = raw_reply_to(&r, rid, NULL);
+    ck_assert(rep->body_case == GDDR__REPLY__BODY_PUSH && rep->push->version == 2);
+    gddr__reply__free_unpacked(rep, NULL);
+    raw_close(&r);
+    kill(s.pid, SIGKILL);
+    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
+    s.pid = 0;
+    gt_start_logged(&s, log, sets);
+    raw_open(&r, s.endpoint);
+    r.session = 0xfeedbeef; /* the same process, reconnecting */
+    raw_hello(&r, 0, 1);
+    rid = raw_push_step(&r, 0, g, 2, 1, 1, 1.0f); /* resend of step 1: in the checkpoint */
+    rep = raw_reply_to(&r, rid, NULL);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_PUSH && rep->push->duplicate,
+                  "step 1, taken before the checkpoint, was taken again after the restart");
+    ck_assert_uint_eq(rep->push->version, 1);
+    gddr__reply__free_unpacked(rep, NULL);
+    rid = raw_push_step(&r, 0, g, 2, 1, 2, 1.0f); /* step 2 was lost with the crash */
+    rep = raw_reply_to(&r, rid, NULL);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_PUSH && !rep->push->duplicate,
+                  "step 2, lost in the crash, was not taken again");
+    ck_assert_uint_eq(rep->push->version, 2);
+    gddr__reply__free_unpacked(rep, NULL);
+    raw_close(&r);
+    float w[2];
+    ck_assert_uint_eq(observe(s.endpoint, "r", w, 2), 2);
+    ck_assert(w[0] == -2.0f && w[1] == -2.0f);
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
+/* ---- 2. the GDDR flush at close in sync mode ---------------------------------------- */
+
+typedef struct flush_worker {
+    const char *ep;
+    int rank, steps;
+    double alpha;
+    gddr_client *c;
+    int rc;
+    pthread_barrier_t *done;
+} flush_worker;
+
+/* Steps with a gradient of -5 (the quadratic's at w = 0, held constant). */
+static void *flush_main(void *arg)
+{
+    flush_worker *a = arg;
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = a->ep;
+    o.rank = a->rank;
+    o.world_size = 4;
+    o.timeout_ms = 30000;
+    o.delay_fraction = a->alpha;
+    a->rc = gddr_client_open(&o, &a->c);
+    float w = 0, g = -5;
+    int id;
+    if (a->rc == GDDR_OK)
+        a->rc = gddr_register(a->c, "q", &w, 1, &id, NULL);
+    const float *gp[1] = { &g };
+    float *wp[1] = { &w };
+    for (int s = 0; s < a->steps && a->rc == GDDR_OK; s++) {
+        if (s == a->steps - 1 && a->done) /* the extra step: after the others are done */
+            pthread_barrier_wait(a->done);
+        a->rc = gddr_step(a->c, gp, wp);
+    }
+    return NULL;
+}
+
+/* lr 0.4, 4 workers, alpha 0.9: everything the workers computed is
+ * 4 * S gradients of -5, so the server must end at 0.4 * 5 * S exactly. The
+ * workers leave one by one; their flushes weigh 1/4 each. */
+START_TEST(test_sync_flush_weight)
+{
+    enum { W = 4, S = 3 };
+    gt_server s;
+    START_SERVER(s, "mode=sync", "lr=0.4", "workers=4", "tau_dynamic=false", "tau_init=4");
+    flush_worker a[W];
+    pthread_t th[W];
+    for (int r = 0; r < W; r++) {
+        a[r] = (flush_worker){ s.endpoint, r, S, 0.9, NULL, 0, NULL };
+        ck_assert_int_eq(pthread_create(&th[r], NULL, flush_main, &a[r]), 0);
+    }
+    for (int r = 0; r < W; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < W; r++)
+        ck_assert_msg(a[r].rc == GDDR_OK, "worker %d: %s", r, gddr_strerror(a[r].rc));
+    float held = 0;
+    for (int r = 0; r < W; r++) { /* one by one, the others still connected */
+        float rr;
+        ck_assert_int_eq(gddr__residual_get(a[r].c, 0, &rr), GDDR_OK);
+        held += rr;
+        gddr_client_close(&a[r].c);
+    }
+    float w;
+    observe(s.endpoint, "q", &w, 1);
+    ck_assert_msg(held != 0, "no worker held anything at the end: the flush was not tested");
+    ck_assert_msg(fabsf(w - 0.4f * 5 * S) <= 1e-5f, "server's w = %.9g, expected %.9g", (double)w,
+                  (double)(0.4f * 5 * S));
+    fprintf(stderr, "integrity: sync flush of %g held by 4 GDDR workers: server w = %.7g (exact %g)\n",
+            (double)held, (double)w, 0.4 * 5 * S);
+    stop_server(&s);
+}
+END_TEST
+
+/* The same with a flush that arrives while a sync step is open: worker 3
+ * (dense) takes one step more than the GDDR workers 0-2, which close while
+ * that step waits for them. Their flushes wait for the step (divided by the
+ * one worker left) and then weigh 1/4 each, as in their steps. */
+START_TEST(test_sync_flush_during_open_step)
+{
+    enum { W = 4, S = 3 };
+    gt_server s;
+    START_SERVER(s, "mode=sync", "lr=0.4", "workers=4", "tau_dynamic=false", "tau_init=4");
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, 2);
+    flush_worker a[W];
+    pthread_t th[W];
+    for (int r = 0; r < W; r++) {
+        a[r] = (flush_worker){ s.endpoint, r, r == 3 ? S + 1 : S, r == 3 ? 0.0 : 0.9, NULL, 0,
+                               r == 3 ? &go : NULL };
+        ck_assert_int_eq(pthread_create(&th[r], NULL, flush_main, &a[r]), 0);
+    }
+    for (int r = 0; r < 3; r++) {
+        pthread_join(th[r], NULL);
+        ck_assert_msg(a[r].rc == GDDR_OK, "worker %d: %s", r, gddr_strerror(a[r].rc));
+    }
+    pthread_barrier_wait(&go); /* worker 3 pushes its extra step */
+    gddr_client *obs = open_observer(s.endpoint);
+    int64_t deadline = gt_now_ms() + WAIT_MS;
+    while (get_stats(obs).pushes < 4 * S + 1) {
+        ck_assert_msg(gt_now_ms() < deadline, "worker 3's extra push never came");
+        gt_sleep_ms(10);
+    }
+    float held = 0;
+    for (int r = 0; r < 3; r++) {
+        float rr;
+        ck_assert_int_eq(gddr__residual_get(a[r].c, 0, &rr), GDDR_OK);
+        held += rr;
+        gddr_client_close(&a[r].c);
+    }
+    pthread_join(th[3], NULL);
+    ck_assert_msg(a[3].rc == GDDR_OK, "worker 3: %s", gddr_strerror(a[3].rc));
+    gddr_client_close(&a[3].c);
+    gddr_client_close(&obs);
+    pthread_barrier_destroy(&go);
+    float w;
+    observe(s.endpoint, "q", &w, 1);
+    ck_assert_msg(held != 0, "no worker held anything at the end: the flush was not tested");
+    float want = 0.4f * 5 * S + 0.4f * 5; /* the extra step alone, divided by 1 */
+    ck_assert_msg(fabsf(w - want) <= 1e-5f, "server's w = %.9g, expected %.9g", (double)w, (double)want);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 3. membership: refused requests change nothing ------------------------------- */
+
+/* A hello that is refused does not make a worker; a second session cannot
+ * take over a live rank, nor say bye or heartbeat for it. In sync mode with
+ * two workers, rank 0's push must still wait for rank 1. */
+START_TEST(test_membership_cannot_be_forged)
+{
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=2", "lr=1", "worker_timeout_s=3600");
+    gddr_client *c0 = open_worker(s.endpoint, 0, 2, 0), *c1 = open_worker(s.endpoint, 1, 2, 0);
+    float w0[2] = { 0, 0 }, g[2] = { 2, 4 };
+    int id;
+    ck_assert_int_eq(gddr_register(c0, "m", w0, 2, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c1, "m", w0, 2, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(get_stats(c0).live_workers, 2);
+
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    /* Refused hellos: rank 77 of 5000 (above max_workers), rank 5 of 2. */
+    struct { uint32_t rank, world; } bad[] = { { 77, 5000 }, { 5, 2 }, { 2, 3 } };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        Gddr__Request rq = GDDR__REQUEST__INIT;
+        Gddr__Hello h = GDDR__HELLO__INIT;
+        h.world_size = bad[k].world;
+        rq.body_case = GDDR__REQUEST__BODY_HELLO;
+        rq.hello = &h;
+        r.rank = bad[k].rank;
+        uint64_t rid = raw_simple(&r, &rq);
+        expect_error(&r, rid, GDDR_EWORKER, "a hello outside the world");
+    }
+    ck_assert_msg(get_stats(c0).live_workers == 2, "a refused hello made a worker");
+    /* Rank 0 is held by c0's session: another connection is refused... */
+    r.rank = 0;
+    {
+        Gddr__Request rq = GDDR__REQUEST__INIT;
+        Gddr__Hello h = GDDR__HELLO__INIT;
+        h.world_size = 2;
+        rq.body_case = GDDR__REQUEST__BODY_HELLO;
+        rq.hello = &h;
+        uint64_t rid = raw_simple(&r, &rq);
+        Gddr__Reply *rep = raw_reply_to(&r, rid, NULL);
+        ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_ERROR && rep->error->code == GDDR_EWORKER,
+                      "a second session took over live rank 0");
+        ck_assert_msg(rep->error->retry_ms > 0, "the refusal of a held rank does not say it passes");
+        gddr__reply__free_unpacked(rep, NULL);
+    }
+    /* ... and cannot say bye, heartbeat or push for it. */
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Bye bye = GDDR__BYE__INIT;
+    rq.body_case = GDDR__REQUEST__BODY_BYE;
+    rq.bye = &bye;
+    expect_error(&r, raw_simple(&r, &rq), GDDR_EWORKER, "a bye for rank 0 from another session");
+    Gddr__Request hq = GDDR__REQUEST__INIT;
+    Gddr__Heartbeat hb = GDDR__HEARTBEAT__INIT;
+    hq.body_case = GDDR__REQUEST__BODY_HEARTBEAT;
+    hq.heartbeat = &hb;
+    expect_error(&r, raw_simple(&r, &hq), GDDR_EWORKER, "a heartbeat for rank 0 from another session");
+    expect_error(&r, raw_push_step(&r, (uint32_t)id, g, 2, 0, 1, 1.0f), GDDR_EWORKER,
+                 "a push for rank 0 from another session");
+    raw_close(&r);
+    ck_assert_int_eq(get_stats(c0).live_workers, 2);
+    /* Rank 0 pushes: the step waits for rank 1 (nothing applied yet). */
+    gddr_ticket tk;
+    ck_assert_int_eq(gddr_push_async(c0, id, g, NULL, &tk), GDDR_OK);
+    uint64_t v = 99;
+    ck_assert_int_eq(gddr_wait(c0, tk, WAIT_MS, &v), GDDR_OK);
+    ck_assert_msg(get_stats(c1).versions_total == 0, "rank 0's push was applied alone as a full step");
+    ck_assert_int_eq(gddr_push(c1, id, g, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 1);
+    float w[2];
+    ck_assert_uint_eq(observe(s.endpoint, "m", w, 2), 1);
+    ck_assert(w[0] == -2.0f && w[1] == -4.0f); /* the mean of two pushes of g */
+    gddr_client_close(&c0);
+    gddr_client_close(&c1);
+    stop_server(&s);
+}
+END_TEST
+
+/* A tool's request (no rank, observer) and a stranger's never revive a
+ * worker that said bye, nor make workers of made-up ranks; strangers
+ * cannot register or push. */
+START_TEST(test_strangers_leave_no_trace)
+{
+    char dir[64], log[128];
+    gt_mk_tmpdir(dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    const char *sets[] = { "lr=1", "worker_timeout_s=3600", NULL };
+    gt_server s;
+    gt_start_logged(&s, log, sets);
+    gddr_client *c = open_worker(s.endpoint, 0, 1, 0);
+    float w0[2] = { 1, 2 };
+    int id;
+    ck_assert_int_eq(gddr_register(c, "t", w0, 2, &id, NULL), GDDR_OK);
+    gddr_client_close(&c); /* bye */
+    ck_assert(gt_wait_for_text(log, "worker 0 left", WAIT_MS) >= 0);
+    /* gddr-ctl status: an observer request with rank 0. */
+    char bin[512], *out = NULL, err[256];
+    gt_bin_path(bin, sizeof bin, "gddr-ctl");
+    char *argv[] = { bin, "-s", s.endpoint, "status", NULL };
+    int st = 0;
+    ck_assert_int_eq(gt_run_capture(argv, WAIT_MS, 1, &out, &st, err, sizeof err), 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gddr-ctl status failed");
+    ck_assert_msg(strstr(out, "live workers   0"), "gddr-ctl sees live workers:\n%s", out);
+    free(out);
+    /* Strangers: requests from made-up ranks without a hello. */
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    float g[2] = { 1, 1 };
+    for (uint32_t rank = 1; rank < 40; rank++) {
+        r.rank = rank;
+        Gddr__Request rq = GDDR__REQUEST__INIT;
+        Gddr__StatsRequest sr = GDDR__STATS_REQUEST__INIT;
+        rq.body_case = GDDR__REQUEST__BODY_STATS;
+        rq.stats = &sr;
+        gddr__reply__free_unpacked(raw_reply_to(&r, raw_simple(&r, &rq), NULL), NULL);
+        expect_error(&r, raw_push_step(&r, (uint32_t)id, g, 2, 0, 1, 1.0f), GDDR_EWORKER,
+                     "a stranger's push");
+        Gddr__Request iq = GDDR__REQUEST__INIT;
+        Gddr__InitTensor in = GDDR__INIT_TENSOR__INIT;
+        char key[32];
+        snprintf(key, sizeof key, "junk%u", rank);
+        in.key = key;
+        in.n = 2;
+        in.payload_bytes = 8;
+        iq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+        iq.req_id = ++r.next_id;
+        iq.rank = rank;
+        iq.body_case = GDDR__REQUEST__BODY_INIT;
+        iq.init = &in;
+        gddr__raw raw = { g, 8, NULL, NULL };
+        ck_assert(gddr__send(r.sock, NULL, &iq.base, &raw, 1) >= 0);
+        expect_error(&r, iq.req_id, GDDR_EWORKER, "a stranger's registration");
+    }
+    raw_close(&r);
+    gddr_client *obs = open_observer(s.endpoint);
+    char *text = NULL;
+    ck_assert_int_eq(gddr_server_metrics_text(obs, &text), GDDR_OK);
+    ck_assert_double_eq(gt_metric_of(text, "gddr_live_workers"), 0);
+    ck_assert_double_eq(gt_metric_of(text, "gddr_pushes_total"), 0);
+    ck_assert_msg(count_lines_with(text, "gddr_tensor_version{") == 1,
+                  "a stranger registered a tensor:\n%s", text);
+    ck_assert_msg(count_lines_with(text, "gddr_worker_pushes_total{") == 1,
+                  "strangers are listed as workers:\n%s", text);
+    free(text);
+    gddr_client_close(&obs);
+    ck_assert_msg(!gt_file_has(log, "rejoined"), "a tool or a stranger revived worker 0");
+    ck_assert_msg(!gt_file_has(log, "worker 1 joined"), "a stranger became a worker");
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
+/* allow_register = false freezes the tensor set. */
+START_TEST(test_registration_can_be_closed)
+{
+    gt_server s;
+    START_SERVER(s, "allow_register=false");
+    gddr_client *c = open_worker(s.endpoint, 0, 1, 0);
+    float w0[2] = { 1, 2 };
+    int id;
+    ck_assert_int_eq(gddr_register(c, "t", w0, 2, &id, NULL), GDDR_ESTATE);
+    ck_assert_msg(strstr(gddr_client_errmsg(c), "allow_register"), "%s", gddr_client_errmsg(c));
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 4. bounds ------------------------------------------------------------------ */
+
+/* Checkpoint requests coalesce: a flood costs at most one checkpoint in
+ * flight, and at most one started a second. */
+START_TEST(test_checkpoint_requests_coalesce)
+{
+    char dir[64], ck[96], set[128];
+    gt_mk_tmpdir(dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(set, sizeof set, "checkpoint_dir=%s", ck);
+    gt_server s;
+    START_SERVER(s, set, "checkpoint_interval_s=0", "checkpoint_keep=1000");
+    gddr_client *c = open_worker(s.endpoint, 0, 1, 0);
+    float *big = calloc(1 << 20, sizeof(float)); /* 4 MiB: a write takes a moment */
+    int id;
+    ck_assert_int_eq(gddr_register(c, "big", big, 1 << 20, &id, NULL), GDDR_OK);
+    free(big);
+    gddr_client *obs = open_observer(s.endpoint);
+    enum { N = 300 };
+    int64_t t0 = gt_now_ms();
+    for (int i = 0; i < N; i++)
+        ck_assert_int_eq(gddr_request_checkpoint(obs), GDDR_OK);
+    double secs = (double)(gt_now_ms() - t0) / 1000.0;
+    double req = gt_server_metric(obs, "gddr_checkpoint_requests_total");
+    double joined = gt_server_metric(obs, "gddr_checkpoint_requests_joined_total");
+    ck_assert_double_eq(req, N);
+    /* Started ones: the requests that did not join. */
+    double started = req - joined;
+    ck_assert_msg(started <= secs + 2, "%g checkpoints started for %d requests in %.1f s", started, N,
+                  secs);
+    ck_assert_msg(started >= 1, "no request started a checkpoint");
+    fprintf(stderr, "integrity: %d checkpoint requests in %.2f s started %g checkpoints\n", N, secs,
+            started);
+    gddr_client_close(&obs);
+    gddr_client_close(&c);
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
+/* Residual snapshots: only a worker's are kept, an empty one costs
+ * nothing, and all of them stay under max_snapshot_bytes. */
+START_TEST(test_snapshots_bounded)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=4", "max_snapshot_bytes=1024");
+    gddr_client *c = open_worker(s.endpoint, 0, 2, 0);
+    enum { N = 400 }; /* 100 chunks */
+    float *w0 = calloc(N, sizeof(float));
+    int id;
+    ck_assert_int_eq(gddr_register(c, "s", w0, N, &id, NULL), GDDR_OK);
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    uint8_t none[13] = { 0 }, all[13];
+    memset(all, 0xff, sizeof all);
+    all[12] = 0x0f; /* chunks 96-99 */
+    float g[N];
+    for (int i = 0; i < N; i++)
+        g[i] = 0.0f;
+    /* A push with a snapshot: stranger (refused), worker with an empty one,
+     * worker with one too big for the bound. */
+    for (int k = 0; k < 3; k++) {
+        if (k == 1)
+            raw_hello(&r, 1, 2);
+        Gddr__Request rq = GDDR__REQUEST__INIT;
+        Gddr__Push p = GDDR__PUSH__INIT;
+        rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+        rq.req_id = ++r.next_id;
+        rq.rank = k == 0 ? 77 : 1;
+        p.id = (uint32_t)id;
+        p.step = (uint64_t)k;
+        p.payload_bytes = N * 4;
+        p.residual_snapshot = 1;
+        p.residual_bitmap.data = k == 2 ? all : none;
+        p.residual_bitmap.len = sizeof none;
+        p.residual_payload_bytes = k == 2 ? N * 4 : 0;
+        rq.body_case = GDDR__REQUEST__BODY_PUSH;
+        rq.push = &p;
+        gddr__raw raws[2] = { { g, N * 4, NULL, NULL }, { g, k == 2 ? N * 4 : 0, NULL, NULL } };
+        ck_assert(gddr__send(r.sock, NULL, &rq.base, raws, 2) >= 0);
+        if (k == 0) {
+            expect_error(&r, rq.req_id, GDDR_EWORKER, "a stranger's push with a snapshot");
+        } else if (k == 1) {
+            Gddr__Reply *rep = raw_reply_to(&r, rq.req_id, NULL);
+            ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_PUSH);
+            gddr__reply__free_unpacked(rep, NULL);
+            ck_assert_msg(gt_server_metric(c, "gddr_snapshot_bytes") == 0,
+                          "an empty snapshot cost memory");
+        } else {
+            expect_error(&r, rq.req_id, GDDR_ETOOBIG, "a snapshot above max_snapshot_bytes");
+        }
+    }
+    ck_assert_double_eq(gt_server_metric(c, "gddr_snapshot_bytes"), 0);
+    raw_close(&r);
+    free(w0);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+static long rss_kb(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* A peer that pulls and never reads: after max_queued_reply_bytes its
+ * pulls get E_BUSY, and the server's memory does not grow with them. */
+START_TEST(test_unread_replies_bounded)
+{
+    gt_server s;
+    START_SERVER(s, "max_queued_reply_bytes=8388608", "lr=1");
+    enum { N = 1 << 18 }; /* 1 MiB */
+    float *w = calloc(N, sizeof(float)), *g = calloc(N, sizeof(float));
+    for (int i = 0; i < N; i++)
+        g[i] = 1.0f;
+    gddr_client *c = open_worker(s.endpoint, 0, 1, 0);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "big", w, N, &id, NULL), GDDR_OK);
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    int one = 1;
+    zmq_setsockopt(r.sock, ZMQ_RCVHWM, &one, sizeof one); /* it reads nothing */
+    int small = 65536;
+    zmq_setsockopt(r.sock, ZMQ_RCVBUF, &small, sizeof small);
+    long before = rss_kb(s.pid);
+    enum { PULLS = 200 };
+    uint64_t last = 0;
+    for (int k = 0; k < PULLS; k++) {
+        Gddr__Request rq = GDDR__REQUEST__INIT;
+        Gddr__Pull p = GDDR__PULL__INIT;
+        p.id = (uint32_t)id;
+        rq.body_case = GDDR__REQUEST__BODY_PULL;
+        rq.pull = &p;
+        last = raw_simple(&r, &rq);
+        /* A new version between pulls: replies cannot share a buffer. */
+        ck_assert_int_eq(gddr_push(c, id, g, NULL), GDDR_OK);
+    }
+    long after = rss_kb(s.pid);
+    /* Now read everything: some pulls were answered, the rest refused. */
+    int served = 0, busy = 0;
+    for (uint64_t rid = last - PULLS + 1; rid <= last; rid++) {
+        gddr__frames f;
+        Gddr__Reply *rep = raw_reply_to(&r, rid, &f);
+        if (rep->body_case == GDDR__REPLY__BODY_PULL)
+            served++;
+        else if (rep->body_case == GDDR__REPLY__BODY_ERROR && rep->error->code == GDDR_EBUSY)
+            busy++;
+        gddr__frames_close(&f);
+        gddr__reply__free_unpacked(rep, NULL);
+    }
+    fprintf(stderr, "integrity: %d pulls of 1 MiB never read: %d answered, %d refused E_BUSY; "
+            "server RSS %ld -> %ld kB\n", PULLS, served, busy, before, after);
+    ck_assert_int_eq(served + busy, PULLS);
+    ck_assert_msg(busy > 0, "no pull was refused: the bound did not act");
+    ck_assert_msg(served >= 1, "not even one reply went out");
+    ck_assert_msg(after - before < 96 * 1024, "server RSS grew by %ld kB for unread replies",
+                  after - before);
+    raw_close(&r);
+    free(w);
+    free(g);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* Parked pulls are capped per connection. */
+START_TEST(test_parked_pulls_capped)
+{
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=2", "max_parked_pulls=50");
+    gddr_client *c = open_worker(s.endpoint, 0, 2, 0);
+    float w0[2] = { 0, 0 };
+    int id;
+    ck_assert_int_eq(gddr_register(c, "p", w0, 2, &id, NULL), GDDR_OK);
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    enum { PULLS = 60 };
+    uint64_t first = 0;
+    for (int k = 0; k < PULLS; k++) {
+        Gddr__Request rq = GDDR__REQUEST__INIT;
+        Gddr__Pull p = GDDR__PULL__INIT;
+        p.id = (uint32_t)id;
+        p.min_version = 1; /* waits for a step that does not come */
+        p.wait_ms = 600000;
+        rq.body_case = GDDR__REQUEST__BODY_PULL;
+        rq.pull = &p;
+        uint64_t rid = raw_simple(&r, &rq);
+        if (!first)
+            first = rid;
+    }
+    /* The ten over the cap are refused at once; the fifty wait. */
+    for (uint64_t rid = first + 50; rid < first + PULLS; rid++)
+        expect_error(&r, rid, GDDR_EBUSY, "a pull over max_parked_pulls");
+    raw_close(&r);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* One push claiming a grad_norm of 3e38 moves dynamic tau once; it does not
+ * hold it at tau_min for hundreds of pushes. */
+START_TEST(test_bogus_grad_norm_tau_recovers)
+{
+    gt_server s;
+    START_SERVER(s, "tau_dynamic=true", "tau_init=4", "tau_min=2", "tau_max=8", "tau_patience=5",
+                 "lr=0");
+    gddr_client *c = open_worker(s.endpoint, 0, 2, 0);
+    float w0[4] = { 0 }, g[4] = { 1, 1, 1, 1 };
+    int id;
+    ck_assert_int_eq(gddr_register(c, "t", w0, 4, &id, NULL), GDDR_OK);
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    raw_hello(&r, 1, 2);
+    uint64_t step = 0;
+#define NPUSH(norm)                                                                              \
+    do {                                                                                         \
+        Gddr__Reply *rep_ = raw_reply_to(&r, raw_push_step(&r, (uint32_t)id, g, 4, 0, step++, (norm)), NULL); \
+        ck_assert_int_eq(rep_->body_case, GDDR__REPLY__BODY_PUSH);                               \
+        gddr__reply__free_unpacked(rep_, NULL);                                                  \
+    } while (0)
+    for (int k = 0; k < 40; k++)
+        NPUSH(2.0f);
+    int calm = get_stats(c).tau;
+    ck_assert_int_eq(calm, 8); /* calm pushes grew it to tau_max */
+    NPUSH(3e38f);
+    int hit = get_stats(c).tau;
+    ck_assert_msg(hit < calm, "the spike did not shorten tau (%d)", hit);
+    for (int k = 0; k < 100; k++)
+        NPUSH(2.0f);
+#undef NPUSH
+    int back = get_stats(c).tau;
+    ck_assert_msg(back >= 6, "100 calm pushes after one bogus grad_norm left tau at %d", back);
+    raw_close(&r);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 5. start-up, shutdown, damaged state ------------------------------------------ */
+
+/* A free loopback port: bound, read back, released. */
+static void free_endpoint(char *ep, size_t len)
+{
+    void *ctx = zmq_ctx_new();
+    void *sock = zmq_socket(ctx, ZMQ_ROUTER);
+    int zero = 0;
+    zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    ck_assert_int_eq(zmq_bind(sock, "tcp://127.0.0.1:*"), 0);
+    ck_assert_int_eq(zmq_getsockopt(sock, ZMQ_LAST_ENDPOINT, ep, &len), 0);
+    zmq_close(sock);
+    zmq_ctx_term(ctx);
+}
+
+typedef struct late_call {
+    const char *ep;
+    gddr_client *c;
+    int rc, id, phase;
+    uint64_t version;
+} late_call;
+
+/* phase 0: open, register, pull. phase 1: pull and push on an open client. */
+static void *late_main(void *arg)
+{
+    late_call *a = arg;
+    float w[3] = { 1, 2, 3 }, g[3] = { 1, 1, 1 };
+    if (a->phase == 0) {
+        gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+        o.server = a->ep;
+        o.rank = 0;
+        o.world_size = 1;
+        o.timeout_ms = 1000;
+        o.reconnect_timeout_ms = 120000;
+        a->rc = gddr_client_open(&o, &a->c);
+        if (a->rc == GDDR_OK)
+            a->rc = gddr_register(a->c, "late", w, 3, &a->id, NULL);
+    }
+    if (a->rc == GDDR_OK)
+        a->rc = gddr_pull(a->c, a->id, w, 0, &a->version);
+    if (a->rc == GDDR_OK && a->phase == 1)
+        a->rc = gddr_push(a->c, a->id, g, &a->version);
+    return NULL;
+}
+
+/* A worker started before its server waits for it (reconnect_timeout_ms),
+ * and so do register, pull and push outside a step when the server
+ * restarts between them. */
+START_TEST(test_server_starts_late)
+{
+    char ep[256], listen[300];
+    free_endpoint(ep, sizeof ep);
+    snprintf(listen, sizeof listen, "listen=%s", ep);
+    late_call a = { ep, NULL, 0, -1, 0, 0 };
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, late_main, &a), 0);
+    gt_sleep_ms(2500); /* the first hellos time out (timeout_ms 1000) */
+    gt_server s;
+    START_SERVER(s, listen, "lr=1");
+    pthread_join(th, NULL);
+    ck_assert_msg(a.rc == GDDR_OK, "a worker started 2.5 s before its server: %s (%s)",
+                  gddr_strerror(a.rc), a.c ? gddr_client_errmsg(a.c) : "");
+    ck_assert_uint_eq(a.version, 0);
+    /* The server dies and comes back empty 2.5 s later: a pull and a push
+     * outside any step ride it out (re-registering the tensor). */
+    kill(s.pid, SIGKILL);
+    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
+    s.pid = 0;
+    a.phase = 1;
+    ck_assert_int_eq(pthread_create(&th, NULL, late_main, &a), 0);
+    gt_sleep_ms(2500);
+    START_SERVER(s, listen, "lr=1");
+    pthread_join(th, NULL);
+    ck_assert_msg(a.rc == GDDR_OK, "pull and push across a server restart: %s (%s)", gddr_strerror(a.rc),
+                  gddr_client_errmsg(a.c));
+    ck_assert_uint_eq(a.version, 1);
+    float w[3];
+    ck_assert_uint_eq(observe(ep, "late", w, 3), 1);
+    ck_assert(w[0] == 0.0f && w[1] == 1.0f && w[2] == 2.0f);
+    gddr_client_close(&a.c);
+    stop_server(&s);
+}
+END_TEST
+
+/* Starts gddr-ps with SIGTERM (or sig) already pending: the daemon holds it
+ * through start-up, then says so and exits non-zero. */
+START_TEST(test_sigterm_during_startup)
+{
+    char dir[64], log[128], bin[512];
+    gt_mk_tmpdir(dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_bin_path(bin, sizeof bin, "gddr-ps");
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        sigset_t term;
+        sigemptyset(&term);
+        sigaddset(&term, SIGTERM);
+        sigprocmask(SIG_BLOCK, &term, NULL);
+        signal(SIGTERM, SIG_DFL);
+        raise(SIGTERM); /* pending across exec, until the daemon lets it in */
+        execl(bin, bin, "--listen", "tcp://127.0.0.1:*", NULL);
+        _exit(127);
+    }
+    int st = 0;
+    ck_assert_int_eq(gt_wait_pid(pid, WAIT_MS, &st), 1);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1,
+                  "a SIGTERM during start-up ended gddr-ps with %s %d, expected exit status 1",
+                  WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    ck_assert_msg(gt_file_has(log, "SIGTERM arrived while starting"), "no log line for it");
+    gt_rm_rf(dir);
+}
+END_TEST
+
+/* Checkpoints that are all unreadable: the daemon refuses to start empty
+ * unless told to; told to, it moves them aside and never deletes them. */
+START_TEST(test_damaged_checkpoints_refuse_start)
+{
+    char dir[64], ck[96], set[128], log[128], f1[160], f2[160];
+    gt_mk_tmpdir(dir, sizeof dir);
+    snprintf(ck, sizeof ck, "%s/ck", dir);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    snprintf(set, sizeof set, "checkpoint_dir=%s", ck);
+    ck_assert_int_eq(mkdir(ck, 0755), 0);
+    snprintf(f1, sizeof f1, "%s/ckpt-%020d.gddr", ck, 1);
+    snprintf(f2, sizeof f2, "%s/ckpt-%020d.gddr", ck, 2);
+    for (int k = 0; k < 2; k++) {
+        FILE *f = fopen(k ? f2 : f1, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("this is not a checkpoint, but an operator may want it", f);
+        fclose(f);
+    }
+    char bin[512], *out = NULL, err[256];
+    gt_bin_path(bin, sizeof bin, "gddr-ps");
+    char *argv[] = { bin, "--listen", "tcp://127.0.0.1:*", "--set", set, NULL };
+    int st = 0;
+    ck_assert_int_eq(gt_run_capture(argv, WAIT_MS, 1, &out, &st, err, sizeof err), 0);
+    free(out);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 1, "gddr-ps started on unreadable checkpoints");
+    ck_assert_msg(access(f1, F_OK) == 0 && access(f2, F_OK) == 0, "a refused start touched the files");
+    /* Told to start empty. */
+    const char *sets[] = { set, "checkpoint_allow_empty=true", "checkpoint_keep=1",
+                           "checkpoint_interval_s=0", NULL };
+    gt_server s;
+    gt_start_logged(&s, log, sets);
+    ck_assert_msg(gt_file_has(log, "moved aside"), "no line saying where the files went");
+    gddr_client *c = open_worker(s.endpoint, 0, 1, 0);
+    float w0[2] = { 1, 2 };
+    int id;
+    ck_assert_int_eq(gddr_register(c, "t", w0, 2, &id, NULL), GDDR_OK);
+    for (int k = 0; k < 3; k++) { /* retention keeps 1: older ones go */
+        ck_assert_int_eq(gddr_request_checkpoint(c), GDDR_OK);
+        gt_sleep_ms(1100);
+    }
+    gddr_client_close(&c);
+    stop_server(&s);
+    char a1[200], a2[200];
+    snprintf(a1, sizeof a1, "%s.damaged", f1);
+    snprintf(a2, sizeof a2, "%s.damaged", f2);
+    ck_assert_msg(access(a1, F_OK) == 0 && access(a2, F_OK) == 0,
+                  "a damaged checkpoint was deleted (retention or start-up)");
+    gt_rm_rf(dir);
+}
+END_TEST
+
+/* A sync step whose peer is alive (it heartbeats) but never pushes ends
+ * with GDDR_ETIMEDOUT after reconnect_timeout_ms instead of re-pulling
+ * forever. */
+START_TEST(test_sync_step_wait_bounded)
+{
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=2", "worker_timeout_s=3600");
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.timeout_ms = 500;
+    o.reconnect_timeout_ms = 2000;
+    gddr_client *a = open_opts(o, s.endpoint, 0, 2), *b = open_opts(o, s.endpoint, 1, 2);
+    float w = 0, g = 1;
+    int id;
+    ck_assert_int_eq(gddr_register(a, "x", &w, 1, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(b, "x", &w, 1, &id, NULL), GDDR_OK);
+    const float *gp[1] = { &g };
+    float *wp[1] = { &w };
+    int rc = gddr_step(a, gp, wp);
+    ck_assert_msg(rc == GDDR_ETIMEDOUT, "a step whose peer never pushes: %s", gddr_strerror(rc));
+    ck_assert_msg(strstr(gddr_client_errmsg(a), "did not come within"), "%s", gddr_client_errmsg(a));
+    gddr_client_close(&a);
+    gddr_client_close(&b);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- 6. logs ---------------------------------------------------------------------- */
+
+/* A client string with a newline cannot forge a log line; tools (observers)
+ * do not log like workers joining. */
+START_TEST(test_log_lines_not_forgeable)
+{
+    char dir[64], log[128];
+    gt_mk_tmpdir(dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_server s;
+    gt_start_logged(&s, log, NULL);
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Hello h = GDDR__HELLO__INIT;
+    h.world_size = 1;
+    h.client = "x\n02:00:00.000 gddr-ps[error] FORGED";
+    rq.body_case = GDDR__REQUEST__BODY_HELLO;
+    rq.hello = &h;
+    Gddr__Reply *rep = raw_reply_to(&r, raw_simple(&r, &rq), NULL);
+    ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_HELLO);
+    gddr__reply__free_unpacked(rep, NULL);
+    raw_close(&r);
+    ck_assert(gt_wait_for_text(log, "worker 0 joined", WAIT_MS) >= 0);
+    char bin[512], *out = NULL, err[256];
+    gt_bin_path(bin, sizeof bin, "gddr-ctl");
+    char *argv[] = { bin, "-s", s.endpoint, "status", NULL };
+    int st = 0;
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(gt_run_capture(argv, WAIT_MS, 1, &out, &st, err, sizeof err), 0);
+        free(out);
+    }
+    stop_server(&s);
+    char *text = gt_slurp_text(log);
+    ck_assert_msg(!strstr(text, "\n02:00:00.000 gddr-ps[error] FORGED"), "a forged line:\n%s", text);
+    ck_assert_msg(strstr(text, "\\x0a02:00:00.000"), "the newline was not escaped:\n%s", text);
+    ck_assert_msg(count_lines_with(text, "hello") == 0 && count_lines_with(text, "joined") == 1,
+                  "tools log like workers:\n%s", text);
+    free(text);
+    gt_rm_rf(dir);
+}
+END_TEST
+
+/* A GDDR worker that dies without residual snapshots: the server says what
+ * it held and that all of it is lost (no "fully re-injected" story). */
+START_TEST(test_lost_residual_reported)
+{
+    char dir[64], log[128];
+    gt_mk_tmpdir(dir, sizeof dir);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    const char *sets[] = { "worker_timeout_s=1", "chunk=4", "tau_dynamic=false", NULL };
+    gt_server s;
+    gt_start_logged(&s, log, sets);
+    gddr_client *c = open_worker(s.endpoint, 0, 1, 0.5);
+    enum { N = 40 };
+    float w[N] = { 0 }, g[N];
+    for (int i = 0; i < N; i++)
+        g[i] = (float)(i % 5) - 2.0f;
+    int id;
+    ck_assert_int_eq(gddr_register(c, "l", w, N, &id, NULL), GDDR_OK);
+    const float *gp[1] = { g };
+    float *wp[1] = { w };
+    float r[N];
+    double held = 0;
+    for (int k = 0; k < 6 && held == 0; k++) {
+        ck_assert_int_eq(gddr_step(c, gp, wp), GDDR_OK);
+        ck_assert_int_eq(gddr__residual_get(c, 0, r), GDDR_OK);
+        held = 0;
+        for (int i = 0; i < N; i++)
+            held += fabs((double)r[i]);
+    }
+    ck_assert_msg(held > 0, "the worker holds nothing: change the gradient");
+    gddr__heartbeat_stop(c); /* it falls silent */
+    ck_assert(gt_wait_for_text(log, "declared dead", WAIT_MS) >= 0);
+    gddr_client *obs = open_observer(s.endpoint);
+    double m_held = gt_server_metric(obs, "gddr_dead_residual_l1_total");
+    double m_handed = gt_server_metric(obs, "gddr_dead_residual_handed_l1_total");
+    double m_lost = gt_server_metric(obs, "gddr_dead_residual_lost_l1_total");
+    gddr_client_close(&obs);
+    ck_assert_msg(fabs(m_held - held) <= 1e-5 * held, "held %g, the worker held %g", m_held, held);
+    ck_assert_double_eq(m_handed, 0);
+    ck_assert_msg(fabs(m_lost - held) <= 1e-5 * held, "lost %g, expected all %g", m_lost, held);
+    ck_assert_msg(gt_file_has(log, "sent no snapshot"), "the log does not say the residual is lost");
+    c->info.epoch = 0; /* vanish: no flush, no bye */
+    gddr_client_close(&c);
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
+/* ---- the proto file and gddr.h agree on the error codes ------------------------- */
+
+/* "GDDR_EINVAL" and proto's "E_INVAL" (and "GDDR_OK", "E_OK") name one code. */
+static int same_code_name(const char *gddr, const char *proto)
+{
+    const char *a = gddr + strlen("GDDR_"), *b = proto + strlen("E_");
+    if (strcmp(a, "OK") != 0)
+        a++; /* the E of EINVAL */
+    return strncmp(proto, "E_", 2) == 0 && strcmp(a, b) == 0;
+}
+
+START_TEST(test_error_codes_match_proto)
+{
+    int n = 0;
+#define GDDR__CHECK_CODE(nm, num, text)                                                         \
+    do {                                                                                        \
+        const ProtobufCEnumValue *v =                                                           \
+            protobuf_c_enum_descriptor_get_value(&gddr__error_code__descriptor, num);           \
+        ck_assert_msg(v != NULL, "%s (%d) is not in proto ErrorCode", #nm, num);                \
+        ck_assert_msg(same_code_name(#nm, v->name), "proto ErrorCode %d is %s, gddr.h says %s", \
+                      num, v->name, #nm);                                                       \
+        n++;                                                                                    \
+    } while (0);
+    GDDR_ERRORS(GDDR__CHECK_CODE)
+#undef GDDR__CHECK_CODE
+    ck_assert_int_eq((int)gddr__error_code__descriptor.n_values, n);
+}
+END_TEST
+
+Suite *suite_integrity(void)
+{
+    Suite *s = suite_create("integrity");
+#define ADD(name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT)
+    ADD("error_codes_match_proto", test_error_codes_match_proto);
+    ADD("exactly_once_server_pause_async", test_exactly_once_server_pause_async);
+    ADD("exactly_once_server_pause_sync", test_exactly_once_server_pause_sync);
+    ADD("exactly_once_worker_pause", test_exactly_once_worker_pause);
+    ADD("duplicate_gets_first_answer", test_duplicate_gets_first_answer);
+    ADD("exactly_once_across_restart", test_exactly_once_across_restart);
+    ADD("sync_flush_weight", test_sync_flush_weight);
+    ADD("sync_flush_during_open_step", test_sync_flush_during_open_step);
+    ADD("membership_cannot_be_forged", test_membership_cannot_be_forged);
+    ADD("strangers_leave_no_trace", test_strangers_leave_no_trace);
+    ADD("registration_can_be_closed", test_registration_can_be_closed);
+    ADD("checkpoint_requests_coalesce", test_checkpoint_requests_coalesce);
+    ADD("snapshots_bounded", test_snapshots_bounded);
+    ADD("unread_replies_bounded", test_unread_replies_bounded);
+    ADD("parked_pulls_capped", test_parked_pulls_capped);
+    ADD("bogus_grad_norm_tau_recovers", test_bogus_grad_norm_tau_recovers);
+    ADD("server_starts_late", test_server_starts_late);
+    ADD("sigterm_during_startup", test_sigterm_during_startup);
+    ADD("damaged_checkpoints_refuse_start", test_damaged_checkpoints_refuse_start);
+    ADD("sync_step_wait_bounded", test_sync_step_wait_bounded);
+    ADD("log_lines_not_forgeable", test_log_lines_not_forgeable);
+    ADD("lost_residual_reported", test_lost_residual_reported);
+#undef ADD
+    return s;
+}
