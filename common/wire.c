@@ -2,6 +2,7 @@
 #include "wire.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -53,6 +54,7 @@ int gddr__frames_recv(void *sock, gddr__frames *f, int flags)
     f->n = 0;
     f->truncated = 0;
     f->bytes = 0;
+    f->user[0] = 0;
     for (;;) {
         zmq_msg_t scratch, *m = f->n < GDDR_MAX_FRAMES ? &f->part[f->n] : &scratch;
         zmq_msg_init(m);
@@ -65,6 +67,12 @@ int gddr__frames_recv(void *sock, gddr__frames *f, int flags)
         }
         f->bytes += zmq_msg_size(m);
         int more = zmq_msg_more(m);
+        /* Read before align_part, whose copy carries no metadata. */
+        if (!f->user[0]) {
+            const char *uid = zmq_msg_gets(m, "User-Id");
+            if (uid)
+                snprintf(f->user, sizeof f->user, "%s", uid);
+        }
         if (m != &scratch)
             align_part(m);
         if (m == &scratch) {

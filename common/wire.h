@@ -21,6 +21,7 @@ typedef struct gddr__frames {
     int n;          /* parts received and kept */
     int truncated;  /* more parts arrived than fit; they were dropped */
     size_t bytes;   /* total bytes of every part, for accounting */
+    char user[48];  /* the connection's ZAP User-Id (CURVE: the client key), or "" */
 } gddr__frames;
 
 /* Receives one whole multipart message. flags: 0 or ZMQ_DONTWAIT. Returns

@@ -105,12 +105,9 @@ static const ps_key *find_key(gddr_ps *ps, const unsigned char *key)
     return NULL;
 }
 
-const ps_key *gddr_ps_auth_key(gddr_ps *ps, zmq_msg_t *part)
+const ps_key *gddr_ps_auth_key(gddr_ps *ps, const char *uid)
 {
-    if (!ps->zap)
-        return NULL;
-    const char *uid = zmq_msg_gets(part, "User-Id");
-    if (!uid || strlen(uid) != 40)
+    if (!ps->zap || !uid || strlen(uid) != 40)
         return NULL;
     for (int i = 0; i < ps->nallow; i++)
         if (strcmp(ps->allow[i].z85, uid) == 0)

@@ -285,9 +285,10 @@ void gddr_ps_auth_poll(gddr_ps *ps);
 void gddr_ps_monitor_poll(gddr_ps *ps);
 int gddr_ps_auth_reload(gddr_ps *ps);
 void gddr_ps_auth_close(gddr_ps *ps);
-/* The allowlist entry of the key a message came in with; NULL without CURVE
- * (or when the key was removed from the list since it connected). */
-const ps_key *gddr_ps_auth_key(gddr_ps *ps, zmq_msg_t *part);
+/* The allowlist entry of the key a message came in with (its frames'
+ * User-Id); NULL without CURVE (or when the key was removed from the list
+ * since it connected). */
+const ps_key *gddr_ps_auth_key(gddr_ps *ps, const char *user_id);
 
 /* stats.c */
 void ps_stale_add(ps_stale *s, uint64_t tau, double decay);

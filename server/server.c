@@ -650,9 +650,14 @@ static const char *body_name(int body)
 static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Request *rq)
 {
     zmq_msg_t *ident = &f->part[0];
-    const ps_key *key = gddr_ps_auth_key(ps, &f->part[1]);
+    const ps_key *key = gddr_ps_auth_key(ps, f->user);
     uint64_t session = ps_request_session(rq, c);
     int body = rq->body_case;
+    if (ps->zap && !key) {
+        /* Connected under a key that a SIGHUP has since removed. */
+        ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "this connection's key is no longer authorized");
+        return;
+    }
     if (body == GDDR__REQUEST__BODY_HELLO) {
         if (!rq->observer && rq->rank >= (uint32_t)ps->cfg.max_workers) {
             ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "rank %u is not below max_workers %lld",

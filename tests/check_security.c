@@ -167,6 +167,93 @@ START_TEST(test_allowlist)
 }
 END_TEST
 
+/* Key options: a key limited to rank 1 cannot be worker 0; an observer key
+ * reads (stats, pulls) but cannot be a worker or ask for checkpoints. A
+ * plaintext client and one with the wrong server key fail the handshake
+ * and are counted. */
+START_TEST(test_key_options)
+{
+    if (!zmq_has("curve")) {
+        printf("SKIP curve: this libzmq has no CURVE support\n");
+        return;
+    }
+    keyset k;
+    make_keys(&k);
+    FILE *f = fopen(k.allow, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "ranks=1 %s alice\nobserver %s dashboard\n", k.alice_pub, k.mallory_pub);
+    fclose(f);
+    char set1[200], set2[200], set3[200], err[512];
+    snprintf(set1, sizeof set1, "curve_secret_key_file=%s", k.server_key);
+    snprintf(set2, sizeof set2, "authorized_keys=%s", k.allow);
+    snprintf(set3, sizeof set3, "checkpoint_dir=%s/ck", k.dir);
+    const char *sets[] = { set1, set2, set3, "checkpoint_interval_s=0", NULL };
+    gt_server s;
+    ck_assert_msg(gt_server_start(&s, sets, err, sizeof err) == 0, "%s", err);
+
+    gddr_client_opts o = opts_for(s.endpoint, k.server_pub, k.alice_key);
+    o.timeout_ms = o.reconnect_timeout_ms = 30000;
+    o.world_size = 2;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_EWORKER); /* rank 0: not hers */
+    o.rank = 1;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w[4] = { 1, 2, 3, 4 }, g[4] = { 1, 1, 1, 1 }, out[4];
+    int id;
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_register(c, "opt.w", w, 4, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_push(c, id, g, &v), GDDR_OK);
+
+    gddr_client_opts om = opts_for(s.endpoint, k.server_pub, k.mallory_key);
+    om.timeout_ms = om.reconnect_timeout_ms = 30000;
+    gddr_client *m = NULL;
+    ck_assert_int_eq(gddr_client_open(&om, &m), GDDR_EWORKER); /* an observer key as worker */
+    om.observer = 1;
+    ck_assert_int_eq(gddr_client_open(&om, &m), GDDR_OK);
+    int mid;
+    ck_assert_int_eq(gddr_register(m, "opt.w", w, 4, &mid, NULL), GDDR_OK); /* a lookup */
+    ck_assert_int_eq(gddr_pull(m, mid, out, 0, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 1);
+    ck_assert_int_eq(gddr_request_checkpoint(m), GDDR_EWORKER);
+    ck_assert_int_eq(gddr_register(m, "opt.new", w, 4, &mid, NULL), GDDR_ENOKEY);
+    gddr_server_stats st;
+    ck_assert_int_eq(gddr_server_stats_get(m, &st), GDDR_OK);
+    ck_assert_uint_eq(st.pushes, 1);
+    gddr_client_close(&m);
+
+    /* Plaintext, and a wrong server key: refused in the handshake, counted. */
+    gddr_client_opts op = opts_for(s.endpoint, NULL, NULL);
+    ck_assert_int_eq(gddr_client_open(&op, &m), GDDR_ETIMEDOUT);
+    gddr_client_opts ow = opts_for(s.endpoint, k.alice_pub, k.alice_key); /* not the server's */
+    ck_assert_int_eq(gddr_client_open(&ow, &m), GDDR_ETIMEDOUT);
+    char *text = NULL;
+    ck_assert_int_eq(gddr_server_metrics_text(c, &text), GDDR_OK);
+    const char *line = strstr(text, "\ngddr_handshake_failures_total ");
+    ck_assert_ptr_nonnull(line);
+    ck_assert_msg(atoi(line + strlen("\ngddr_handshake_failures_total ")) >= 2,
+                  "two failed handshakes, counted %d", atoi(line + strlen("\ngddr_handshake_failures_total ")));
+    free(text);
+    gddr_client_close(&c);
+    int status = 0;
+    ck_assert_int_eq(gt_server_stop(&s, 30000, &status), 0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+    /* A line with an unknown option is refused with its line number. */
+    f = fopen(k.allow, "w");
+    fprintf(f, "# ok\nranks=2-1 %s\n", k.alice_pub);
+    fclose(f);
+    gddr__authkey *keys = NULL;
+    ck_assert_int_eq(gddr__authorized_keys_read(k.allow, &keys, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, ":2: ") && strstr(err, "ranks="), "err: %s", err);
+    f = fopen(k.allow, "w");
+    fprintf(f, "admin %s\n", k.alice_pub);
+    fclose(f);
+    ck_assert_int_eq(gddr__authorized_keys_read(k.allow, &keys, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, ":1: unknown option 'admin'"), "err: %s", err);
+    remove_keys(&k);
+}
+END_TEST
+
 /* Bad key settings stop the daemon before it listens, naming the key. */
 START_TEST(test_bad_key_config)
 {
@@ -213,6 +300,7 @@ Suite *suite_security(void)
     tcase_set_timeout(tc, 120); /* a hang-catcher; the tests take seconds */
     tcase_add_test(tc, test_keyfiles);
     tcase_add_test(tc, test_allowlist);
+    tcase_add_test(tc, test_key_options);
     tcase_add_test(tc, test_bad_key_config);
     suite_add_tcase(s, tc);
     return s;
