@@ -69,24 +69,27 @@ done
 [ "$fail" = 0 ] || exit 1
 elapsed=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo "?")
 "$BIN/gddr-ctl" -s "$ep" status > "$tmp/status" 2>&1 || true
+# What counts: the model the server keeps, after every worker flushed and left.
+final=$(server_eval "$ep" "$workload")
 
 echo
-echo "== summary"
+echo "== summary (per worker: the parameters it pulled after its last step)"
 printf '%-6s %-10s %-7s %-14s %-14s %-10s\n' rank test_acc steps bytes_pushed bytes_pulled staleness
-min_acc=1
 for ((r = 0; r < workers; r++)); do
   res=$(grep '^RESULT' "$tmp/worker$r.log")
   acc=$(field test_accuracy "$res")
   printf '%-6s %-10s %-7s %-14s %-14s %-10s\n' "$r" "$acc" "$(field steps "$res")" \
     "$(field bytes_pushed "$res")" "$(field bytes_pulled "$res")" "$(field mean_staleness "$res")"
-  min_acc=$(awk -v a="$acc" -v m="$min_acc" 'BEGIN { print (a < m) ? a : m }')
 done
+server_acc=$(field test_accuracy "$final")
 echo
 sed 's/^/  server: /' "$tmp/status"
 echo "  wall time: ${elapsed} s"
-if awk -v m="$min_acc" 'BEGIN { exit !(m >= 0.80) }'; then
-  echo "demo: OK, every worker's test accuracy >= 0.80 (lowest $min_acc)"
+echo
+echo "== the server's final model (version $(field version "$final")): test accuracy $server_acc"
+if awk -v m="$server_acc" 'BEGIN { exit !(m + 0 >= 0.80) }'; then
+  echo "demo: OK, the model gddr-ps keeps scores $server_acc on the 10,000 test images (>= 0.80)"
 else
-  echo "demo: FAILED, lowest test accuracy $min_acc < 0.80" >&2
+  echo "demo: FAILED, the server's final model scores $server_acc < 0.80" >&2
   exit 1
 fi

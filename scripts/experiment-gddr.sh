@@ -19,9 +19,11 @@
 #   dense sync pipelined    mode=sync                                   --pipeline
 #   GDDR a=0.4 tau=4 sync pipelined  as row 3                           --delay-fraction 0.4 --pipeline
 #
-# Columns: test accuracy and train loss (mean over the 4 workers, each
-# evaluating the server's final parameters), dacc = accuracy minus dense
-# sync in percentage points, values pushed per step relative to dense, the
+# Columns: server acc = test accuracy of the model the server keeps at the
+# end (pulled by an observer after every worker flushed its residual and
+# left: gddr-train --evaluate), dacc = that minus dense sync in percentage
+# points, workers' acc and train loss (means over the 4 workers of what
+# each saw after its last step, before its flush), values pushed per step relative to dense, the
 # fixed-tau prediction of that fraction, (1-a)/(1-a^(tau+1)), push bytes on
 # the wire relative to dense (protobuf headers, bitmaps and payload frames:
 # the client's bytes_pushed counter), all bytes (pushes and pulls) relative
@@ -90,6 +92,8 @@ run() {
   for ((r = 0; r < workers; r++)); do
     wait "${pids[$r]}" || { echo "experiment-gddr: worker $r failed ($workload, $sets, $*):" >&2; tail -n 20 "$tmp/w$r.log" >&2; fail=1; }
   done
+  local sacc
+  sacc=$(field test_accuracy "$(server_eval "$ep" "$workload" "${data_args[@]}")")
   stop_server
   [ "$fail" = 0 ] || exit 1
   # Sums over the workers: acc loss values bytes_pushed bytes_all tau overlap seconds
@@ -103,7 +107,7 @@ run() {
       -v ro="$(field overlap "$res")" -v rs="$(field train_seconds "$res")" \
       'BEGIN { printf "%.6f %.6f %.0f %.0f %.0f %.6f %.6f %.4f\n", a+ra, l+rl, v+rv, b+rb, ba+rb+rp, t+rt, o+ro, se+rs }')
   done
-  echo "$acc $loss $vals $bp $ball $tau $ov $sec" > "$tmp/row"
+  echo "$acc $loss $vals $bp $ball $tau $ov $sec $sacc" > "$tmp/row"
 }
 
 # row LABEL ALPHA TAU_FIXED(or -) PIPELINED(0/1) WORKLOAD "SETS" FLAGS...
@@ -111,13 +115,13 @@ row() {
   local label=$1 alpha=$2 taufix=$3 piped=$4 workload=$5 sets=$6
   shift 6
   run "$workload" "$sets" "$@"
-  local acc loss vals bp ball tau ov sec
-  read -r acc loss vals bp ball tau ov sec < "$tmp/row"
+  local acc loss vals bp ball tau ov sec sacc
+  read -r acc loss vals bp ball tau ov sec sacc < "$tmp/row"
   if [ -z "${dense_vals:-}" ]; then
-    dense_acc=$acc dense_vals=$vals dense_bp=$bp dense_ball=$ball
+    dense_sacc=$sacc dense_vals=$vals dense_bp=$bp dense_ball=$ball
   fi
   awk -v n="$label" -v w="$workers" -v acc="$acc" -v loss="$loss" -v vals="$vals" -v bp="$bp" \
-      -v ball="$ball" -v tau="$tau" -v ov="$ov" -v da="$dense_acc" -v dv="$dense_vals" \
+      -v ball="$ball" -v tau="$tau" -v ov="$ov" -v sacc="$sacc" -v ds="$dense_sacc" -v dv="$dense_vals" \
       -v db="$dense_bp" -v dball="$dense_ball" -v al="$alpha" -v tf="$taufix" -v pp="$piped" -v sec="$sec" '
     BEGIN {
       theory = "-"
@@ -125,8 +129,8 @@ row() {
       else if (al == 0) theory = "1.000"
       mt = (al > 0) ? sprintf("%.2f", tau / w) : "-"
       o = pp ? sprintf("%.0f%%", 100 * ov / w) : "-"
-      printf "| %-26s | %.4f | %+.2f | %.4f | %.3f | %s | %.3f (%+.1f%%) | %.3f | %s | %.1f | %s |\n", n,
-        acc / w, 100 * (acc - da) / w, loss / w, vals / dv, theory, bp / db, 100 * (bp / db - 1),
+      printf "| %-26s | %.4f | %+.2f | %.4f | %.4f | %.3f | %s | %.3f (%+.1f%%) | %.3f | %s | %.1f | %s |\n", n,
+        sacc, 100 * (sacc - ds), acc / w, loss / w, vals / dv, theory, bp / db, 100 * (bp / db - 1),
         ball / dball, mt, sec / w, o
     }'
 }
@@ -138,8 +142,8 @@ for wl in $workloads; do
   echo
   echo "### $wl"
   echo
-  echo "| row | test acc | dacc (pp) | train loss | values/step vs dense | fixed-tau theory | push bytes vs dense | all bytes vs dense | mean tau | train s | overlap |"
-  echo "|---|---|---|---|---|---|---|---|---|---|---|"
+  echo "| row | server acc | dacc (pp) | workers' acc | train loss | values/step vs dense | fixed-tau theory | push bytes vs dense | all bytes vs dense | mean tau | train s | overlap |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
   row "dense sync"                 0   -  0 "$wl" "mode=sync"
   row "GDDR a=0.2 tau=4 sync"      0.2 4  0 "$wl" "mode=sync $fixed"  --delay-fraction 0.2
   row "GDDR a=0.4 tau=4 sync"      0.4 4  0 "$wl" "mode=sync $fixed"  --delay-fraction 0.4

@@ -31,6 +31,8 @@
 # own sections to that file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 BIN=${GDDR_BIN:-build/bin}
 workers=4 epochs=20 synthetic=0 ckpt_interval=5 append=1
 while [ $# -gt 0 ]; do
@@ -72,7 +74,6 @@ trap cleanup EXIT INT TERM
 sod() { awk -F: '{ printf "%.3f", $1 * 3600 + $2 * 60 + $3 }' <<< "$1"; }
 now_sod() { sod "$(date +%H:%M:%S.%N)"; }
 log_time() { grep -m1 -F "$2" "$1" | cut -d' ' -f1; }
-field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<< "$2"; }
 
 # start_server LOG [--listen EP] [--set K=V]...: sets server_pid, ep
 start_server() {
@@ -144,13 +145,16 @@ mean_of() {
   printf '%s\n' "${vals[@]}" | awk '{ s += $1; n++ } END { printf "%.4f", s / n }'
 }
 
-declare -A ACC LOSS NOTE
+declare -A ACC LOSS NOTE SACC
+# The accuracy of the model the server keeps once the workers are done.
+server_acc() { field test_accuracy "$(server_eval "$ep" mlp "${data_args[@]}")"; }
 run_plain() { # NAME
   local name=$1 t0
   t0=$(date +%s)
   start_server "$tmp/$name.ps.log"
   start_workers "$name"
   wait_workers "$name"
+  SACC[$name]=$(server_acc)
   stop_server
   ACC[$name]=$(mean_of "$name" test_accuracy)
   LOSS[$name]=$(mean_of "$name" train_loss)
@@ -168,6 +172,7 @@ run_worker_kill() { # NAME RESIDUAL_CHECKPOINT_STEPS
   kill -KILL "${pids[$victim]}"
   wait "${pids[$victim]}" 2> /dev/null || true
   wait_workers "$name" "$victim"
+  SACC[$name]=$(server_acc)
   stop_server
   ACC[$name]=$(mean_of "$name" test_accuracy "$victim")
   LOSS[$name]=$(mean_of "$name" train_loss "$victim")
@@ -179,18 +184,27 @@ run_worker_kill() { # NAME RESIDUAL_CHECKPOINT_STEPS
   t_dead=$(sod "$(log_time "$log" "worker $victim declared dead")")
   detect=$(awk -v a="$t_dead" -v b="$t_kill" 'BEGIN { printf "%.2f", a - b }')
   n_orphan=$(grep -c "orphan of rank $victim (tensor '" "$log" || true)
+  # What it held (its last pushes said so) against what its snapshots handed over.
+  local held_l1 handed_l1 mass
+  held_l1=$(grep -F "worker $victim held residual" "$log" | sed -n 's/.*held residual |.|_1 \([0-9.e+-]*\) in.*/\1/p' |
+    awk '{ s += $1 } END { printf "%.4g", s }')
+  handed_l1=$(grep -F "worker $victim held residual" "$log" | sed -n 's/.*hands over \([0-9.e+-]*\) (.*/\1/p' |
+    awk '{ s += $1 } END { printf "%.4g", s }')
+  mass="residual |.|_1 held ${held_l1:-0}, handed over ${handed_l1:-0}"
   if [ "$n_orphan" -gt 0 ]; then
     t_handed=$(sod "$(grep -F "orphan of rank $victim (tensor '" "$log" | tail -n 1 | cut -d' ' -f1)")
     handover=$(awk -v a="$t_handed" -v b="$t_dead" 'BEGIN { printf "%.3f", a - b }')
-    reinject=$(grep -F "orphan of rank $victim (tensor" "$log" | grep -F 'fully re-injected' |
+    reinject=$(grep -F "orphan of rank $victim in tensor" "$log" | grep -F 're-injected by rank' |
       sed -n 's/.* \([0-9.]*\) s after the death was declared.*/\1/p' | sort -g | tail -n 1)
     [ -n "$reinject" ] || reinject="not reported"
-    held=$(grep -F "rank $victim left an orphan residual" "$log" |
-      sed -n 's/.* of \([0-9]*\) values.*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
-    NOTE[$name]="killed at step $at; dead after ${detect} s; orphans in $n_orphan tensor(s), $held values, handed ${handover} s and fully re-injected ${reinject} s after the death was declared"
+    held=$(grep -F "worker $victim held residual" "$log" |
+      sed -n 's/.*(\([0-9]*\) values).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
+    NOTE[$name]="killed at step $at; dead after ${detect} s; $mass; orphans in $n_orphan tensor(s), $held values, handed ${handover} s and re-injected ${reinject} s after the death was declared"
     REC_DETECT=$detect REC_HANDOVER=$handover REC_REINJECT=$reinject REC_HELD=$held REC_TENSORS=$n_orphan
+    REC_HELD_L1=$held_l1 REC_HANDED_L1=$handed_l1
   else
-    NOTE[$name]="killed at step $at; dead after ${detect} s; no residual snapshot, nothing handed over"
+    NOTE[$name]="killed at step $at; dead after ${detect} s; $mass (no residual snapshot: all of it lost)"
+    NOREC_HELD_L1=$held_l1
   fi
   echo "  $name: accuracy ${ACC[$name]}, train_loss ${LOSS[$name]}; ${NOTE[$name]}"
 }
@@ -212,6 +226,7 @@ run_server_kill() { # NAME
     --set checkpoint_interval_s="$ckpt_interval"
   t_up=$(now_sod)
   wait_workers "$name"
+  SACC[$name]=$(server_acc)
   stop_server
   ACC[$name]=$(mean_of "$name" test_accuracy)
   LOSS[$name]=$(mean_of "$name" train_loss)
@@ -220,7 +235,7 @@ run_server_kill() { # NAME
   lost=$(cat "$tmp/$name".w*.err | grep -F "is back at version" | grep -F "'mlp.W1'" |
     sed -n 's/.*is back at version \([0-9]*\) (we had \([0-9]*\)).*/\1 \2/p' |
     awk '{ d = $2 - $1; if (d > m) m = d } END { print m + 0 }')
-  t_back=$(grep -F "hello from rank" "$log2" | tail -n 1 | cut -d" " -f1)
+  t_back=$(grep -F "reconnected after the server restart" "$log2" | tail -n 1 | cut -d" " -f1)
   reconnect=$(awk -v a="$(sod "$t_back")" -v b="$t_up" 'BEGIN { printf "%.2f", a - b }')
   ck_ms=$(grep -E 'checkpoint [0-9]+ written' "$log1" | sed -n 's/.* in \([0-9.]*\) ms.*/\1/p' |
     sort -g | tail -n 1)
@@ -236,19 +251,21 @@ run_worker_kill worker-kill 10
 run_worker_kill worker-kill-norecovery 0
 run_server_kill server-kill
 
-delta() { awk -v a="$1" -v b="${ACC[baseline]}" 'BEGIN { printf "%+.4f", a - b }'; }
-noise=$(awk -v a="${ACC[baseline-2]}" -v b="${ACC[baseline]}" 'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.4f", d }')
+delta() { awk -v a="$1" -v b="${SACC[baseline]}" 'BEGIN { printf "%+.4f", a - b }'; }
+noise=$(awk -v a="${SACC[baseline-2]}" -v b="${SACC[baseline]}" 'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.4f", d }')
 table=$(
-  printf '| run | test accuracy | delta | train loss | what happened |\n|---|---|---|---|---|\n'
+  printf "| run | server acc | delta | workers' acc | train loss | what happened |\n|---|---|---|---|---|---|\n"
   for n in baseline baseline-2 worker-kill worker-kill-norecovery server-kill; do
-    printf '| %s | %s | %s | %s | %s |\n' "$n" "${ACC[$n]}" "$(delta "${ACC[$n]}")" "${LOSS[$n]}" "${NOTE[$n]}"
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$n" "${SACC[$n]}" "$(delta "${SACC[$n]}")" "${ACC[$n]}" "${LOSS[$n]}" "${NOTE[$n]}"
   done
 )
 echo
 echo "$table"
 echo
 echo "recovery timeline (worker_timeout_s 10, replay_decay 0.5): kill -> declared dead ${REC_DETECT:-?} s;"
-echo "  declared dead -> orphan handed ${REC_HANDOVER:-?} s; declared dead -> fully re-injected ${REC_REINJECT:-?} s"
+echo "  declared dead -> orphan handed ${REC_HANDOVER:-?} s; declared dead -> re-injected ${REC_REINJECT:-?} s"
+echo "  residual mass of the dead worker: held |.|_1 ${REC_HELD_L1:-?}, handed over ${REC_HANDED_L1:-?} (snapshots every 10 steps);"
+echo "  without snapshots: held ${NOREC_HELD_L1:-?}, all lost"
 echo "  (death to re-injection: ${REC_REINJECT:-?} s, target 10 s; kill to re-injection $(awk -v a="${REC_DETECT:-0}" -v b="${REC_REINJECT:-0}" 'BEGIN { printf "%.2f", a + b }') s)"
 echo "noise floor (|baseline-2 - baseline|): $noise"
 
@@ -259,8 +276,10 @@ if [ "$append" = 1 ]; then
     echo
     echo "\`scripts/experiment-recovery.sh\`, $(date -u +%Y-%m-%d) on $(nproc) cores: $workers MLP workers on $data_name,"
     echo "$epochs epochs, async, \`--delay-fraction 0.5\`, every other setting at its default"
-    echo "(\`worker_timeout_s\` 10, \`replay_decay\` 0.5). Accuracy is the mean over the workers that"
-    echo "finished; the delta is against \`baseline\`. Two identical uninterrupted async runs differ by"
+    echo "(\`worker_timeout_s\` 10, \`replay_decay\` 0.5). Server acc is the test accuracy of the model"
+    echo "the server keeps at the end (pulled after every worker is done); workers' acc is the mean of"
+    echo "what the finished workers saw after their last step. The delta is the server's against"
+    echo "\`baseline\`. Two identical uninterrupted async runs differ by"
     echo "$noise, which is the noise floor of every delta. A killed worker is not restarted, so its"
     echo "delta also contains the steps it never computed."
     echo
@@ -269,9 +288,11 @@ if [ "$append" = 1 ]; then
     echo "Recovery of a dead worker's residual (\`worker-kill\`, snapshots every 10 steps): the death"
     echo "was declared ${REC_DETECT:-?} s after the kill (\`worker_timeout_s\` 10 plus up to 0.2 s"
     echo "of the server's check), the orphan (${REC_HELD:-?} values in ${REC_TENSORS:-?} tensor(s)) was"
-    echo "handed to a survivor ${REC_HANDOVER:-?} s after the death was declared, and it was fully"
+    echo "handed to a survivor ${REC_HANDOVER:-?} s after the death was declared, and it was"
     echo "re-injected (8 installments, reported on the next push) **${REC_REINJECT:-?} s after the death was"
-    echo "declared** (target: 10 s). Server crash (\`server-kill\`): the workers were all back"
+    echo "declared** (target: 10 s). What was handed over is what the last snapshot held and nothing"
+    echo "pushed since: residual mass |.|_1 ${REC_HANDED_L1:-?} of the ${REC_HELD_L1:-?} the worker last"
+    echo "reported holding; without snapshots all ${NOREC_HELD_L1:-?} was lost. Server crash (\`server-kill\`): the workers were all back"
     echo "${SRV_RECONNECT:-?} s after the restart and the newest checkpoint was ${SRV_LOST:-?} updates of"
     echo "\`mlp.W1\` behind the crashed server (\`checkpoint_interval_s\` $ckpt_interval)."
   )

@@ -29,9 +29,11 @@
 #                    parameters) with a compensation too small to matter
 #                    (identity, lambda 1e-20)
 #
-# Columns: test accuracy (mean over the workers' final evaluations, each on
-# the 10k test set with the parameters pulled after its last step; range in
-# brackets), train loss (mean of the workers' loss over their shard), mean
+# Columns: server acc (test accuracy on the 10k test set of the model the
+# server keeps at the end, pulled by an observer after every worker left:
+# gddr-train --evaluate), workers' test accuracy (mean over the workers'
+# own final evaluations with the parameters each pulled after its last
+# step; range in brackets), train loss (mean of the workers' loss over their shard), mean
 # and max staleness tau as gddr-ps measured it (version at apply minus the
 # push's base_version: for DC rows that is the staleness *after*
 # compensation), train wall time (slowest worker's training loop), and
@@ -52,6 +54,8 @@
 #   --keep DIR         keep every log under DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 BIN=${GDDR_BIN:-build/bin}
 DATA=${GDDR_DATA:-/usr/share/datasets/fashion-mnist}
 
@@ -98,15 +102,6 @@ warmup=$(( workers * steps / 2 ))
 tmp=$(mktemp -d /tmp/gddr-staleness.XXXXXX)
 server_pid=
 worker_pids=()
-stop_server() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$server_pid" 2>/dev/null || true
-  fi
-  [ -n "$server_pid" ] && { wait "$server_pid" 2>/dev/null || true; }
-  server_pid=
-}
 cleanup() {
   local p
   for p in "${worker_pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
@@ -152,6 +147,8 @@ run_row() {
   done
   worker_pids=()
   "$BIN/gddr-ctl" -s "$ep" metrics > "$dir/metrics" 2> "$dir/ctl.err" || true
+  local sacc
+  sacc=$(field test_accuracy "$(server_eval "$ep" mlp "${datargs[@]}" --hidden 128)")
   stop_server
   if [ "$failed" = 1 ]; then
     echo "experiment-staleness: a worker of row '$label' failed:" >&2
@@ -166,7 +163,7 @@ run_row() {
   bout=$(metric gddr_bytes_sent_total "$dir/metrics")
   [ -n "$scnt" ] || { echo "experiment-staleness: no metrics from gddr-ps for '$label':" >&2; cat "$dir/ctl.err" >&2; exit 1; }
   { grep -h '^RESULT' "$dir"/worker*.log || true; } | awk -v label="$label" -v key="$key" -v div="$diverged" \
-      -v ssum="$ssum" -v scnt="$scnt" -v smax="$smax" -v bytes="$((bin + bout))" '
+      -v ssum="$ssum" -v scnt="$scnt" -v smax="$smax" -v bytes="$((bin + bout))" -v sacc="$sacc" '
     { for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
       n++; acc += f["test_accuracy"]; loss += f["train_loss"]
       if (n == 1 || f["test_accuracy"] < amin) amin = f["test_accuracy"]
@@ -175,11 +172,11 @@ run_row() {
     END {
       st = scnt > 0 ? ssum / scnt : 0
       if (div || n == 0)
-        printf "%s\t%s\tdiverged (NaN/Inf pushes refused; %d of its workers finished)\t-\t%.2f\t%d\t%.1f\t%.1f\n",
+        printf "%s\t%s\tdiverged\tdiverged (NaN/Inf pushes refused; %d of its workers finished)\t-\t%.2f\t%d\t%.1f\t%.1f\n",
                key, label, n, st, smax, wall, bytes / 1e6
       else
-        printf "%s\t%s\t%.4f [%.4f-%.4f]\t%.4f\t%.2f\t%d\t%.1f\t%.1f\n",
-               key, label, acc / n, amin, amax, loss / n, st, smax, wall, bytes / 1e6
+        printf "%s\t%s\t%s\t%.4f [%.4f-%.4f]\t%.4f\t%.2f\t%d\t%.1f\t%.1f\n",
+               key, label, sacc, acc / n, amin, amax, loss / n, st, smax, wall, bytes / 1e6
     }' >> "$tmp/table"
   tail -n 1 "$tmp/table" | cut -f 2- | tr '\t' '|' | sed "s/^/    -> /; s/\$/  ($((SECONDS - t0)) s)/" >&2
 }
@@ -200,7 +197,7 @@ has_row ssp      && run_row ssp      "ssp s=2"                "mode=ssp stalenes
 has_row hybrid   && run_row hybrid   "hybrid (async->sync)"   "mode=sync async_warmup_steps=$warmup"
 if has_row lrctl; then
   # The constant lr AdaDelay averaged to, from the async row's mean tau.
-  tau=$(awk -F'\t' '$1 == "async" { print $5 }' "$tmp/table")
+  tau=$(awk -F'\t' '$1 == "async" { print $6 }' "$tmp/table")
   ctl_lr=$(awk -v lr="$lr" -v t="${tau:-0}" 'BEGIN { printf "%.4g", lr / (1 + 0.5 * t) }')
   lr_saved=$lr
   lr=$ctl_lr
@@ -212,6 +209,6 @@ has_row dc0      && run_row dc0      "control: DC order, lam~0" "mode=async" --d
 echo
 echo "Command: \`$cmdline\` ($(( $(date +%s) - t_start )) s on $(nproc) cores)"
 echo
-echo "| run | test accuracy [min-max] | train loss | mean tau | max tau | train wall s | MB moved |"
-echo "|---|---|---|---|---|---|---|"
-cut -f 2- "$tmp/table" | awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7 }'
+echo "| run | server acc | workers' test accuracy [min-max] | train loss | mean tau | max tau | train wall s | MB moved |"
+echo "|---|---|---|---|---|---|---|---|"
+cut -f 2- "$tmp/table" | awk -F'\t' '{ printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", $1, $2, $3, $4, $5, $6, $7, $8 }'

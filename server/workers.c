@@ -147,6 +147,8 @@ int ps_worker_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, uint
         w->session = session;
         if (w->state == PS_W_DEAD || w->state == PS_W_LEFT)
             ps->rejoins++;
+    } else if (w->state == PS_W_LIVE && w->restored) {
+        gddr_log(GDDR_LOG_INFO, "worker %u reconnected after the server restart", rank);
     } else if (w->state == PS_W_LIVE) {
         gddr_log(GDDR_LOG_DEBUG, "worker %u said hello again (reconnect)", rank);
     } else {

@@ -25,7 +25,7 @@
 typedef struct args {
     const char *config, *server, *workload, *data;
     int rank, world, synthetic, epochs, steps, batch, hidden, stale, quiet, verbose, timeout_ms;
-    int pipeline;
+    int pipeline, evaluate;
     double progress, clip_norm, dc_lambda, delay_fraction;
     int dc_mode, dc_adaptive, residual_ckpt;
     unsigned long long seed;
@@ -68,7 +68,10 @@ static void usage(FILE *f)
             "  --timeout-ms MS        bound on every wait\n"
             "  --progress SEC         seconds between progress lines (default 2; 0 = none)\n"
             "  --quiet                only the RESULT line\n"
-            "  --verbose              log the library's info lines (reconnects, orphans)\n");
+            "  --verbose              log the library's info lines (reconnects, orphans)\n"
+            "  --evaluate             train nothing: pull the server's current parameters as an\n"
+            "                         observer and evaluate them on the test set (the accuracy of\n"
+            "                         the model the server keeps; run it after the workers are done)\n");
 }
 
 static int parse_args(int argc, char **argv, args *a)
@@ -95,7 +98,7 @@ static int parse_args(int argc, char **argv, args *a)
         { "dc-mode", 1, 0, 'M' },         { "dc-adaptive", 0, 0, 'A' }, { "delay-fraction", 1, 0, 'a' },
         { "progress", 1, 0, 'p' },        { "quiet", 0, 0, 'q' },      { "timeout-ms", 1, 0, 'T' },
         { "residual-checkpoint-steps", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { "verbose", 0, 0, 'v' },
-        { "pipeline", 0, 0, 'P' },
+        { "pipeline", 0, 0, 'P' },        { "evaluate", 0, 0, 'E' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -127,6 +130,7 @@ static int parse_args(int argc, char **argv, args *a)
         case 'q': a->quiet = 1; break;
         case 'v': a->verbose = 1; break;
         case 'P': a->pipeline = 1; break;
+        case 'E': a->evaluate = 1; break;
         case 'T': a->timeout_ms = atoi(optarg); break;
         case 'R': a->residual_ckpt = atoi(optarg); break;
         case 'h': usage(stdout); exit(0);
@@ -179,6 +183,11 @@ static int open_client(const args *a, int *rank_store, gddr_client **c)
         o.delay_fraction = a->delay_fraction;
     if (a->residual_ckpt >= 0)
         o.residual_checkpoint_steps = a->residual_ckpt;
+    if (a->evaluate) {
+        o.observer = 1; /* reads the model, never counts as a worker */
+        o.rank = 0;
+        o.world_size = 1;
+    }
     o.log = log_cb;
     o.log_user = rank_store;
     o.log_level = a->quiet ? GDDR_LOG_ERROR : a->verbose ? GDDR_LOG_INFO : GDDR_LOG_WARN;
@@ -299,6 +308,26 @@ int main(int argc, char **argv)
         }
     }
 
+    if (a.evaluate) {
+        /* The server's parameters, as registered and pulled above. */
+        uint64_t version = 0;
+        gddr_tensor_version(c, 0, &version);
+        if (quad) {
+            printf("RESULT server_model=1 w=%.6f loss=%.6g version=%llu\n", (double)qw,
+                   gddr_quadratic_loss(qw), (unsigned long long)version);
+        } else {
+            double test_loss = 0;
+            double acc = gddr_model_evaluate(m, &test, &test_loss);
+            printf("RESULT server_model=1 test_accuracy=%.4f test_loss=%.4f version=%llu\n", acc,
+                   test_loss, (unsigned long long)version);
+        }
+        gddr_model_free(&m);
+        gddr_client_close(&c);
+        gddr_dataset_free(&shard);
+        gddr_dataset_free(&train);
+        gddr_dataset_free(&test);
+        return 0;
+    }
     long steps = a.steps > 0 ? a.steps
                  : quad      ? 200
                              : (long)a.epochs * ((shard.n + a.batch - 1) / a.batch);
