@@ -191,16 +191,18 @@ void gddr_ps_monitor_poll(gddr_ps *ps)
             memcpy(&event, zmq_msg_data(&ev), 2);
             memcpy(&value, (char *)zmq_msg_data(&ev) + 2, 4);
         }
-        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+            /* A peer that went away mid-handshake (EPIPE, ECONNRESET): a
+             * client closing early, not an attack or a misconfiguration. */
+            gddr_log(GDDR_LOG_DEBUG, "a connection closed during the handshake (errno %u)", value);
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
             ps->handshake_failed++;
             const char *why = "";
             if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
                 why = ps->zap ? " (a client without CURVE?)" : " (a client with CURVE?)";
             else if (value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
                 why = " (a client with the wrong server key?)";
-            ps_log_refusal(ps, "a connection failed the handshake: %s 0x%x%s",
-                           event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "protocol error" : "error",
-                           value, why);
+            ps_log_refusal(ps, "a connection failed the handshake: protocol error 0x%x%s", value, why);
         }
         zmq_msg_close(&addr);
         zmq_msg_close(&ev);

@@ -419,6 +419,8 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
             return GDDR_EIO;
         }
     }
+    for (size_t i = 0; i < ps->ntensors; i++)
+        ps_tensor_mode(ps, ps->tensors[i]); /* hybrid: ends the warm-up if it was over */
     restore_flushes(ps, &c);
     size_t nw = restore_workers(ps, gddr__ckpt_find(&c, "workers"), (int)format);
     gddr_ps_orphan_restore(ps, &c, (int)format);

@@ -149,6 +149,7 @@ typedef struct gddr_ps {
     ps_tensor **tensors;
     size_t ntensors;
 
+    int warmup_over;      /* hybrid: the async warm-up has ended (for every tensor) */
     ps_worker *workers;   /* cfg.max_workers entries */
     int announced_world;  /* largest world_size in an accepted hello */
 
@@ -206,7 +207,8 @@ void gddr_ps_close(gddr_ps **ps);
 /* Allocates and registers an empty tensor (used by init and restore). */
 ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n);
 ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id);
-/* The mode a tensor is in now (hybrid: async during the warm-up). */
+/* The mode in force now (hybrid: async during the warm-up); t, when given,
+ * may end the warm-up (its version reached async_warmup_steps). */
 int ps_tensor_mode(gddr_ps *ps, const ps_tensor *t);
 void ps_send_reply(gddr_ps *ps, zmq_msg_t *ident, Gddr__Reply *r, const gddr__raw *raws, int nraw);
 void ps_reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id, const ps_tensor *t);

@@ -159,12 +159,23 @@ ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
     return t;
 }
 
-/* Hybrid: a sync server runs async until the tensor reaches the warm-up. */
+/* Hybrid: a sync server runs async until the warm-up is over, and then
+ * every tensor is sync at once. (Switching each tensor at its own version
+ * deadlocked: pushes of different workers interleave, so a worker could
+ * push one tensor as the last async update and the next as the first sync
+ * one, while another worker did the opposite, and each step then waited
+ * for a push the other would only send after its own step completed.) */
 int ps_tensor_mode(gddr_ps *ps, const ps_tensor *t)
 {
-    if (ps->cfg.mode == GDDR_PS_MODE_SYNC && t->version < (uint64_t)ps->cfg.async_warmup_steps)
-        return GDDR_PS_MODE_ASYNC;
-    return ps->cfg.mode;
+    if (ps->cfg.mode != GDDR_PS_MODE_SYNC || ps->cfg.async_warmup_steps <= 0 || ps->warmup_over)
+        return ps->cfg.mode;
+    if (t && t->version >= (uint64_t)ps->cfg.async_warmup_steps) {
+        ps->warmup_over = 1;
+        gddr_log(GDDR_LOG_INFO, "async warm-up over: tensor '%s' reached version %llu, sync from now on",
+                 t->key, (unsigned long long)t->version);
+        return GDDR_PS_MODE_SYNC;
+    }
+    return GDDR_PS_MODE_ASYNC;
 }
 
 /* One read of the payload gives its L2 norm, and with it whether every
@@ -275,12 +286,7 @@ static void send_hello_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id)
     Gddr__Reply r;
     Gddr__HelloReply hr = GDDR__HELLO_REPLY__INIT;
     ps_reply_init(ps, &r, req_id, NULL);
-    hr.mode = (Gddr__Mode)ps->cfg.mode;
-    if (ps->cfg.mode == GDDR_PS_MODE_SYNC && ps->cfg.async_warmup_steps > 0) {
-        /* Hybrid: the phase of the first tensor (all advance together). */
-        if (ps->ntensors == 0 || ps->tensors[0]->version < (uint64_t)ps->cfg.async_warmup_steps)
-            hr.mode = GDDR__MODE__MODE_ASYNC;
-    }
+    hr.mode = (Gddr__Mode)ps_tensor_mode(ps, NULL); /* hybrid: the phase now */
     hr.chunk = (uint32_t)ps->cfg.chunk;
     hr.workers = (uint32_t)gddr_ps_expected_workers(ps);
     hr.tau = (uint32_t)ps->cfg.tau_init;
@@ -560,7 +566,7 @@ static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
         out.applied = 1;
     }
     out.version = t->version;
-    out.mode = (uint8_t)ps_tensor_mode(ps, t);
+    out.mode = (uint8_t)ps_tensor_mode(ps, t); /* may end the warm-up */
     out.set = 1;
     *wt = out;
     ps->pushes++;
