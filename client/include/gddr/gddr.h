@@ -75,7 +75,8 @@ typedef struct gddr_client_opts {
     int rank;               /* worker rank; -1: GDDR_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, RANK, else 0 */
     int world_size;         /* number of workers; 0: GDDR_WORLD_SIZE, SLURM_NTASKS, OMPI_COMM_WORLD_SIZE, WORLD_SIZE, else 1 */
     int timeout_ms;         /* bound on every wait for a reply */
-    int reconnect_timeout_ms; /* how long to keep retrying a lost server before failing */
+    int reconnect_timeout_ms; /* how long any call keeps retrying a server that is down,
+                                 restarting or not up yet before failing */
     double clip_norm;       /* global-norm gradient clipping; 0 = off */
     double dc_lambda;       /* DC-ASGD lambda (lambda0 when adaptive); 0 = off */
     int dc_mode;            /* gddr_dc_mode */
@@ -106,8 +107,18 @@ typedef struct gddr_client gddr_client;
 /* A handle for a request in flight; pass to gddr_wait(). */
 typedef uint64_t gddr_ticket;
 
-/* Opens a client and says hello to the server (bounded by timeout_ms).
- * On success *out owns a new client, released by gddr_client_close(). */
+/* Opens a client and says hello to the server. A server that does not
+ * answer yet (a cluster starting in any order), or that still holds this
+ * rank for a previous process not yet declared dead, is waited for, up to
+ * reconnect_timeout_ms. The rank must be below world_size (observers
+ * excepted). On success *out owns a new client, released by
+ * gddr_client_close().
+ *
+ * Every blocking call (register, pull, push, step) rides out a server
+ * restart or pause the same way: it reconnects, registers again and
+ * repeats itself within reconnect_timeout_ms. A push repeated so is taken
+ * by the server exactly once (it carries the same step; the server answers
+ * a resend with the first outcome). */
 int gddr_client_open(const gddr_client_opts *opts, gddr_client **out);
 
 /* Like gddr_client_open() with options read from the [client] section of an
@@ -157,13 +168,18 @@ typedef struct gddr_push_tags {
 
 /* Blocking push of a dense gradient of n floats, tagged with the version of
  * the last pull of this tensor, this client's step counter and the gradient
- * norm. *version (may be NULL) receives the version after the server took it. */
+ * norm. *version (may be NULL) receives the version after the server took it.
+ * Every push of a tensor carries a larger step than the one before (a second
+ * push of a tensor in the same step takes the next step number): the server
+ * takes each (rank, tensor, step) once. */
 int gddr_push(gddr_client *c, int id, const float *grad, uint64_t *version);
 int gddr_push_ex(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
                  uint64_t *version);
 
 /* Non-blocking forms: the request is sent and *ticket identifies it; `out`
- * must stay valid until gddr_wait() returns for that ticket. */
+ * must stay valid until gddr_wait() returns for that ticket. These do not
+ * reconnect: a GDDR_ETIMEDOUT from gddr_wait() leaves it to the caller (a
+ * push sent again with gddr_push_async is a new push, with a new step). */
 int gddr_pull_async(gddr_client *c, int id, float *out, uint64_t min_version,
                     gddr_ticket *ticket);
 int gddr_push_async(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
