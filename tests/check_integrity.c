@@ -158,6 +158,15 @@ static void expect_error(raw_conn *r, uint64_t req_id, int code, const char *wha
     gddr__reply__free_unpacked(rep, NULL);
 }
 
+/* A scratch directory with a checkpoint directory in it, and the --set
+ * that points gddr-ps there. */
+static void scratch_ckpt(char *dir, size_t dlen, char *ck, size_t clen, char *set, size_t slen)
+{
+    gt_mk_tmpdir(dir, dlen);
+    snprintf(ck, clen, "%s/ck", dir);
+    snprintf(set, slen, "checkpoint_dir=%s", ck);
+}
+
 /* The line count of text that contain needle. */
 static int count_lines_with(const char *text, const char *needle)
 {
@@ -392,12 +401,9 @@ END_TEST
  * applied again, as it must be. */
 START_TEST(test_exactly_once_across_restart)
 {
-    char dir[64], ck[96], log[128];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ck", dir);
+    char dir[64], ck[96], log[128], ckset[128];
+    scratch_ckpt(dir, sizeof dir, ck, sizeof ck, ckset, sizeof ckset);
     snprintf(log, sizeof log, "%s/ps.log", dir);
-    char ckset[128];
-    snprintf(ckset, sizeof ckset, "checkpoint_dir=%s", ck);
     const char *sets[] = { ckset, "checkpoint_interval_s=0", "lr=1", NULL };
     gt_server s;
     gt_start_logged(&s, log, sets);
@@ -772,9 +778,7 @@ END_TEST
 START_TEST(test_checkpoint_requests_coalesce)
 {
     char dir[64], ck[96], set[128];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ck", dir);
-    snprintf(set, sizeof set, "checkpoint_dir=%s", ck);
+    scratch_ckpt(dir, sizeof dir, ck, sizeof ck, set, sizeof set);
     gt_server s;
     START_SERVER(s, set, "checkpoint_interval_s=0", "checkpoint_keep=1000");
     gddr_client *c = open_worker(s.endpoint, 0, 1, 0);
@@ -1135,10 +1139,8 @@ END_TEST
 START_TEST(test_damaged_checkpoints_refuse_start)
 {
     char dir[64], ck[96], set[128], log[128], f1[160], f2[160];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(ck, sizeof ck, "%s/ck", dir);
+    scratch_ckpt(dir, sizeof dir, ck, sizeof ck, set, sizeof set);
     snprintf(log, sizeof log, "%s/ps.log", dir);
-    snprintf(set, sizeof set, "checkpoint_dir=%s", ck);
     ck_assert_int_eq(mkdir(ck, 0755), 0);
     snprintf(f1, sizeof f1, "%s/ckpt-%020d.gddr", ck, 1);
     snprintf(f2, sizeof f2, "%s/ckpt-%020d.gddr", ck, 2);

@@ -236,6 +236,18 @@ static void history_free(history *h)
     free(h->ver);
 }
 
+/* Closes the client (flush and bye) and frees the rest; returns 0. */
+static int finish(gddr_model **m, gddr_client **c, gddr_dataset *shard, gddr_dataset *train,
+                  gddr_dataset *test)
+{
+    gddr_model_free(m);
+    gddr_client_close(c);
+    gddr_dataset_free(shard);
+    gddr_dataset_free(train);
+    gddr_dataset_free(test);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     args a;
@@ -321,12 +333,7 @@ int main(int argc, char **argv)
             printf("RESULT server_model=1 test_accuracy=%.4f test_loss=%.4f version=%llu\n", acc,
                    test_loss, (unsigned long long)version);
         }
-        gddr_model_free(&m);
-        gddr_client_close(&c);
-        gddr_dataset_free(&shard);
-        gddr_dataset_free(&train);
-        gddr_dataset_free(&test);
-        return 0;
+        return finish(&m, &c, &shard, &train, &test);
     }
     long steps = a.steps > 0 ? a.steps
                  : quad      ? 200
@@ -479,10 +486,5 @@ int main(int argc, char **argv)
     fflush(stdout);
     history_free(&h);
     free(order);
-    gddr_model_free(&m);
-    gddr_client_close(&c);
-    gddr_dataset_free(&shard);
-    gddr_dataset_free(&train);
-    gddr_dataset_free(&test);
-    return 0;
+    return finish(&m, &c, &shard, &train, &test);
 }
