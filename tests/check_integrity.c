@@ -34,7 +34,9 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -1299,6 +1301,48 @@ START_TEST(test_lost_residual_reported)
 }
 END_TEST
 
+/* A wall clock that stepped: while realtime_shift_s is set, CLOCK_REALTIME
+ * reads that many seconds off in this process (every suite of gddr-tests
+ * shares the definition; only the test below sets the shift, in its own
+ * forked process). Other clocks are untouched. */
+static volatile long realtime_shift_s;
+
+int clock_gettime(clockid_t id, struct timespec *ts)
+{
+    long r = syscall(SYS_clock_gettime, id, ts);
+    if (r == 0 && id == CLOCK_REALTIME && realtime_shift_s)
+        ts->tv_sec += realtime_shift_s;
+    return (int)r;
+}
+
+/* The heartbeat thread waits on the monotonic clock: when the wall clock
+ * jumps (an NTP step), an idle worker still says it is alive and is not
+ * declared dead. (Waiting until a CLOCK_REALTIME deadline computed before
+ * the clock went back stalled heartbeats for the size of the step.) */
+START_TEST(test_heartbeat_survives_clock_step)
+{
+    gt_server s;
+    START_SERVER(s, "worker_timeout_s=1");
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.heartbeat_ms = 100;
+    o.timeout_ms = 30000;
+    gddr_client *c = open_opts(o, s.endpoint, 0, 1);
+    gddr_client *obs = open_observer(s.endpoint);
+    ck_assert_int_eq(get_stats(obs).live_workers, 1);
+    realtime_shift_s = 3600; /* the heartbeat's next deadline is an hour away in real time */
+    gt_sleep_ms(3000);       /* idle: only heartbeats keep it alive (worker_timeout_s 1) */
+    gddr_server_stats st = get_stats(obs);
+    double deaths = gt_server_metric(obs, "gddr_worker_deaths_total");
+    realtime_shift_s = 0;
+    ck_assert_msg(st.live_workers == 1 && deaths == 0,
+                  "an idle worker was declared dead after the wall clock moved (live %d, deaths %g)",
+                  st.live_workers, deaths);
+    gddr_client_close(&obs);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
 /* ---- the proto file and gddr.h agree on the error codes ------------------------- */
 
 /* "GDDR_EINVAL" and proto's "E_INVAL" (and "GDDR_OK", "E_OK") name one code. */
@@ -1354,6 +1398,7 @@ Suite *suite_integrity(void)
     ADD("sync_step_wait_bounded", test_sync_step_wait_bounded);
     ADD("log_lines_not_forgeable", test_log_lines_not_forgeable);
     ADD("lost_residual_reported", test_lost_residual_reported);
+    ADD("heartbeat_survives_clock_step", test_heartbeat_survives_clock_step);
 #undef ADD
     return s;
 }
