@@ -253,8 +253,10 @@ def test_pull_waits_for_a_version(pb, server, connect):
     r = a.recv()
     assert r.header.req_id == first and r.kind == "pull", r
     assert r.body.version == 1 and r.frames[0] == f32([w - 1.0 for w in W6])
-    # Nobody pushes again: a pull of version 2 runs out of its wait_ms.
+    # Nobody pushes again: a pull of version 2 runs out of its wait_ms; with
+    # wait_ms 0 it does not wait at all.
     expect_error(pb, a.call(pb.Pull(id=tid, min_version=2, wait_ms=100)), pb.E_TIMEDOUT)
+    expect_error(pb, a.call(pb.Pull(id=tid, min_version=2)), pb.E_TIMEDOUT)
 
 
 # ---- pushes --------------------------------------------------------------------------
@@ -543,6 +545,18 @@ def test_worked_example(pb, server, connect):
     (lr left at its default 0.1, chunk 4)."""
     srv = server(chunk=4)
     c = connect(srv, rank=0, session=0x1D2C3B4A59687706)
+
+    def header(req_id, **body):
+        rq = pb.Request(protocol=1, req_id=req_id, session=c.session, **body)
+        return rq.SerializeToString().hex()
+
+    # The request headers docs/protocol.md shows byte by byte.
+    s = "0801100%d2886eea1cba5e98e961d"
+    assert header(1, hello=pb.Hello(world_size=1, client="doc-example/1")) == \
+        s % 1 + "521110011a0d646f632d6578616d706c652f31"
+    assert header(4, push=pb.Push(step=1, grad_norm=3.0, payload_bytes=24)) == \
+        s % 4 + "6a0920012d000040403818"
+    assert header(8, bye=pb.Bye()) == s % 8 + "8a0100"
 
     r = c.call(pb.Hello(world_size=1, client="doc-example/1"))
     assert r.kind == "hello" and r.body.chunk == 4 and r.body.workers == 1
