@@ -22,6 +22,10 @@ pkgs=(
     zlib1g-dev            # gzip-compressed IDX files
     dataset-fashion-mnist # the demo's data set
     python3               # helper scripts
+    python3-pytest        # runs the protocol test (tests/protocol)
+    python3-zmq           # the protocol test's own ZeroMQ socket
+    python3-protobuf      # the protocol test decodes and encodes gddr.proto
+    protobuf-compiler     # protoc --python_out, run by the protocol test
 )
 
 # The checkpoint code computes CRC32C itself (SSE4.2 or a table), so

@@ -1,15 +1,35 @@
 #!/usr/bin/env bash
-# Runs the Check suite (build/bin/gddr-tests) from the repository root and
-# reports how long it took. Usage: scripts/run-checks.sh [suite...]
+# Runs the checks from the repository root: the install check, the protocol
+# test (tests/protocol: the wire spoken from Python without libgddr-client)
+# and the Check suite (build/bin/gddr-tests).
+#
+# Usage: scripts/run-checks.sh [suite...]
+#   no suite     everything
+#   protocol     the protocol test (may be named with Check suites)
+#   other names  those Check suites only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export GDDR_BIN="${GDDR_BIN:-build/bin}"
 # Each test case has its own timeout; this is the bound on the whole run.
 export CK_DEFAULT_TIMEOUT="${CK_DEFAULT_TIMEOUT:-60}"
 status=0
-# The install check first, so that Check's summary line closes the output.
+protocol=0
+suites=()
+for s in "$@"; do
+  if [ "$s" = protocol ]; then protocol=1; else suites+=("$s"); fi
+done
+# The install check and the protocol test first, so that Check's summary
+# line closes the output.
 if [ $# -eq 0 ]; then
   scripts/test-install.sh || status=$?
+  protocol=1
 fi
-timeout 1200 "$GDDR_BIN/gddr-tests" "$@" || status=$?
+if [ "$protocol" -eq 1 ]; then
+  # Debian's python3 explicitly: it has python3-zmq, python3-protobuf and
+  # python3-pytest (a python3 earlier in PATH may be another build).
+  timeout 600 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/protocol || status=$?
+fi
+if [ $# -eq 0 ] || [ "${#suites[@]}" -gt 0 ]; then
+  timeout 1200 "$GDDR_BIN/gddr-tests" ${suites[@]+"${suites[@]}"} || status=$?
+fi
 exit "$status"

@@ -1,0 +1,597 @@
+"""The GDDR wire, spoken by hand: a client written from proto/gddr.proto and
+docs/protocol.md alone (no libgddr-client), against a real gddr-ps.
+
+Every test starts its own server (conftest.py) and checks what the server
+computes, bit for bit where values are involved. The learning rates and
+gradients are chosen so that lr * g is exact in float32: the expected
+values then do not depend on how the server's compiler rounds.
+
+    /usr/bin/python3 -m pytest -q tests/protocol
+"""
+
+import math
+import struct
+
+import pytest
+
+from conftest import WAIT_S, f32, r32, sgd, unf32
+
+
+# ---- helpers ------------------------------------------------------------------
+
+
+def hello(pb, c, world=1, **header):
+    return c.call(pb.Hello(world_size=world, client="test_wire.py"), **header)
+
+
+def worker(pb, connect, srv, rank=0, world=1):
+    """A connection that said hello as `rank` of `world` and was accepted."""
+    c = connect(srv, rank=rank)
+    r = hello(pb, c, world)
+    assert r.kind == "hello", r
+    return c
+
+
+def register(pb, c, key, values):
+    return c.call(pb.InitTensor(key=key, n=len(values), payload_bytes=4 * len(values)),
+                  [f32(values)])
+
+
+def pull(pb, c, tid, min_version=0, wait_ms=WAIT_S * 1000, step=0):
+    r = c.call(pb.Pull(id=tid, min_version=min_version, wait_ms=int(wait_ms), step=step))
+    assert r.kind == "pull", r
+    assert len(r.frames) == 1
+    assert r.body.payload_bytes == len(r.frames[0])
+    return r.body.version, r.frames[0]
+
+
+def push(pb, c, tid, values, step, version=0, bitmap=b"", **fields):
+    norm = math.sqrt(sum(v * v for v in values if math.isfinite(v)))
+    p = pb.Push(id=tid, birth_version=version, base_version=version, step=step,
+                grad_norm=norm, bitmap=bitmap, payload_bytes=4 * len(values))
+    for k, v in fields.items():
+        setattr(p, k, v)
+    return c.call(p, [f32(values)])
+
+
+def expect_error(pb, r, code, retry=False):
+    assert r.kind == "error", "expected %s, got %r" % (pb.ErrorCode.Name(code), r)
+    assert r.body.code == code, "expected %s, got %s (%s)" % (
+        pb.ErrorCode.Name(code), pb.ErrorCode.Name(r.body.code), r.body.message)
+    assert r.body.message, "an error says why"
+    assert r.frames == []
+    if retry:
+        assert r.body.retry_ms > 0, r
+    else:
+        assert r.body.retry_ms == 0, r
+
+
+def stats(pb, c, prometheus=False):
+    r = c.call(pb.StatsRequest(prometheus=prometheus))
+    assert r.kind == "stats", r
+    return r.body
+
+
+W6 = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+
+
+# ---- hello, sessions, ranks ------------------------------------------------------
+
+
+def test_hello_accepted(pb, server, connect):
+    srv = server(chunk=4, tau_init=3)
+    c = connect(srv, rank=1)
+    r = hello(pb, c, world=3)
+    assert r.kind == "hello", r
+    h = r.header
+    assert h.protocol == pb.PROTOCOL_VERSION
+    assert h.req_id == 1
+    assert h.epoch != 0
+    assert h.tau == 3
+    assert r.body.mode == pb.MODE_ASYNC
+    assert r.body.chunk == 4
+    assert r.body.workers == 3  # workers = 0 in the config: the announced world_size
+    assert r.body.tau == 3
+    assert r.body.max_message_bytes == 1 << 30
+    assert r.frames == []
+    # The same session says hello again (a reconnect): accepted.
+    assert hello(pb, c, world=3).kind == "hello"
+
+
+def test_hello_refused(pb, server, connect):
+    srv = server(chunk=4, workers=2)
+    c = connect(srv, rank=2)
+    expect_error(pb, hello(pb, c, world=2), pb.E_WORKER)    # rank not below world_size
+    expect_error(pb, hello(pb, c, world=4), pb.E_WORKER)    # not below the server's workers = 2
+    expect_error(pb, hello(pb, c, world=0), pb.E_WORKER)    # world_size 0
+    expect_error(pb, hello(pb, c, world=1, rank=5000), pb.E_WORKER)  # not below max_workers
+    # A refused hello makes no worker: this connection still may not register.
+    expect_error(pb, register(pb, c, "w", W6), pb.E_WORKER)
+    assert stats(pb, c).live_workers <= 2
+
+
+def test_rank_held_by_another_session(pb, server, connect):
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv, rank=0, world=2)
+    tid = register(pb, a, "w", W6).body.id
+    b = connect(srv, rank=0)  # another process claims rank 0
+    r = hello(pb, b, world=2)
+    expect_error(pb, r, pb.E_WORKER, retry=True)
+    # The stranger can neither push for the rank nor say bye for it.
+    expect_error(pb, push(pb, b, tid, [1.0] * 6, step=1), pb.E_WORKER)
+    expect_error(pb, b.call(pb.Bye()), pb.E_WORKER)
+    # The holder is undisturbed.
+    r = push(pb, a, tid, [1.0] * 6, step=1)
+    assert r.kind == "push" and r.body.version == 1
+    # Once the holder says bye, the rank is free.
+    assert a.call(pb.Bye()).body.text == "bye"
+    assert hello(pb, b, world=2).kind == "hello"
+    assert push(pb, b, tid, [1.0] * 6, step=1, version=1).body.version == 2
+
+
+def test_same_session_on_a_new_socket(pb, server, connect):
+    """A reconnect: the same session on a new socket keeps the rank and its
+    exactly-once history, so a resend there is still a duplicate."""
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    assert push(pb, a, tid, [1.0] * 6, step=7).body.version == 1
+    b = connect(srv, rank=0, session=a.session)
+    assert hello(pb, b).kind == "hello"
+    r = push(pb, b, tid, [1.0] * 6, step=7)
+    assert r.body.duplicate and r.body.version == 1
+    assert push(pb, b, tid, [1.0] * 6, step=8, version=1).body.version == 2
+
+
+def test_push_without_hello(pb, server, connect):
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    s = connect(srv, rank=1)  # never said hello
+    expect_error(pb, push(pb, s, tid, [1.0] * 6, step=1), pb.E_WORKER)
+    expect_error(pb, register(pb, s, "v", W6), pb.E_WORKER)
+    expect_error(pb, s.call(pb.Heartbeat(step=1)), pb.E_WORKER)
+    # ... but anyone may pull and ask for stats.
+    v, vals = pull(pb, s, tid)
+    assert v == 0 and vals == f32(W6)
+    assert stats(pb, s).pushes == 0
+
+
+def test_heartbeat_and_bye(pb, server, connect):
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    r = a.call(pb.Heartbeat(step=3))
+    assert r.kind == "ack" and r.body.text == "alive"
+    r = a.call(pb.Bye())
+    assert r.kind == "ack" and r.body.text == "bye"
+    # After bye the connection is no worker any more.
+    expect_error(pb, push(pb, a, tid, [1.0] * 6, step=1), pb.E_WORKER)
+
+
+def test_observer(pb, server, connect):
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv)
+    register(pb, a, "w", W6)
+    o = connect(srv, observer=True)
+    assert hello(pb, o).kind == "hello"
+    # An observer may look a tensor up by key (its values are ignored) ...
+    r = register(pb, o, "w", [0.0] * 6)
+    assert r.kind == "init" and not r.body.created and r.body.id == 0
+    assert pull(pb, o, 0) == (0, f32(W6))
+    # ... but not create one, nor push.
+    expect_error(pb, register(pb, o, "new", W6), pb.E_NOKEY)
+    expect_error(pb, push(pb, o, 0, [1.0] * 6, step=1), pb.E_WORKER)
+    assert o.call(pb.Heartbeat()).body.text == "observer"
+
+
+# ---- registration and pulls --------------------------------------------------------
+
+
+def test_register_and_pull_bit_exact(pb, server, connect):
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv, rank=0, world=2)
+    # Values whose bits a lossy path would change: -0.0, a subnormal, the
+    # largest float, 0.1 (not a short binary fraction).
+    init = [-0.0, 1e-45, 3.4028234663852886e38, r32(0.1), -7.5, 1.0, 2.0]
+    r = register(pb, a, "layer0.weight", init)
+    assert r.kind == "init", r
+    assert r.body.created and r.body.id == 0 and r.body.version == 0 and r.body.n == 7
+    r2 = register(pb, a, "layer0.bias", [0.5, 0.25])
+    assert r2.body.created and r2.body.id == 1
+    v, vals = pull(pb, a, 0)
+    assert v == 0 and vals == f32(init)
+    # Another worker registering the same key gets the existing tensor; its
+    # own initial values are ignored.
+    b = worker(pb, connect, srv, rank=1, world=2)
+    r = register(pb, b, "layer0.weight", [9.0] * 7)
+    assert r.kind == "init" and not r.body.created and r.body.id == 0 and r.body.version == 0
+    assert pull(pb, b, 0)[1] == f32(init)
+    # The same key with another length is refused.
+    expect_error(pb, register(pb, b, "layer0.weight", [9.0] * 8), pb.E_LENGTH)
+    # A bad key, and initial values that are not finite.
+    expect_error(pb, register(pb, b, "has space", [1.0]), pb.E_INVAL)
+    expect_error(pb, register(pb, b, "nan", [float("nan")]), pb.E_NONFINITE)
+
+
+def test_register_length_mismatch(pb, server, connect):
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv)
+    r = a.call(pb.InitTensor(key="w", n=6, payload_bytes=24), [f32(W6[:5])])
+    expect_error(pb, r, pb.E_LENGTH)
+    r = a.call(pb.InitTensor(key="w", n=6, payload_bytes=20), [f32(W6)])
+    expect_error(pb, r, pb.E_LENGTH)
+    r = a.call(pb.InitTensor(key="w", n=6, payload_bytes=24))  # no value frame
+    expect_error(pb, r, pb.E_LENGTH)
+    assert register(pb, a, "w", W6).body.created
+
+
+def test_unknown_tensor(pb, server, connect):
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv)
+    register(pb, a, "w", W6)
+    expect_error(pb, a.call(pb.Pull(id=7, wait_ms=1000)), pb.E_NOKEY)
+    expect_error(pb, push(pb, a, 7, [1.0] * 6, step=1), pb.E_NOKEY)
+
+
+def test_pull_waits_for_a_version(pb, server, connect):
+    srv = server(chunk=4, lr=0.5, max_parked_pulls=1)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    # Far beyond what any step could reach: refused at once.
+    expect_error(pb, a.call(pb.Pull(id=tid, min_version=1000, wait_ms=1000)), pb.E_VERSION)
+    # The next version: parked; a second parked pull is over max_parked_pulls.
+    first = a.send(pb.Pull(id=tid, min_version=1, wait_ms=int(WAIT_S * 1000)))
+    second = a.send(pb.Pull(id=tid, min_version=1, wait_ms=int(WAIT_S * 1000)))
+    r = a.recv()
+    assert r.header.req_id == second, r
+    expect_error(pb, r, pb.E_BUSY)
+    # A push makes version 1: the parked pull is answered after the push's reply.
+    push_id = a.send(pb.Push(id=tid, step=1, payload_bytes=24), [f32([2.0] * 6)])
+    r = a.recv()
+    assert r.header.req_id == push_id and r.body.version == 1, r
+    r = a.recv()
+    assert r.header.req_id == first and r.kind == "pull", r
+    assert r.body.version == 1 and r.frames[0] == f32([w - 1.0 for w in W6])
+    # Nobody pushes again: a pull of version 2 runs out of its wait_ms; with
+    # wait_ms 0 it does not wait at all.
+    expect_error(pb, a.call(pb.Pull(id=tid, min_version=2, wait_ms=100)), pb.E_TIMEDOUT)
+    expect_error(pb, a.call(pb.Pull(id=tid, min_version=2)), pb.E_TIMEDOUT)
+
+
+# ---- pushes --------------------------------------------------------------------------
+
+
+def test_dense_push(pb, server, connect):
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    g = [1.0, -2.0, 0.25, 3.0, -0.5, 8.0]
+    r = push(pb, a, tid, g, step=1)
+    assert r.kind == "push", r
+    assert r.body.id == tid and r.body.version == 1 and r.body.applied
+    assert not r.body.duplicate and r.body.staleness == 0
+    assert r.body.mode == pb.MODE_ASYNC and r.body.sync_target == 0
+    v, vals = pull(pb, a, tid)
+    assert v == 1
+    assert vals == f32(sgd(W6, g, 0.5))
+    assert unf32(vals) == [0.5, 3.0, 2.875, 2.5, 5.25, 2.0]
+
+
+def test_stale_push(pb, server, connect):
+    """A gradient computed on version 0 and pushed when the tensor is at 2:
+    staleness 2, applied as it is (adadelay = 0)."""
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    push(pb, a, tid, [1.0] * 6, step=1, version=0)
+    push(pb, a, tid, [1.0] * 6, step=2, version=0)
+    r = push(pb, a, tid, [2.0] * 6, step=3, version=0)
+    assert r.body.version == 3 and r.body.staleness == 2
+    assert pull(pb, a, tid) == (3, f32([w - 2.0 for w in W6]))
+    st = stats(pb, a)
+    assert st.staleness_max == 2 and list(st.staleness_hist[:3]) == [1, 1, 1]
+
+
+def test_sparse_push(pb, server, connect):
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    w = [float(i) for i in range(10)]  # chunks [0..3] [4..7] [8, 9]
+    tid = register(pb, a, "w", w).body.id
+    # Chunks 0 and 2 (bits 0 and 2 of byte 0: 0x05); the payload is chunk 0
+    # then the short last chunk, 4 + 2 values.
+    g = [1.0, 2.0, 3.0, 4.0, 10.0, 20.0]
+    r = push(pb, a, tid, g, step=1, bitmap=bytes([0b101]))
+    assert r.kind == "push" and r.body.version == 1 and r.body.applied, r
+    want = w[:]
+    for i, gi in zip([0, 1, 2, 3, 8, 9], g):
+        want[i] = r32(w[i] - 0.5 * gi)
+    assert pull(pb, a, tid) == (1, f32(want))
+    # Chunk 1 alone.
+    r = push(pb, a, tid, [2.0] * 4, step=2, version=1, bitmap=bytes([0b010]))
+    assert r.body.version == 2
+    want[4:8] = [x - 1.0 for x in want[4:8]]
+    assert pull(pb, a, tid) == (2, f32(want))
+
+
+def test_resend_is_a_duplicate(pb, server, connect):
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    g = [2.0] * 6
+    first = push(pb, a, tid, g, step=5)
+    assert first.body.version == 1 and not first.body.duplicate
+    again = push(pb, a, tid, g, step=5)
+    assert again.kind == "push", again
+    assert again.body.duplicate
+    assert again.body.version == 1 and again.body.applied == first.body.applied
+    assert again.body.staleness == first.body.staleness
+    # An older step is a duplicate too, whatever it carries.
+    assert push(pb, a, tid, [100.0] * 6, step=3).body.duplicate
+    assert pull(pb, a, tid) == (1, f32([w - 1.0 for w in W6]))  # applied once
+    st = stats(pb, a)
+    assert st.pushes == 1 and st.duplicates == 2
+    # The next step is new.
+    r = push(pb, a, tid, g, step=6, version=1)
+    assert not r.body.duplicate and r.body.version == 2
+    # Steps count per (rank, tensor): another tensor starts its own history.
+    t2 = register(pb, a, "v", [0.0, 0.0]).body.id
+    assert not push(pb, a, t2, [1.0, 1.0], step=1).body.duplicate
+
+
+def test_refused_push_uses_no_step(pb, server, connect):
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    expect_error(pb, push(pb, a, tid, [1.0] * 6, step=1, version=3), pb.E_VERSION)
+    r = push(pb, a, tid, [1.0] * 6, step=1, version=0)
+    assert r.kind == "push" and not r.body.duplicate and r.body.version == 1
+
+
+def test_wrong_payload_length(pb, server, connect):
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    # payload_bytes says 24, the frame holds 20.
+    p = pb.Push(id=tid, step=1, payload_bytes=24)
+    expect_error(pb, a.call(p, [f32([1.0] * 5)]), pb.E_LENGTH)
+    # Consistent with itself, but a dense push must carry all 6 values.
+    expect_error(pb, push(pb, a, tid, [1.0] * 5, step=1), pb.E_LENGTH)
+    # A push without its value frame, or with one too many.
+    expect_error(pb, a.call(pb.Push(id=tid, step=1, payload_bytes=24)), pb.E_PROTO)
+    expect_error(pb, a.call(pb.Push(id=tid, step=1, payload_bytes=24),
+                            [f32([1.0] * 6), b""]), pb.E_PROTO)
+    assert pull(pb, a, tid) == (0, f32(W6))
+
+
+def test_bad_bitmap(pb, server, connect):
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id  # 2 chunks: 1 bitmap byte
+    # Two bytes for two chunks.
+    expect_error(pb, push(pb, a, tid, [1.0] * 4, step=1, bitmap=b"\x01\x00"), pb.E_BITMAP)
+    # A bit past the last chunk.
+    expect_error(pb, push(pb, a, tid, [1.0] * 4, step=1, bitmap=b"\x05"), pb.E_BITMAP)
+    # Chunk 0 selected (4 values) but 2 values sent.
+    expect_error(pb, push(pb, a, tid, [1.0] * 2, step=1, bitmap=b"\x01"), pb.E_BITMAP)
+    # Chunk 1 is short: it takes 2 values, not 4.
+    expect_error(pb, push(pb, a, tid, [1.0] * 4, step=1, bitmap=b"\x02"), pb.E_BITMAP)
+    assert pull(pb, a, tid) == (0, f32(W6))
+
+
+def test_nonfinite(pb, server, connect):
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    for bad in (float("nan"), float("inf"), float("-inf")):
+        g = [1.0, 1.0, bad, 1.0, 1.0, 1.0]
+        expect_error(pb, push(pb, a, tid, g, step=1), pb.E_NONFINITE)
+    expect_error(pb, push(pb, a, tid, [1.0] * 6, step=1, grad_norm=float("nan")), pb.E_NONFINITE)
+    assert pull(pb, a, tid) == (0, f32(W6))
+
+
+def test_version_from_the_future(pb, server, connect):
+    srv = server(chunk=4)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    # base 1 > the tensor's version 0
+    expect_error(pb, push(pb, a, tid, [1.0] * 6, step=1, version=1), pb.E_VERSION)
+    # birth 1 > base 0
+    p = pb.Push(id=tid, birth_version=1, base_version=0, step=1, payload_bytes=24)
+    expect_error(pb, a.call(p, [f32([1.0] * 6)]), pb.E_VERSION)
+    assert pull(pb, a, tid) == (0, f32(W6))
+
+
+def test_residual_snapshot_frame(pb, server, connect):
+    """Frame 3 is there exactly when residual_snapshot is set; its bitmap is
+    always full length, and may select nothing (an empty frame)."""
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    g = [1.0] * 4
+    # A snapshot frame without residual_snapshot.
+    p = pb.Push(id=tid, step=1, bitmap=b"\x01", payload_bytes=16)
+    expect_error(pb, a.call(p, [f32(g), f32([0.5, 0.5])]), pb.E_PROTO)
+    # residual_snapshot without the frame.
+    p = pb.Push(id=tid, step=1, bitmap=b"\x01", payload_bytes=16, residual_snapshot=True,
+                residual_bitmap=b"\x02", residual_payload_bytes=8)
+    expect_error(pb, a.call(p, [f32(g)]), pb.E_PROTO)
+    # The snapshot's bitmap must be full length even when it selects nothing.
+    p = pb.Push(id=tid, step=1, bitmap=b"\x01", payload_bytes=16, residual_snapshot=True)
+    expect_error(pb, a.call(p, [f32(g), b""]), pb.E_BITMAP)
+    # Right: chunk 0 pushed, chunk 1 held (2 values in the snapshot).
+    p = pb.Push(id=tid, step=1, bitmap=b"\x01", payload_bytes=16, residual_snapshot=True,
+                residual_bitmap=b"\x02", residual_payload_bytes=8, residual_l1=1.0)
+    r = a.call(p, [f32(g), f32([0.5, 0.5])])
+    assert r.kind == "push" and r.body.version == 1, r
+    # An empty selection: a zero bitmap and an empty frame.
+    p = pb.Push(id=tid, step=2, birth_version=1, base_version=1, bitmap=b"\x01",
+                payload_bytes=16, residual_snapshot=True, residual_bitmap=b"\x00",
+                residual_payload_bytes=0)
+    r = a.call(p, [f32(g), b""])
+    assert r.kind == "push" and r.body.version == 2, r
+    assert pull(pb, a, tid) == (2, f32([0.0, 1.0, 2.0, 3.0, 5.0, 6.0]))
+
+
+# ---- malformed requests ---------------------------------------------------------------
+
+
+def test_garbage_header(pb, server, connect):
+    srv = server(chunk=4)
+    c = connect(srv)
+    c.send_raw([b"\xff\xff\xff\xff not a protobuf"])
+    r = c.recv()
+    assert r.header.req_id == 0
+    expect_error(pb, r, pb.E_PROTO)
+    assert r.header.epoch != 0
+
+
+def test_wrong_protocol(pb, server, connect):
+    srv = server(chunk=4)
+    c = connect(srv)
+    req_id = c.send(pb.Hello(world_size=1), protocol=pb.PROTOCOL_VERSION + 1)
+    r = c.recv()
+    assert r.header.req_id == req_id
+    expect_error(pb, r, pb.E_PROTO)
+    # Nor does a request without a body, or a pull with a value frame, pass.
+    expect_error(pb, c.call(pb.StatsRequest(), [f32([1.0])]), pb.E_PROTO)
+    c.next_id += 1
+    rq = pb.Request(protocol=pb.PROTOCOL_VERSION, req_id=c.next_id, session=c.session)
+    c.send_raw([rq.SerializeToString()])
+    r = c.recv()
+    assert r.header.req_id == c.next_id
+    expect_error(pb, r, pb.E_PROTO)
+
+
+# ---- sync mode: a parked pull answered out of order --------------------------------------
+
+
+def test_sync_parked_pull_out_of_order(pb, server, connect):
+    srv = server(chunk=4, lr=0.5, mode="sync", workers=2)
+    a = worker(pb, connect, srv, rank=0, world=2)
+    b = worker(pb, connect, srv, rank=1, world=2)
+    tid = register(pb, a, "w", W6).body.id
+    assert register(pb, b, "w", W6).body.id == tid
+    ga = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    gb = [3.0, 2.0, 1.0, 0.0, -1.0, -2.0]
+    r = push(pb, a, tid, ga, step=1)
+    assert r.kind == "push", r
+    assert not r.body.applied and r.body.version == 0
+    assert r.body.sync_target == 1 and r.body.mode == pb.MODE_SYNC
+    # Worker 0 pulls the version its step completes at, then asks for stats.
+    pull_id = a.send(pb.Pull(id=tid, min_version=r.body.sync_target, wait_ms=int(WAIT_S * 1000)))
+    stats_id = a.send(pb.StatsRequest())
+    r = a.recv()
+    assert r.header.req_id == stats_id and r.kind == "stats", r  # the later request first
+    assert a.quiet(), "the pull was answered before its version existed"
+    # Worker 1's push completes the step: both pushes applied as their mean.
+    r = push(pb, b, tid, gb, step=1)
+    assert r.body.applied and r.body.version == 1 and r.body.sync_target == 1
+    r = a.recv()
+    assert r.header.req_id == pull_id and r.kind == "pull", r
+    assert r.body.version == 1
+    want = [w - 0.5 * (x + y) / 2 for w, x, y in zip(W6, ga, gb)]
+    assert r.frames[0] == f32(want)
+    # A resend of worker 0's push now: the first answer again (not applied).
+    r = push(pb, a, tid, ga, step=1)
+    assert r.body.duplicate and not r.body.applied and r.body.sync_target == 1
+
+
+# ---- stats -----------------------------------------------------------------------------------
+
+
+def test_stats(pb, server, connect):
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W6).body.id
+    push(pb, a, tid, [1.0] * 6, step=1)
+    push(pb, a, tid, [1.0] * 6, step=1)  # duplicate
+    push(pb, a, tid, [1.0] * 6, step=2, version=1)
+    expect_error(pb, push(pb, a, tid, [1.0] * 5, step=3), pb.E_LENGTH)
+    pull(pb, a, tid)
+    st = stats(pb, a, prometheus=True)
+    assert st.pushes == 2
+    assert st.duplicates == 1
+    assert st.pulls == 1
+    assert st.rejected == 1
+    assert st.versions_total == 2
+    assert st.staleness_max == 0 and st.staleness_mean == 0.0
+    assert len(st.staleness_hist) == 17 and st.staleness_hist[0] == 2
+    assert st.live_workers == 1
+    assert st.worker_pushes == 2  # asked by the worker itself
+    assert "gddr_" in st.prometheus
+    # Asked by a stranger: no per-worker part, no Prometheus text unless asked.
+    s = connect(srv, rank=0)
+    st = stats(pb, s)
+    assert st.worker_pushes == 0 and st.prometheus == "" and st.pushes == 2
+
+
+def test_epoch_changes_on_restart(pb, server, connect):
+    s1 = server(chunk=4)
+    a = connect(s1)
+    e1 = hello(pb, a).header.epoch
+    assert a.call(pb.StatsRequest()).header.epoch == e1  # the same on every reply
+    s1.stop()
+    s2 = server(chunk=4)
+    b = connect(s2)
+    assert hello(pb, b).header.epoch != e1
+
+
+# ---- the worked example of docs/protocol.md -----------------------------------------------------
+
+
+def test_worked_example(pb, server, connect):
+    """The exchange docs/protocol.md walks through, with the values it shows
+    (lr left at its default 0.1, chunk 4)."""
+    srv = server(chunk=4)
+    c = connect(srv, rank=0, session=0x1D2C3B4A59687706)
+
+    def header(req_id, **body):
+        rq = pb.Request(protocol=1, req_id=req_id, session=c.session, **body)
+        return rq.SerializeToString().hex()
+
+    # The request headers docs/protocol.md shows byte by byte.
+    s = "0801100%d2886eea1cba5e98e961d"
+    assert header(1, hello=pb.Hello(world_size=1, client="doc-example/1")) == \
+        s % 1 + "521110011a0d646f632d6578616d706c652f31"
+    assert header(4, push=pb.Push(step=1, grad_norm=3.0, payload_bytes=24)) == \
+        s % 4 + "6a0920012d000040403818"
+    assert header(8, bye=pb.Bye()) == s % 8 + "8a0100"
+
+    r = c.call(pb.Hello(world_size=1, client="doc-example/1"))
+    assert r.kind == "hello" and r.body.chunk == 4 and r.body.workers == 1
+    epoch = r.header.epoch
+
+    r = c.call(pb.InitTensor(key="w", n=6, payload_bytes=24), [f32(W6)])
+    assert r.kind == "init" and r.body.created and r.body.id == 0 and r.body.version == 0
+    assert r.body.n == 6
+
+    r = c.call(pb.Pull(id=0, min_version=0, wait_ms=1000))
+    assert r.body.version == 0 and r.body.payload_bytes == 24
+    assert r.frames[0].hex() == "0000803f" "00000040" "00004040" "00008040" "0000a040" "0000c040"
+
+    g = [0.5, -0.5, 0.5, -0.5, 2.0, 2.0]
+    r = c.call(pb.Push(id=0, birth_version=0, base_version=0, step=1, grad_norm=3.0,
+                       payload_bytes=24), [f32(g)])
+    assert r.kind == "push" and r.body.version == 1 and r.body.applied
+    assert not r.body.duplicate and r.body.staleness == 0
+
+    sparse = pb.Push(id=0, birth_version=1, base_version=1, step=2, grad_norm=r32(math.sqrt(2)),
+                     bitmap=b"\x02", payload_bytes=8)
+    r = c.call(sparse, [f32([1.0, 1.0])])
+    assert r.body.version == 2 and r.body.applied and not r.body.duplicate
+
+    r = c.call(sparse, [f32([1.0, 1.0])])  # the resend
+    assert r.body.version == 2 and r.body.applied and r.body.duplicate
+
+    r = c.call(pb.Pull(id=0, min_version=2, wait_ms=1000))
+    assert r.body.version == 2 and r.header.epoch == epoch
+    # The bytes docs/protocol.md shows: float32 arithmetic, one rounding per
+    # operation (4.7000003 and 5.7000003 are one ulp above float32(4.7), (5.7)).
+    want = "3333733f" "33330340" "cdcc3c40" "9a998140" "67669640" "6766b640"
+    assert r.frames[0].hex() == want
+    w1 = sgd(W6, g, 0.1)
+    assert r.frames[0] == f32(w1[:4] + sgd(w1[4:], [1.0, 1.0], 0.1))
+
+    r = c.call(pb.Bye())
+    assert r.kind == "ack" and r.body.text == "bye"
