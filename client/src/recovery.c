@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas.h"
 #include "client_int.h"
 #include "replay.h"
 #include "residual.h"
@@ -147,11 +148,13 @@ int gddr__residual_flush(gddr_client *c)
         gddr__push_args a = { .vals = r->packed, .bitmap = r->bitmap, .bitmap_len = bytes,
                               .nvals = np, .birth = t->version, .base = t->version,
                               .step = gddr__push_step(c, i), .flush = 1 };
+        double mass = gddr_asum_cpu(r->packed, np);
         rc = gddr__push_wait(c, i, &a, NULL);
         if (rc == GDDR_OK) {
             memset(r->r, 0, t->n * 4);
             memset(r->age, 0, r->nchunks * sizeof *r->age);
-            gddr__logf(&c->log, GDDR_LOG_INFO, "flushed %zu held chunks of '%s' on close", any, t->key);
+            gddr__logf(&c->log, GDDR_LOG_INFO, "flushed %zu held chunks of '%s' on close (|r|_1 %.6g)",
+                       any, t->key, mass);
         }
     }
     return rc;
