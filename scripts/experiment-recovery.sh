@@ -15,6 +15,8 @@
 #   worker-kill   the last rank is killed with SIGKILL a fifth of the way in;
 #                 residual snapshots every 10 steps, so its residual is handed
 #                 to a survivor (the recovery timeline is measured here)
+#   worker-kill-  the same kill with a residual snapshot on every push
+#    every-step
 #   worker-kill-  the same kill without residual snapshots: what the dead
 #    norecovery   worker held is simply lost
 #   server-kill   gddr-ps is killed with SIGKILL a fifth of the way in and
@@ -145,7 +147,7 @@ mean_of() {
   printf '%s\n' "${vals[@]}" | awk '{ s += $1; n++ } END { printf "%.4f", s / n }'
 }
 
-declare -A ACC LOSS NOTE SACC
+declare -A ACC LOSS NOTE SACC HELD HANDED
 # The accuracy of the model the server keeps once the workers are done.
 server_acc() { field test_accuracy "$(server_eval "$ep" mlp "${data_args[@]}")"; }
 run_plain() { # NAME
@@ -186,11 +188,12 @@ run_worker_kill() { # NAME RESIDUAL_CHECKPOINT_STEPS
   n_orphan=$(grep -c "orphan of rank $victim (tensor '" "$log" || true)
   # What it held (its last pushes said so) against what its snapshots handed over.
   local held_l1 handed_l1 mass
-  held_l1=$(grep -F "worker $victim held residual" "$log" | sed -n 's/.*held residual |.|_1 \([0-9.e+-]*\) in.*/\1/p' |
+  held_l1=$({ grep -F "worker $victim held residual" "$log" || true; } | sed -n 's/.*held residual |.|_1 \([0-9.e+-]*\) in.*/\1/p' |
     awk '{ s += $1 } END { printf "%.4g", s }')
-  handed_l1=$(grep -F "worker $victim held residual" "$log" | sed -n 's/.*hands over \([0-9.e+-]*\) (.*/\1/p' |
+  handed_l1=$({ grep -F "worker $victim held residual" "$log" || true; } | sed -n 's/.*hands over \([0-9.e+-]*\) (.*/\1/p' |
     awk '{ s += $1 } END { printf "%.4g", s }')
   mass="residual |.|_1 held ${held_l1:-0}, handed over ${handed_l1:-0}"
+  HELD[$name]=${held_l1:-0} HANDED[$name]=${handed_l1:-0}
   if [ "$n_orphan" -gt 0 ]; then
     t_handed=$(sod "$(grep -F "orphan of rank $victim (tensor '" "$log" | tail -n 1 | cut -d' ' -f1)")
     handover=$(awk -v a="$t_handed" -v b="$t_dead" 'BEGIN { printf "%.3f", a - b }')
@@ -201,10 +204,8 @@ run_worker_kill() { # NAME RESIDUAL_CHECKPOINT_STEPS
       sed -n 's/.*(\([0-9]*\) values).*/\1/p' | awk '{ s += $1 } END { print s + 0 }')
     NOTE[$name]="killed at step $at; dead after ${detect} s; $mass; orphans in $n_orphan tensor(s), $held values, handed ${handover} s and re-injected ${reinject} s after the death was declared"
     REC_DETECT=$detect REC_HANDOVER=$handover REC_REINJECT=$reinject REC_HELD=$held REC_TENSORS=$n_orphan
-    REC_HELD_L1=$held_l1 REC_HANDED_L1=$handed_l1
   else
     NOTE[$name]="killed at step $at; dead after ${detect} s; $mass (no residual snapshot: all of it lost)"
-    NOREC_HELD_L1=$held_l1
   fi
   echo "  $name: accuracy ${ACC[$name]}, train_loss ${LOSS[$name]}; ${NOTE[$name]}"
 }
@@ -237,7 +238,7 @@ run_server_kill() { # NAME
     awk '{ d = $2 - $1; if (d > m) m = d } END { print m + 0 }')
   t_back=$(grep -F "reconnected after the server restart" "$log2" | tail -n 1 | cut -d" " -f1)
   reconnect=$(awk -v a="$(sod "$t_back")" -v b="$t_up" 'BEGIN { printf "%.2f", a - b }')
-  ck_ms=$(grep -E 'checkpoint [0-9]+ written' "$log1" | sed -n 's/.* in \([0-9.]*\) ms.*/\1/p' |
+  ck_ms=$({ grep -E 'ckpt-[0-9]+\.gddr written' "$log1" || true; } | sed -n 's/.* in \([0-9.]*\) ms.*/\1/p' |
     sort -g | tail -n 1)
   NOTE[$name]="killed at step $at (rank 0), restarted 1 s later from ${restored:-nothing}; all workers back ${reconnect} s after the restart; updates lost: $lost versions of mlp.W1 (checkpoint_interval_s $ckpt_interval, write ${ck_ms:-?} ms)"
   SRV_LOST=$lost SRV_RECONNECT=$reconnect SRV_CKMS=${ck_ms:-?}
@@ -248,6 +249,7 @@ echo "== crash-safety experiment: $workers MLP workers on $data_name, $epochs ep
 run_plain baseline
 run_plain baseline-2
 run_worker_kill worker-kill 10
+run_worker_kill worker-kill-every-step 1
 run_worker_kill worker-kill-norecovery 0
 run_server_kill server-kill
 
@@ -255,7 +257,7 @@ delta() { awk -v a="$1" -v b="${SACC[baseline]}" 'BEGIN { printf "%+.4f", a - b 
 noise=$(awk -v a="${SACC[baseline-2]}" -v b="${SACC[baseline]}" 'BEGIN { d = a - b; if (d < 0) d = -d; printf "%.4f", d }')
 table=$(
   printf "| run | server acc | delta | workers' acc | train loss | what happened |\n|---|---|---|---|---|---|\n"
-  for n in baseline baseline-2 worker-kill worker-kill-norecovery server-kill; do
+  for n in baseline baseline-2 worker-kill worker-kill-every-step worker-kill-norecovery server-kill; do
     printf '| %s | %s | %s | %s | %s | %s |\n' "$n" "${SACC[$n]}" "$(delta "${SACC[$n]}")" "${ACC[$n]}" "${LOSS[$n]}" "${NOTE[$n]}"
   done
 )
@@ -264,8 +266,10 @@ echo "$table"
 echo
 echo "recovery timeline (worker_timeout_s 10, replay_decay 0.5): kill -> declared dead ${REC_DETECT:-?} s;"
 echo "  declared dead -> orphan handed ${REC_HANDOVER:-?} s; declared dead -> re-injected ${REC_REINJECT:-?} s"
-echo "  residual mass of the dead worker: held |.|_1 ${REC_HELD_L1:-?}, handed over ${REC_HANDED_L1:-?} (snapshots every 10 steps);"
-echo "  without snapshots: held ${NOREC_HELD_L1:-?}, all lost"
+echo "  residual mass of the dead worker (|.|_1 it last reported holding / handed to a survivor):"
+echo "  snapshots every 10 steps ${HELD[worker-kill]} / ${HANDED[worker-kill]};" \
+     "every step ${HELD[worker-kill-every-step]} / ${HANDED[worker-kill-every-step]};" \
+     "no snapshots ${HELD[worker-kill-norecovery]} / 0"
 echo "  (death to re-injection: ${REC_REINJECT:-?} s, target 10 s; kill to re-injection $(awk -v a="${REC_DETECT:-0}" -v b="${REC_REINJECT:-0}" 'BEGIN { printf "%.2f", a + b }') s)"
 echo "noise floor (|baseline-2 - baseline|): $noise"
 
@@ -290,9 +294,11 @@ if [ "$append" = 1 ]; then
     echo "of the server's check), the orphan (${REC_HELD:-?} values in ${REC_TENSORS:-?} tensor(s)) was"
     echo "handed to a survivor ${REC_HANDOVER:-?} s after the death was declared, and it was"
     echo "re-injected (8 installments, reported on the next push) **${REC_REINJECT:-?} s after the death was"
-    echo "declared** (target: 10 s). What was handed over is what the last snapshot held and nothing"
-    echo "pushed since: residual mass |.|_1 ${REC_HANDED_L1:-?} of the ${REC_HELD_L1:-?} the worker last"
-    echo "reported holding; without snapshots all ${NOREC_HELD_L1:-?} was lost. Server crash (\`server-kill\`): the workers were all back"
+    echo "declared** (target: 10 s). What is handed over is what the last snapshot held and the"
+    echo "worker did not push since: residual mass |.|_1 ${HANDED[worker-kill]} of the ${HELD[worker-kill]} the worker last"
+    echo "reported holding with snapshots every 10 steps, ${HANDED[worker-kill-every-step]} of ${HELD[worker-kill-every-step]}"
+    echo "with a snapshot on every push; without snapshots all ${HELD[worker-kill-norecovery]} was lost."
+    echo "Server crash (\`server-kill\`): the workers were all back"
     echo "${SRV_RECONNECT:-?} s after the restart and the newest checkpoint was ${SRV_LOST:-?} updates of"
     echo "\`mlp.W1\` behind the crashed server (\`checkpoint_interval_s\` $ckpt_interval)."
   )
