@@ -484,6 +484,33 @@ START_TEST(test_exactly_once_across_restart)
 }
 END_TEST
 
+/* A worker that said bye is forgotten: the next checkpoint carries only the
+ * workers still live (or dead, which may come back). */
+START_TEST(test_checkpoint_forgets_departed)
+{
+    char dir[64], ck[96], log[128], ckset[128];
+    scratch_ckpt(dir, sizeof dir, ck, sizeof ck, ckset, sizeof ckset);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    const char *sets[] = { ckset, "checkpoint_interval_s=0", NULL };
+    gt_server s;
+    gt_start_logged(&s, log, sets);
+    gddr_client *a = open_worker(s.endpoint, 0, 3, 0), *b = open_worker(s.endpoint, 1, 3, 0);
+    float w0[2] = { 1, 2 };
+    int id;
+    ck_assert_int_eq(gddr_register(a, "f", w0, 2, &id, NULL), GDDR_OK);
+    gddr_client_close(&a); /* bye */
+    ck_assert(gt_wait_for_text(log, "worker 0 left", WAIT_MS) >= 0);
+    stop_server(&s); /* the final checkpoint: rank 1 live, rank 0 gone */
+    gt_start_logged(&s, log, sets);
+    ck_assert_msg(gt_wait_for_text(log, "1 tensors, 1 workers", WAIT_MS) >= 0,
+                  "the checkpoint did not carry exactly the one live worker");
+    b->info.epoch = 0; /* its server is gone: no bye to send */
+    gddr_client_close(&b);
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
 /* ---- 2. the GDDR flush at close in sync mode ---------------------------------------- */
 
 typedef struct flush_worker {
@@ -1382,6 +1409,7 @@ Suite *suite_integrity(void)
     ADD("exactly_once_worker_pause", test_exactly_once_worker_pause);
     ADD("duplicate_gets_first_answer", test_duplicate_gets_first_answer);
     ADD("exactly_once_across_restart", test_exactly_once_across_restart);
+    ADD("checkpoint_forgets_departed", test_checkpoint_forgets_departed);
     ADD("sync_flush_weight", test_sync_flush_weight);
     ADD("sync_flush_during_open_step", test_sync_flush_during_open_step);
     ADD("membership_cannot_be_forged", test_membership_cannot_be_forged);
