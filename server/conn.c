@@ -125,9 +125,28 @@ void ps_conns_close(gddr_ps *ps)
 
 /* ---- version buffers ------------------------------------------------------- */
 
+/* Bytes of version buffers alive (the tensors' current ones and those
+ * unsent replies still hold): process-wide, as ZeroMQ's thread frees them. */
+static atomic_llong vbuf_bytes;
+
+long long ps_vbuf_bytes(void)
+{
+    return atomic_load(&vbuf_bytes);
+}
+
+long long ps_conns_queued_bytes(gddr_ps *ps)
+{
+    long long sum = 0;
+    for (size_t b = 0; ps->conns && b < CONN_BUCKETS; b++)
+        for (ps_conn *c = ps->conns->bucket[b]; c; c = c->next)
+            sum += atomic_load(&c->queued);
+    return sum;
+}
+
 void ps_vbuf_unref(ps_vbuf *b)
 {
     if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
+        atomic_fetch_sub(&vbuf_bytes, (long long)b->bytes);
         free(b->data);
         free(b);
     }
@@ -146,6 +165,7 @@ static ps_vbuf *current_values(ps_tensor *t)
     }
     memcpy(b->data, t->w, bytes);
     atomic_init(&b->refs, 1); /* the tensor's */
+    atomic_fetch_add(&vbuf_bytes, (long long)bytes);
     b->version = t->version;
     b->bytes = bytes;
     ps_vbuf_unref(t->pub);

@@ -265,6 +265,9 @@ void ps_release_pulls(gddr_ps *ps);
 int ps_pulls_next_timeout(gddr_ps *ps, int cap);
 void ps_pulls_free(gddr_ps *ps);
 void ps_vbuf_unref(ps_vbuf *b);
+/* Bytes of pull-reply buffers alive, and reply bytes queued to peers. */
+long long ps_vbuf_bytes(void);
+long long ps_conns_queued_bytes(gddr_ps *ps);
 
 /* apply.c: the apply pool. */
 typedef enum { PS_JOB_APPLY, PS_JOB_ACC, PS_JOB_SYNC } ps_job_kind;

@@ -152,6 +152,10 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_handshake_failures_total %llu\n", (unsigned long long)ps->handshake_failed);
     sb_printf(&b, "# HELP gddr_connections Peer connections the server keeps accounts for.\n# TYPE gddr_connections gauge\n"
                   "gddr_connections %zu\n", ps_conns_count(ps));
+    sb_printf(&b, "# HELP gddr_queued_reply_bytes Reply bytes handed to ZeroMQ and not yet sent, all peers.\n# TYPE gddr_queued_reply_bytes gauge\n"
+                  "gddr_queued_reply_bytes %lld\n", ps_conns_queued_bytes(ps));
+    sb_printf(&b, "# HELP gddr_pull_buffer_bytes Memory of tensor versions kept for pull replies (current ones and those unsent replies hold).\n# TYPE gddr_pull_buffer_bytes gauge\n"
+                  "gddr_pull_buffer_bytes %lld\n", ps_vbuf_bytes());
     sb_printf(&b, "# HELP gddr_checkpoint_requests_total Checkpoints asked for by requests.\n# TYPE gddr_checkpoint_requests_total counter\n"
                   "gddr_checkpoint_requests_total %llu\n", (unsigned long long)ps->ckpt_requests);
     sb_printf(&b, "# HELP gddr_checkpoint_requests_joined_total Requests that joined a checkpoint in flight or due.\n# TYPE gddr_checkpoint_requests_joined_total counter\n"
