@@ -90,7 +90,7 @@ LIB_SO   := $(BUILD)/lib/libgddr-client.so
 SERVER_A := $(BUILD)/lib/libgddr-server.a
 TRAIN_A  := $(BUILD)/lib/libgddr-train.a
 BINS     := $(BUILD)/bin/gddr-ps $(BUILD)/bin/gddr-train $(BUILD)/bin/gddr-ctl \
-            $(BUILD)/bin/gddr-keygen
+            $(BUILD)/bin/gddr-keygen $(BUILD)/bin/gddr-bench
 TESTBIN  := $(BUILD)/bin/gddr-tests
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
@@ -152,6 +152,12 @@ $(BUILD)/bin/gddr-ps: $(BUILD)/obj/server/main.o $(SERVER_A) $(LIB_A)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 $(BUILD)/bin/gddr-train: $(BUILD)/obj/client/train/gddr-train.o $(TRAIN_A) $(LIB_A)
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+
+# The benchmark drives the server's apply pool in process as well.
+$(BUILD)/bin/gddr-bench: $(BUILD)/obj/server/tools/gddr-bench.o $(SERVER_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)

@@ -1,0 +1,649 @@
+/* gddr-bench -- how fast gddr-ps moves and applies tensors, measured next
+ * to the ceilings it is built on, in the same run.
+ *
+ *   gddr-bench                 the full set (a few minutes)
+ *   gddr-bench --quick         small sizes and few repetitions (seconds)
+ *   gddr-bench --sizes 4K,1M --reps 7 --clients 1,4 --sections pushpull,apply
+ *
+ * Sections (each prints a table for people and one "BENCH ..." line per
+ * row for machines):
+ *
+ *   pushpull   gddr_push + gddr_pull of one tensor through libgddr-client
+ *              against a real gddr-ps, beside a bare ZeroMQ ROUTER/DEALER
+ *              pair doing the same two round trips (push N bytes, empty
+ *              ack; empty request, N bytes back). MB/s = 2 x N x round
+ *              trips / time; ratio = gddr / raw.
+ *   clients    the same at one size with several concurrent clients (each
+ *              with its own tensor): aggregate MB/s against raw with as
+ *              many DEALERs.
+ *   gddr       gddr_step (push + pull in the server's mode) with dense
+ *              pushes and with GDDR alpha 0.4: time per step and the ratio.
+ *   apply      the server's apply pool on one large push, GB/s of payload
+ *              with 1, 2 and all threads, and the validation pass (norm and
+ *              finiteness in one read) -- beside memcpy of the same bytes in
+ *              the same process.
+ *   threads    push+pull of a large tensor against gddr-ps started with
+ *              threads = 1, 2 and all cores.
+ *
+ * Every figure is the median of --reps repetitions; the gddr and raw runs
+ * of a row alternate inside each repetition, so machine noise hits both.
+ * The servers are separate processes (gddr-ps from the folder of this
+ * binary, the raw server is this binary run with --raw-server), as in
+ * production; on 2 cores client and server compete for them.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "blas.h"
+#include "gddr/gddr.h"
+#include "ps.h"
+
+#define MAXV 16
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static void die(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "gddr-bench: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n");
+    exit(1);
+}
+
+/* ---- processes ------------------------------------------------------------------ */
+
+static char self_path[4096], bin_dir[4096];
+
+typedef struct proc {
+    pid_t pid;
+    char endpoint[256];
+} proc;
+
+/* Runs argv with stderr to /dev/null (unless verbose), waits for it to
+ * write its endpoint into epfile. */
+static void spawn(proc *p, char *const argv[], const char *epfile)
+{
+    unlink(epfile);
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    p->pid = pid;
+    for (int i = 0; i < 2000; i++) {
+        FILE *f = fopen(epfile, "r");
+        if (f) {
+            char line[256] = "";
+            char *ok = fgets(line, sizeof line, f);
+            fclose(f);
+            line[strcspn(line, "\r\n")] = 0;
+            if (ok && line[0]) {
+                snprintf(p->endpoint, sizeof p->endpoint, "%s", line);
+                unlink(epfile);
+                return;
+            }
+        }
+        usleep(5000);
+    }
+    die("%s did not start", argv[0]);
+}
+
+static void stop(proc *p)
+{
+    if (p->pid <= 0)
+        return;
+    kill(p->pid, SIGTERM);
+    for (int i = 0; i < 1000; i++) {
+        if (waitpid(p->pid, NULL, WNOHANG) == p->pid) {
+            p->pid = 0;
+            return;
+        }
+        usleep(10000);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+    p->pid = 0;
+}
+
+static char epfile[256];
+
+static void start_gddr(proc *p, int threads)
+{
+    char bin[4200], th[64];
+    snprintf(bin, sizeof bin, "%s/gddr-ps", bin_dir);
+    snprintf(th, sizeof th, "threads=%d", threads);
+    char *argv[] = { bin, "--listen", "tcp://127.0.0.1:*", "--endpoint-file", epfile, "--set",
+                     "log_level=error", "--set", th, "--set", "lr=0", NULL };
+    spawn(p, argv, epfile);
+}
+
+static void start_raw(proc *p)
+{
+    char *argv[] = { self_path, "--raw-server", epfile, NULL };
+    spawn(p, argv, epfile);
+}
+
+/* ---- the bare ZeroMQ server -------------------------------------------------- */
+
+/* A ROUTER that answers a push (header "P" + payload) with an empty ack and
+ * a pull (header "G" + 8-byte size) with that many bytes from one buffer,
+ * sent without a copy. The minimum any server on ZeroMQ pays. */
+static int raw_server(const char *file)
+{
+    void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_ROUTER);
+    int zero = 0;
+    int64_t maxmsg = -1;
+    zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+    if (zmq_bind(s, "tcp://127.0.0.1:*") != 0)
+        return 1;
+    char ep[256];
+    size_t len = sizeof ep;
+    zmq_getsockopt(s, ZMQ_LAST_ENDPOINT, ep, &len);
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", file);
+    FILE *f = fopen(tmp, "w");
+    if (!f)
+        return 1;
+    fprintf(f, "%s\n", ep);
+    fclose(f);
+    rename(tmp, file);
+    size_t cap = 0;
+    char *buf = NULL;
+    for (;;) {
+        zmq_msg_t id, hdr, body;
+        zmq_msg_init(&id);
+        zmq_msg_init(&hdr);
+        zmq_msg_init(&body);
+        if (zmq_msg_recv(&id, s, 0) < 0 || zmq_msg_recv(&hdr, s, 0) < 0)
+            break;
+        int more = zmq_msg_more(&hdr);
+        if (more)
+            zmq_msg_recv(&body, s, 0);
+        char kind = zmq_msg_size(&hdr) ? *(char *)zmq_msg_data(&hdr) : 0;
+        zmq_msg_send(&id, s, ZMQ_SNDMORE);
+        if (kind == 'G' && zmq_msg_size(&hdr) == 9) {
+            uint64_t n;
+            memcpy(&n, (char *)zmq_msg_data(&hdr) + 1, 8);
+            if (n > cap) {
+                free(buf);
+                buf = calloc(n, 1);
+                cap = n;
+            }
+            zmq_send(s, "g", 1, ZMQ_SNDMORE);
+            zmq_msg_t out;
+            zmq_msg_init_data(&out, buf, n, NULL, NULL);
+            zmq_msg_send(&out, s, 0);
+        } else {
+            zmq_send(s, "p", 1, 0);
+        }
+        zmq_msg_close(&hdr);
+        zmq_msg_close(&body);
+    }
+    return 0;
+}
+
+/* One raw client: a DEALER and a buffer. */
+typedef struct raw_client {
+    void *ctx, *sock;
+} raw_client;
+
+static void raw_connect(raw_client *r, const char *ep)
+{
+    r->ctx = zmq_ctx_new();
+    r->sock = zmq_socket(r->ctx, ZMQ_DEALER);
+    int zero = 0;
+    zmq_setsockopt(r->sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_connect(r->sock, ep);
+}
+
+static void raw_close(raw_client *r)
+{
+    zmq_close(r->sock);
+    zmq_ctx_term(r->ctx);
+}
+
+static void raw_roundtrips(raw_client *r, const float *push, float *pull, size_t bytes)
+{
+    /* push: header + payload (zero-copy from the caller's buffer), ack */
+    zmq_send(r->sock, "P", 1, ZMQ_SNDMORE);
+    zmq_msg_t m;
+    zmq_msg_init_data(&m, (void *)push, bytes, NULL, NULL);
+    zmq_msg_send(&m, r->sock, 0);
+    zmq_msg_t a;
+    zmq_msg_init(&a);
+    zmq_msg_recv(&a, r->sock, 0);
+    zmq_msg_close(&a);
+    /* pull: header, header + payload copied into the caller's buffer */
+    char hdr[9] = { 'G' };
+    uint64_t n = bytes;
+    memcpy(hdr + 1, &n, 8);
+    zmq_send(r->sock, hdr, 9, 0);
+    zmq_msg_init(&a);
+    zmq_msg_recv(&a, r->sock, 0);
+    zmq_msg_close(&a);
+    zmq_msg_t b;
+    zmq_msg_init(&b);
+    zmq_msg_recv(&b, r->sock, 0);
+    memcpy(pull, zmq_msg_data(&b), zmq_msg_size(&b) < bytes ? zmq_msg_size(&b) : bytes);
+    zmq_msg_close(&b);
+}
+
+/* ---- gddr clients --------------------------------------------------------------- */
+
+static gddr_client *gddr_connect(const char *ep, int rank, int world, double alpha)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout_ms = 120000;
+    o.delay_fraction = alpha;
+    gddr_client *c = NULL;
+    int rc = gddr_client_open(&o, &c);
+    if (rc != GDDR_OK)
+        die("cannot open a client: %s", gddr_strerror(rc));
+    return c;
+}
+
+/* ---- one measurement: several clients in threads --------------------------------- */
+
+typedef enum { K_GDDR, K_RAW, K_STEP } kind;
+
+typedef struct worker {
+    kind k;
+    const char *ep;
+    int rank, world, iters;
+    size_t n;
+    double alpha;
+    pthread_barrier_t *start;
+    double seconds;
+} worker;
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    float *g = malloc(w->n * 4), *p = malloc(w->n * 4);
+    for (size_t i = 0; i < w->n; i++)
+        g[i] = 1e-3f * (float)(i % 97);
+    memset(p, 0, w->n * 4);
+    gddr_client *c = NULL;
+    raw_client r;
+    int id = 0;
+    if (w->k == K_RAW) {
+        raw_connect(&r, w->ep);
+        raw_roundtrips(&r, g, p, w->n * 4); /* connect and warm up */
+    } else {
+        c = gddr_connect(w->ep, w->rank, w->world, w->alpha);
+        char key[32];
+        snprintf(key, sizeof key, "bench.%d.%zu", w->rank, w->n);
+        if (gddr_register(c, key, p, w->n, &id, NULL) != GDDR_OK)
+            die("register: %s", gddr_client_errmsg(c));
+        gddr_push(c, id, g, NULL);
+        gddr_pull(c, id, p, 0, NULL);
+    }
+    pthread_barrier_wait(w->start);
+    double t0 = now_s();
+    const float *gp[1] = { g };
+    float *pp[1] = { p };
+    for (int i = 0; i < w->iters; i++) {
+        if (w->k == K_RAW) {
+            raw_roundtrips(&r, g, p, w->n * 4);
+        } else if (w->k == K_STEP) {
+            if (gddr_step(c, gp, pp) != GDDR_OK)
+                die("step: %s", gddr_client_errmsg(c));
+        } else {
+            if (gddr_push(c, id, g, NULL) != GDDR_OK || gddr_pull(c, id, p, 0, NULL) != GDDR_OK)
+                die("push/pull: %s", gddr_client_errmsg(c));
+        }
+    }
+    w->seconds = now_s() - t0;
+    if (w->k == K_RAW)
+        raw_close(&r);
+    else
+        gddr_client_close(&c);
+    free(g);
+    free(p);
+    return NULL;
+}
+
+/* Runs `clients` concurrent clients of kind k, `iters` round trips each;
+ * returns the aggregate MB/s (2 x bytes x iterations / the slowest). */
+static double run(kind k, const char *ep, int clients, size_t n, int iters, double alpha,
+                  double *step_s)
+{
+    worker w[64];
+    pthread_t th[64];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)clients);
+    for (int i = 0; i < clients; i++) {
+        w[i] = (worker){ k, ep, i, clients, iters, n, alpha, &start, 0 };
+        pthread_create(&th[i], NULL, worker_main, &w[i]);
+    }
+    double slowest = 0;
+    for (int i = 0; i < clients; i++) {
+        pthread_join(th[i], NULL);
+        if (w[i].seconds > slowest)
+            slowest = w[i].seconds;
+    }
+    pthread_barrier_destroy(&start);
+    if (step_s)
+        *step_s = slowest / iters;
+    return 2.0 * (double)n * 4 * iters * clients / slowest / 1e6;
+}
+
+static int iters_for(size_t bytes, double budget_mb)
+{
+    double it = budget_mb * 1e6 / (2.0 * (double)bytes);
+    return it < 3 ? 3 : it > 4000 ? 4000 : (int)it;
+}
+
+/* ---- sections ------------------------------------------------------------------------ */
+
+static int reps = 5;
+static double budget_mb = 256;
+
+static const char *human(size_t bytes, char *buf, size_t len)
+{
+    if (bytes >= (1u << 20))
+        snprintf(buf, len, "%zu MiB", bytes >> 20);
+    else
+        snprintf(buf, len, "%zu KiB", bytes >> 10);
+    return buf;
+}
+
+static void section_pushpull(const size_t *sizes, int nsizes)
+{
+    proc gs = { 0 }, rs = { 0 };
+    start_gddr(&gs, 2);
+    start_raw(&rs);
+    printf("\n## push+pull, 1 client (MB/s = 2 x payload x round trips / time; median of %d)\n\n", reps);
+    printf("| size | gddr MB/s | raw ZeroMQ MB/s | ratio | gddr us/round trip |\n|---|---|---|---|---|\n");
+    for (int s = 0; s < nsizes; s++) {
+        size_t n = sizes[s] / 4;
+        int it = iters_for(sizes[s], budget_mb);
+        double g[MAXV], r[MAXV], q[MAXV];
+        for (int k = 0; k < reps; k++) {
+            g[k] = run(K_GDDR, gs.endpoint, 1, n, it, 0, NULL);
+            r[k] = run(K_RAW, rs.endpoint, 1, n, it, 0, NULL);
+            q[k] = g[k] / r[k];
+        }
+        double gm = median(g, reps), rm = median(r, reps), qm = median(q, reps);
+        char h[32];
+        printf("| %s | %.0f | %.0f | %.2f | %.0f |\n", human(sizes[s], h, sizeof h), gm, rm, qm,
+               2.0 * (double)sizes[s] / gm);
+        fprintf(stderr, "BENCH section=pushpull bytes=%zu clients=1 gddr_mbps=%.1f raw_mbps=%.1f ratio=%.3f\n",
+                sizes[s], gm, rm, qm);
+        fflush(stdout);
+    }
+    stop(&gs);
+    stop(&rs);
+}
+
+static void section_clients(const int *clients, int ncl, size_t bytes)
+{
+    proc gs = { 0 }, rs = { 0 };
+    char h[32];
+    start_gddr(&gs, 2);
+    start_raw(&rs);
+    printf("\n## concurrent clients, %s each (aggregate MB/s; median of %d)\n\n",
+           human(bytes, h, sizeof h), reps);
+    printf("| clients | gddr MB/s | raw ZeroMQ MB/s | ratio |\n|---|---|---|---|\n");
+    for (int c = 0; c < ncl; c++) {
+        int it = iters_for(bytes * (size_t)clients[c], budget_mb);
+        double g[MAXV], r[MAXV], q[MAXV];
+        for (int k = 0; k < reps; k++) {
+            g[k] = run(K_GDDR, gs.endpoint, clients[c], bytes / 4, it, 0, NULL);
+            r[k] = run(K_RAW, rs.endpoint, clients[c], bytes / 4, it, 0, NULL);
+            q[k] = g[k] / r[k];
+        }
+        double gm = median(g, reps), rm = median(r, reps), qm = median(q, reps);
+        printf("| %d | %.0f | %.0f | %.2f |\n", clients[c], gm, rm, qm);
+        fprintf(stderr, "BENCH section=clients bytes=%zu clients=%d gddr_mbps=%.1f raw_mbps=%.1f ratio=%.3f\n",
+                bytes, clients[c], gm, rm, qm);
+        fflush(stdout);
+    }
+    stop(&gs);
+    stop(&rs);
+}
+
+static void section_gddr(size_t bytes)
+{
+    proc gs = { 0 };
+    char h[32];
+    start_gddr(&gs, 2);
+    int it = iters_for(bytes, budget_mb);
+    double d[MAXV], a[MAXV], q[MAXV];
+    for (int k = 0; k < reps; k++) {
+        double sd, sa;
+        run(K_STEP, gs.endpoint, 1, bytes / 4, it, 0.0, &sd);
+        run(K_STEP, gs.endpoint, 1, bytes / 4, it, 0.4, &sa);
+        d[k] = sd * 1e6;
+        a[k] = sa * 1e6;
+        q[k] = sa / sd;
+    }
+    double dm = median(d, reps), am = median(a, reps), qm = median(q, reps);
+    printf("\n## gddr_step of %s, dense vs GDDR alpha 0.4 (us per step: push + pull; median of %d)\n\n",
+           human(bytes, h, sizeof h), reps);
+    printf("| dense us | alpha 0.4 us | ratio |\n|---|---|---|\n| %.0f | %.0f | %.2f |\n", dm, am, qm);
+    fprintf(stderr, "BENCH section=gddr bytes=%zu dense_us=%.1f alpha04_us=%.1f ratio=%.3f\n", bytes,
+            dm, am, qm);
+    fflush(stdout);
+    stop(&gs);
+}
+
+/* The apply pool on one push of n floats: GB/s of payload (bytes of g). */
+static void section_apply(size_t bytes)
+{
+    size_t n = bytes / 4;
+    ps_tensor t;
+    memset(&t, 0, sizeof t);
+    t.n = n;
+    t.chunk = 1024;
+    t.nchunks = (n + t.chunk - 1) / t.chunk;
+    t.w = malloc(bytes);
+    float *g = malloc(bytes), *dst = malloc(bytes);
+    for (size_t i = 0; i < n; i++) {
+        t.w[i] = 1.0f;
+        g[i] = 1e-3f * (float)(i % 101);
+    }
+    memcpy(dst, g, bytes);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads[3] = { 1, 2, (int)(cores < 1 ? 1 : cores) };
+    int nth = threads[2] > 2 ? 3 : 2;
+    char h[32];
+    printf("\n## apply and validate one push of %s (GB/s of payload; median of %d; memcpy of the same bytes beside)\n\n",
+           human(bytes, h, sizeof h), reps);
+    printf("| pass | threads | GB/s | memcpy GB/s | ratio |\n|---|---|---|---|---|\n");
+    for (int ti = 0; ti < nth; ti++) {
+        ps_pool *pool = NULL;
+        ps_pool_start(&pool, threads[ti]);
+        ps_job job = { PS_JOB_APPLY, &t, g, NULL, 1e-6f, 0 };
+        double a[MAXV], m[MAXV], q[MAXV], v[MAXV];
+        for (int k = 0; k < reps; k++) {
+            double t0 = now_s();
+            ps_pool_run(pool, &job);
+            a[k] = (double)bytes / (now_s() - t0) / 1e9;
+            t0 = now_s();
+            memcpy(dst, g, bytes);
+            m[k] = (double)bytes / (now_s() - t0) / 1e9;
+            q[k] = a[k] / m[k];
+            t0 = now_s();
+            volatile double x = gddr_nrm2_cpu(g, n);
+            (void)x;
+            v[k] = (double)bytes / (now_s() - t0) / 1e9;
+        }
+        double am = median(a, reps), mm = median(m, reps), qm = median(q, reps), vm = median(v, reps);
+        printf("| apply | %d | %.2f | %.2f | %.2f |\n", threads[ti], am, mm, qm);
+        fprintf(stderr, "BENCH section=apply bytes=%zu threads=%d apply_gbps=%.2f memcpy_gbps=%.2f ratio=%.3f\n",
+                bytes, threads[ti], am, mm, qm);
+        if (ti == 0) {
+            printf("| validate (norm + finiteness, one read) | 1 | %.2f | %.2f | %.2f |\n", vm, mm, vm / mm);
+            fprintf(stderr, "BENCH section=validate bytes=%zu threads=1 gbps=%.2f memcpy_gbps=%.2f ratio=%.3f\n",
+                    bytes, vm, mm, vm / mm);
+        }
+        ps_pool_stop(&pool);
+        fflush(stdout);
+    }
+    free(t.w);
+    free(g);
+    free(dst);
+}
+
+static void section_threads(size_t bytes)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    int threads[3] = { 1, 2, (int)(cores < 1 ? 1 : cores) };
+    int nth = threads[2] > 2 ? 3 : 2;
+    char h[32];
+    printf("\n## push+pull of %s against gddr-ps with 1, 2 and all apply threads (MB/s; median of %d)\n\n",
+           human(bytes, h, sizeof h), reps);
+    printf("| server threads | gddr MB/s |\n|---|---|\n");
+    for (int ti = 0; ti < nth; ti++) {
+        proc gs = { 0 };
+        start_gddr(&gs, threads[ti]);
+        double g[MAXV];
+        for (int k = 0; k < reps; k++)
+            g[k] = run(K_GDDR, gs.endpoint, 1, bytes / 4, iters_for(bytes, budget_mb), 0, NULL);
+        double gm = median(g, reps);
+        printf("| %d | %.0f |\n", threads[ti], gm);
+        fprintf(stderr, "BENCH section=threads bytes=%zu server_threads=%d gddr_mbps=%.1f\n", bytes,
+                threads[ti], gm);
+        stop(&gs);
+        fflush(stdout);
+    }
+}
+
+/* ---- command line ------------------------------------------------------------------- */
+
+static size_t parse_size(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*end == 'K' || *end == 'k')
+        v *= 1024;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1024 * 1024;
+    else if (*end == 'G' || *end == 'g')
+        v *= 1024.0 * 1024 * 1024;
+    return (size_t)v / 4 * 4;
+}
+
+static int has(const char *list, const char *name)
+{
+    size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        if (strncmp(p, name, n) == 0 && (p[n] == 0 || p[n] == ','))
+            return 1;
+        p = strchr(p, ',');
+        if (p)
+            p++;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && strcmp(argv[1], "--raw-server") == 0)
+        return raw_server(argv[2]);
+    ssize_t l = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
+    if (l <= 0)
+        die("cannot find myself: %s", strerror(errno));
+    self_path[l] = 0;
+    snprintf(bin_dir, sizeof bin_dir, "%s", self_path);
+    *strrchr(bin_dir, '/') = 0;
+    snprintf(epfile, sizeof epfile, "/tmp/gddr-bench-%d.ep", (int)getpid());
+    const char *sizes_s = "4K,64K,1M,16M,64M,256M", *clients_s = "4,16";
+    const char *sections = "pushpull,clients,gddr,apply,threads";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            sizes_s = "4K,64K,1M";
+            clients_s = "4";
+            reps = 3;
+            budget_mb = 32;
+        } else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
+            sizes_s = argv[++i];
+        } else if (strcmp(argv[i], "--clients") == 0 && i + 1 < argc) {
+            clients_s = argv[++i];
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            reps = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--sections") == 0 && i + 1 < argc) {
+            sections = argv[++i];
+        } else if (strcmp(argv[i], "--budget-mb") == 0 && i + 1 < argc) {
+            budget_mb = atof(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: gddr-bench [--quick] [--sizes 4K,1M,...] [--clients 4,16] [--reps N]\n"
+                            "                  [--sections pushpull,clients,gddr,apply,threads] [--budget-mb MB]\n");
+            return 2;
+        }
+    }
+    if (reps < 1 || reps > MAXV)
+        reps = reps < 1 ? 1 : MAXV;
+    size_t sizes[16];
+    int nsizes = 0;
+    for (const char *p = sizes_s; p && *p && nsizes < 16;) {
+        sizes[nsizes++] = parse_size(p);
+        p = strchr(p, ',');
+        if (p)
+            p++;
+    }
+    int clients[8], ncl = 0;
+    for (const char *p = clients_s; p && *p && ncl < 8;) {
+        int c = atoi(p);
+        if (c >= 1 && c <= 64)
+            clients[ncl++] = c;
+        p = strchr(p, ',');
+        if (p)
+            p++;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    printf("# gddr-bench: %ld cores, gddr-ps from %s, %d repetitions per figure\n",
+           sysconf(_SC_NPROCESSORS_ONLN), bin_dir, reps);
+    size_t one_mib = 1u << 20, big = (size_t)64 << 20;
+    if (has(sections, "pushpull"))
+        section_pushpull(sizes, nsizes);
+    if (has(sections, "clients") && ncl)
+        section_clients(clients, ncl, one_mib);
+    if (has(sections, "gddr"))
+        section_gddr(one_mib);
+    if (has(sections, "apply"))
+        section_apply(budget_mb < 64 ? (size_t)16 << 20 : big);
+    if (has(sections, "threads"))
+        section_threads(budget_mb < 64 ? (size_t)16 << 20 : big);
+    return 0;
+}
