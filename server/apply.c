@@ -12,6 +12,8 @@
  *   ACC    acc += lr_eff*g                     (sync: collect one push)
  *   SYNC   v = mu*v + acc/N   ; w -= v ; acc = 0   (sync: end of step)
  * With mu = 0 the momentum buffer is not touched and w -= lr_eff*g exactly.
+ * With job->dst set the new values go there (copy on write: a pull reply
+ * still holds t->w), and chunks the job does not change are copied over.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -42,23 +44,27 @@ static void apply_chunk(const ps_job *j, size_t c)
     size_t lo = c * t->chunk;
     size_t hi = lo + t->chunk < t->n ? lo + t->chunk : t->n;
     size_t len = hi - lo;
-    float *w = t->w + lo;
+    const float *w = t->w + lo;
+    float *out = j->dst ? j->dst + lo : t->w + lo;
     switch (j->kind) {
     case PS_JOB_APPLY: {
         int64_t o = j->off ? j->off[c] : (int64_t)lo;
-        if (o < 0)
+        if (o < 0) {
+            if (j->dst)
+                memcpy(out, w, len * sizeof *out);
             return;
+        }
         const float *g = j->vals + o;
         const float s = j->scale;
         if (j->mu > 0 && t->mom) {
             float *v = t->mom + lo;
             for (size_t i = 0; i < len; i++) {
                 v[i] = j->mu * v[i] + s * g[i];
-                w[i] -= v[i];
+                out[i] = w[i] - v[i];
             }
         } else {
             for (size_t i = 0; i < len; i++)
-                w[i] -= s * g[i];
+                out[i] = w[i] - s * g[i];
         }
         return;
     }
@@ -75,19 +81,22 @@ static void apply_chunk(const ps_job *j, size_t c)
         return;
     }
     case PS_JOB_SYNC: {
-        if (!t->touched[c])
+        if (!t->touched[c]) {
+            if (j->dst)
+                memcpy(out, w, len * sizeof *out);
             return;
+        }
         float *a = t->acc + lo;
         const float s = j->scale;
         if (j->mu > 0 && t->mom) {
             float *v = t->mom + lo;
             for (size_t i = 0; i < len; i++) {
                 v[i] = j->mu * v[i] + a[i] * s;
-                w[i] -= v[i];
+                out[i] = w[i] - v[i];
             }
         } else {
             for (size_t i = 0; i < len; i++)
-                w[i] -= a[i] * s;
+                out[i] = w[i] - a[i] * s;
         }
         memset(a, 0, len * sizeof *a);
         t->touched[c] = 0;

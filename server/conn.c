@@ -8,15 +8,16 @@
  * flight is forgotten. The id also stands for a session when a request
  * carries none (workers.c).
  *
- * Zero-copy pulls. The values of one tensor version are copied once into
- * an immutable, reference-counted buffer (ps_vbuf); every pull reply of
- * that version points ZeroMQ at it (zmq_msg_init_data) with a small token
- * whose free callback, run by ZeroMQ's I/O thread once the bytes are on the
- * wire, gives back the peer's queued bytes and drops the references. A
- * push makes a new version; the old buffer lives on until its last reply is
- * sent, so a reply is never torn and never shows a newer version than its
- * header says.
+ * Zero-copy pulls. A tensor's values live in a reference-counted buffer
+ * (ps_vbuf); every pull reply points ZeroMQ at the current one
+ * (zmq_msg_init_data) with a small token whose free callback, run by
+ * ZeroMQ's I/O thread once the bytes are on the wire, gives back the peer's
+ * queued bytes and drops the references. An update writes in place when no
+ * reply holds the buffer, and into a fresh (recycled) one when some does
+ * (copy on write, server.c), so a reply is never torn and never shows a
+ * newer version than its header says, and no pull copies the tensor.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,8 @@ void ps_conns_close(gddr_ps *ps)
 
 /* ---- version buffers ------------------------------------------------------- */
 
+static void vbuf_release(ps_vbuf *b);
+
 /* Bytes of version buffers alive (the tensors' current ones and those
  * unsent replies still hold): process-wide, as ZeroMQ's thread frees them. */
 static atomic_llong vbuf_bytes;
@@ -145,32 +148,82 @@ long long ps_conns_queued_bytes(gddr_ps *ps)
 
 void ps_vbuf_unref(ps_vbuf *b)
 {
-    if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
-        atomic_fetch_sub(&vbuf_bytes, (long long)b->bytes);
-        free(b->data);
-        free(b);
-    }
+    if (b && atomic_fetch_sub(&b->refs, 1) == 1)
+        vbuf_release(b);
 }
 
-/* The buffer of t's current version (made on the first pull of a version). */
-static ps_vbuf *current_values(ps_tensor *t)
+/* Spare buffers for copy on write: a buffer freed by the last reply that
+ * held it is kept for the next update of that size instead of going back to
+ * the allocator (a fresh large buffer costs page faults on first write).
+ * Filled from ZeroMQ's I/O thread, taken by the front thread. */
+#define SPARES 8
+#define SPARE_MIN_BYTES 65536
+static pthread_mutex_t spare_mu = PTHREAD_MUTEX_INITIALIZER;
+static ps_vbuf *spare[SPARES];
+
+static void vbuf_release(ps_vbuf *b)
 {
-    if (t->pub && t->pub->version == t->version)
-        return t->pub;
-    ps_vbuf *b = malloc(sizeof *b);
-    size_t bytes = t->n * sizeof(float);
-    if (!b || posix_memalign((void **)&b->data, 64, bytes ? bytes : 64) != 0) {
-        free(b);
-        return NULL;
+    if (b->bytes >= SPARE_MIN_BYTES) {
+        pthread_mutex_lock(&spare_mu);
+        for (int i = 0; i < SPARES; i++)
+            if (!spare[i]) {
+                spare[i] = b;
+                b = NULL;
+                break;
+            }
+        pthread_mutex_unlock(&spare_mu);
+        if (!b)
+            return;
     }
-    memcpy(b->data, t->w, bytes);
-    atomic_init(&b->refs, 1); /* the tensor's */
-    atomic_fetch_add(&vbuf_bytes, (long long)bytes);
-    b->version = t->version;
-    b->bytes = bytes;
-    ps_vbuf_unref(t->pub);
-    t->pub = b;
+    atomic_fetch_sub(&vbuf_bytes, (long long)b->bytes);
+    free(b->data);
+    free(b);
+}
+
+ps_vbuf *ps_vbuf_new(size_t n)
+{
+    size_t bytes = n * sizeof(float);
+    ps_vbuf *b = NULL;
+    pthread_mutex_lock(&spare_mu);
+    for (int i = 0; i < SPARES; i++)
+        if (spare[i] && spare[i]->bytes == bytes) {
+            b = spare[i];
+            spare[i] = NULL;
+            break;
+        }
+    pthread_mutex_unlock(&spare_mu);
+    if (!b) {
+        b = malloc(sizeof *b);
+        if (!b || posix_memalign((void **)&b->data, 64, bytes ? bytes : 64) != 0) {
+            free(b);
+            return NULL;
+        }
+        b->bytes = bytes;
+        atomic_fetch_add(&vbuf_bytes, (long long)bytes);
+    }
+    atomic_init(&b->refs, 1);
     return b;
+}
+
+int ps_tensor_begin_write(ps_tensor *t, ps_vbuf **fresh)
+{
+    /* Only the front thread adds references, and the I/O thread only
+     * drops them: a count of 1 stays 1 while we write. */
+    *fresh = NULL;
+    if (atomic_load(&t->cur->refs) == 1)
+        return 0;
+    *fresh = ps_vbuf_new(t->n);
+    return *fresh ? 0 : -1;
+}
+
+void ps_tensor_commit(ps_tensor *t, ps_vbuf *fresh)
+{
+    if (!fresh)
+        return;
+    ps_vbuf *old = t->cur;
+    t->cur = fresh;
+    t->w = fresh->data;
+    ps_vbuf_unref(old);
 }
 
 typedef struct reply_token {
@@ -200,8 +253,8 @@ static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_
                   queued, ps->cfg.max_queued_reply_bytes);
         return;
     }
-    ps_vbuf *b = current_values(t);
-    reply_token *k = b && c ? malloc(sizeof *k) : NULL;
+    ps_vbuf *b = t->cur; /* sent as it is: the next update will not write into it */
+    reply_token *k = c ? malloc(sizeof *k) : NULL;
     if (!k) {
         ps_reject(ps, ident, req_id, GDDR_ENOMEM, "no memory for a %zu-byte reply", bytes);
         return;
@@ -215,7 +268,7 @@ static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_
     Gddr__PullReply pr = GDDR__PULL_REPLY__INIT;
     ps_reply_init(ps, &r, req_id, t);
     pr.id = t->id;
-    pr.version = b->version;
+    pr.version = t->version;
     pr.payload_bytes = bytes;
     r.body_case = GDDR__REPLY__BODY_PULL;
     r.pull = &pr;

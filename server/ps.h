@@ -40,11 +40,13 @@ typedef struct ps_stale {
     uint64_t hist[PS_HIST];
 } ps_stale;
 
-/* A version of a tensor's values as pull replies send it: immutable, shared
- * by every reply of that version, freed when the last reply is sent. */
+/* A tensor's values. The tensor holds one reference to its current buffer;
+ * every pull reply in flight holds another, released by ZeroMQ's I/O thread
+ * once the bytes are sent. A buffer some reply still holds is never written:
+ * the next update goes into a fresh (or recycled) buffer instead (copy on
+ * write), so replies need no copy and are never torn. */
 typedef struct ps_vbuf {
     atomic_int refs;
-    uint64_t version;
     size_t bytes;
     float *data;
 } ps_vbuf;
@@ -64,10 +66,10 @@ typedef struct ps_tensor {
     size_t n;
     size_t nchunks;
     uint32_t chunk;    /* elements per chunk; the last may be short */
-    float *w;          /* values; they change only together with version */
+    ps_vbuf *cur;      /* the values of `version` */
+    float *w;          /* = cur->data; changes only together with version */
     float *mom;        /* momentum buffer, NULL until momentum is used */
     uint64_t version;  /* updates applied */
-    ps_vbuf *pub;      /* the values of `version` as pulls send them (NULL: none yet) */
     /* sync: the step being collected */
     float *acc;        /* sum of lr_eff * g of this step's pushes */
     uint8_t *touched;  /* per chunk: some push of this step carried it */
@@ -265,6 +267,13 @@ void ps_release_pulls(gddr_ps *ps);
 int ps_pulls_next_timeout(gddr_ps *ps, int cap);
 void ps_pulls_free(gddr_ps *ps);
 void ps_vbuf_unref(ps_vbuf *b);
+/* A buffer of n floats (recycled when one of that size is spare); refs 1. */
+ps_vbuf *ps_vbuf_new(size_t n);
+/* Where the next update of t may write: *fresh = NULL when no reply holds
+ * t's buffer (write in place), else a fresh buffer that ps_tensor_commit()
+ * then makes current. -1 when that buffer cannot be had (no memory). */
+int ps_tensor_begin_write(ps_tensor *t, ps_vbuf **fresh);
+void ps_tensor_commit(ps_tensor *t, ps_vbuf *fresh);
 /* Bytes of pull-reply buffers alive, and reply bytes queued to peers. */
 long long ps_vbuf_bytes(void);
 long long ps_conns_queued_bytes(gddr_ps *ps);
@@ -274,6 +283,7 @@ typedef enum { PS_JOB_APPLY, PS_JOB_ACC, PS_JOB_SYNC } ps_job_kind;
 typedef struct ps_job {
     ps_job_kind kind;
     ps_tensor *t;
+    float *dst;             /* APPLY, SYNC: write here, not into t->w (copy on write); NULL = in place */
     const float *vals;      /* payload (APPLY, ACC) */
     const int64_t *off;     /* per chunk: offset into vals, -1 absent; NULL = dense */
     float scale;            /* APPLY, ACC: lr_eff; SYNC: 1/N */

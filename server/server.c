@@ -118,12 +118,11 @@ ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id)
 
 static void tensor_free(ps_tensor *t)
 {
-    free(t->w);
+    ps_vbuf_unref(t->cur);
     free(t->mom);
     free(t->acc);
     free(t->touched);
     free(t->contrib);
-    ps_vbuf_unref(t->pub);
     while (t->flushes) {
         ps_flush *f = t->flushes;
         t->flushes = f->next;
@@ -141,7 +140,8 @@ ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
     t->n = n;
     t->chunk = (uint32_t)ps->cfg.chunk;
     t->nchunks = (n + t->chunk - 1) / t->chunk;
-    t->w = malloc(n * sizeof(float));
+    t->cur = ps_vbuf_new(n);
+    t->w = t->cur ? t->cur->data : NULL;
     t->acc = calloc(n, sizeof(float));
     t->touched = calloc(t->nchunks, 1);
     t->contrib = calloc((size_t)ps->cfg.max_workers, 1);
@@ -226,8 +226,13 @@ static void apply_flush(gddr_ps *ps, ps_tensor *t, const float *vals, const uint
     chunk_offsets(t, bitmap, off);
     if (ps->cfg.momentum > 0 && !t->mom)
         t->mom = calloc(t->n, sizeof(float));
-    ps_job job = { PS_JOB_APPLY, t, vals, off, scale, (float)ps->cfg.momentum };
+    ps_vbuf *fresh;
+    if (ps_tensor_begin_write(t, &fresh) < 0)
+        gddr_log(GDDR_LOG_ERROR, "no memory for a copy of '%s': a pull in flight may see this update",
+                 t->key);
+    ps_job job = { PS_JOB_APPLY, t, fresh ? fresh->data : NULL, vals, off, scale, (float)ps->cfg.momentum };
     ps_pool_run(ps->pool, &job);
+    ps_tensor_commit(t, fresh);
     t->version++;
     ps->versions_total++;
 }
@@ -252,8 +257,14 @@ static int sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     /* A step whose workers left before it completed still divides by those
      * who took part, not by who is left. */
     int divisor = (int)t->ncontrib > live ? (int)t->ncontrib : live;
-    ps_job job = { PS_JOB_SYNC, t, NULL, NULL, 1.0f / (float)divisor, (float)ps->cfg.momentum };
+    ps_vbuf *fresh;
+    if (ps_tensor_begin_write(t, &fresh) < 0)
+        gddr_log(GDDR_LOG_ERROR, "no memory for a copy of '%s': a pull in flight may see this step",
+                 t->key);
+    ps_job job = { PS_JOB_SYNC, t, fresh ? fresh->data : NULL, NULL, NULL, 1.0f / (float)divisor,
+                   (float)ps->cfg.momentum };
     ps_pool_run(ps->pool, &job);
+    ps_tensor_commit(t, fresh);
     t->version++;
     ps->versions_total++;
     t->sync_divisor = (uint32_t)divisor;
@@ -546,7 +557,7 @@ static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
         }
         out.sync_target = t->version + (out.applied ? 0 : 1);
     } else if (mode == GDDR_PS_MODE_SYNC) {
-        ps_job job = { PS_JOB_ACC, t, vals, p->bitmap.len ? off : NULL, (float)lr_eff, 0 };
+        ps_job job = { PS_JOB_ACC, t, NULL, vals, p->bitmap.len ? off : NULL, (float)lr_eff, 0 };
         ps_pool_run(ps->pool, &job);
         if (!t->contrib[rq->rank]) {
             t->contrib[rq->rank] = 1;
@@ -558,9 +569,13 @@ static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
     } else {
         if (ps->cfg.momentum > 0 && !t->mom)
             t->mom = calloc(t->n, sizeof(float));
-        ps_job job = { PS_JOB_APPLY, t, vals, p->bitmap.len ? off : NULL, (float)lr_eff,
-                       (float)ps->cfg.momentum };
+        ps_vbuf *fresh;
+        if (ps_tensor_begin_write(t, &fresh) < 0)
+            return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for a copy of tensor '%s'", t->key);
+        ps_job job = { PS_JOB_APPLY, t, fresh ? fresh->data : NULL, vals, p->bitmap.len ? off : NULL,
+                       (float)lr_eff, (float)ps->cfg.momentum };
         ps_pool_run(ps->pool, &job);
+        ps_tensor_commit(t, fresh);
         t->version++;
         ps->versions_total++;
         out.applied = 1;

@@ -982,6 +982,63 @@ START_TEST(test_unread_replies_bounded)
 }
 END_TEST
 
+/* A reader that reads slowly gets, for every pull, the values of the
+ * version its reply names, however many pushes land while its replies wait
+ * in the queue: an update never writes into a buffer a reply still holds
+ * (copy on write). */
+START_TEST(test_slow_reader_sees_its_version)
+{
+    gt_server s;
+    START_SERVER(s, "lr=1");
+    enum { N = 1 << 20 }; /* 4 MiB: two replies do not fit the socket buffers */
+    float *w = malloc(N * 4), *g = malloc(N * 4);
+    for (int i = 0; i < N; i++) {
+        w[i] = 1000.0f;
+        g[i] = 1.0f;
+    }
+    gddr_client *c = open_worker(s.endpoint, 0, 1, 0);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "slow", w, N, &id, NULL), GDDR_OK);
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    int one = 1, small = 65536;
+    zmq_setsockopt(r.sock, ZMQ_RCVHWM, &one, sizeof one);
+    zmq_setsockopt(r.sock, ZMQ_RCVBUF, &small, sizeof small);
+    enum { PULLS = 4 };
+    uint64_t rid[PULLS];
+    for (int k = 0; k < PULLS; k++) {
+        Gddr__Request rq = GDDR__REQUEST__INIT;
+        Gddr__Pull p = GDDR__PULL__INIT;
+        p.id = (uint32_t)id;
+        rq.body_case = GDDR__REQUEST__BODY_PULL;
+        rq.pull = &p;
+        rid[k] = raw_simple(&r, &rq);
+        for (int j = 0; j < 3; j++) /* updates while the replies wait */
+            ck_assert_int_eq(gddr_push(c, id, g, NULL), GDDR_OK);
+    }
+    for (int k = 0; k < PULLS; k++) {
+        gddr__frames f;
+        Gddr__Reply *rep = raw_reply_to(&r, rid[k], &f);
+        ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_PULL);
+        ck_assert_int_eq(f.n, 2);
+        const float *v = gddr__frame_data(&f, 1);
+        float want = 1000.0f - (float)rep->pull->version;
+        for (int i = 0; i < N; i += 4099)
+            ck_assert_msg(v[i] == want, "reply %d says version %" PRIu64 " but element %d is %g, not %g",
+                          k, rep->pull->version, i, (double)v[i], (double)want);
+        ck_assert_msg(v[N - 1] == want, "reply %d: the last element is %g, not %g", k,
+                      (double)v[N - 1], (double)want);
+        gddr__frames_close(&f);
+        gddr__reply__free_unpacked(rep, NULL);
+    }
+    raw_close(&r);
+    free(w);
+    free(g);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
 /* Parked pulls are capped per connection. */
 START_TEST(test_parked_pulls_capped)
 {
@@ -1428,6 +1485,7 @@ Suite *suite_integrity(void)
     ADD("checkpoint_requests_coalesce", test_checkpoint_requests_coalesce);
     ADD("snapshots_bounded", test_snapshots_bounded);
     ADD("unread_replies_bounded", test_unread_replies_bounded);
+    ADD("slow_reader_sees_its_version", test_slow_reader_sees_its_version);
     ADD("parked_pulls_capped", test_parked_pulls_capped);
     ADD("bogus_grad_norm_tau_recovers", test_bogus_grad_norm_tau_recovers);
     ADD("server_starts_late", test_server_starts_late);

@@ -79,6 +79,33 @@ static void ops_fail_all(gddr_client *c, int rc)
 
 /* ---- sending ---------------------------------------------------------------- */
 
+/* ZeroMQ let go of a lent buffer (sent, or dropped with its socket). */
+static void lent_done(void *data, void *hint)
+{
+    (void)data;
+    atomic_fetch_sub((atomic_int *)hint, 1);
+}
+
+void gddr__lent_wait(gddr_client *c)
+{
+    if (atomic_load(&c->lent) == 0)
+        return;
+    /* Sent and answered, the I/O thread is closing the message right now;
+     * give it a moment before taking the socket away. */
+    for (int i = 0; i < 200 && atomic_load(&c->lent) > 0; i++)
+        usleep(50);
+    if (atomic_load(&c->lent) > 0 && c->sock) {
+        zmq_close(c->sock); /* LINGER 0: queued messages are dropped */
+        c->sock = NULL;
+        c->epoch_changed = 1; /* the next call reconnects */
+    }
+    for (int i = 0; i < 100000 && atomic_load(&c->lent) > 0; i++)
+        usleep(100);
+    if (atomic_load(&c->lent) > 0)
+        gddr__logf(&c->log, GDDR_LOG_ERROR, "ZeroMQ still holds %d lent buffers after 10 s",
+                   atomic_load(&c->lent));
+}
+
 int gddr__send_req(gddr_client *c, Gddr__Request *rq, const gddr__raw *raws, int nraw,
                    op_kind kind, int tensor, uint64_t *ticket)
 {
@@ -90,6 +117,13 @@ int gddr__send_req(gddr_client *c, Gddr__Request *rq, const gddr__raw *raws, int
     rq->rank = (uint32_t)c->info.rank;
     rq->observer = c->o.observer != 0;
     rq->session = c->session;
+    if (!c->sock) {
+        o->req_id = 0;
+        for (int i = 0; i < nraw; i++) /* nobody sends them: give them back */
+            if (raws[i].free_fn)
+                raws[i].free_fn((void *)raws[i].data, raws[i].hint);
+        return gddr__set_err(c, GDDR_EIO, "no connection to %s (dropped after a failure)", c->server);
+    }
     long n = gddr__send(c->sock, NULL, &rq->base, raws, nraw);
     if (n < 0) {
         o->req_id = 0;
@@ -173,10 +207,17 @@ static void complete(gddr_client *c, gddr__frames *f)
             break;
         }
         o->version = r->pull->version;
-        memcpy(o->out, gddr__frame_data(f, 1), t->n * 4);
+        memcpy(o->out, gddr__frame_data(f, 1), t->n * 4); /* the one copy */
         if (o->track) {
-            if (o->out != t->last)
-                memcpy(t->last, o->out, t->n * 4);
+            /* The frame itself becomes the tensor's last values. */
+            if (t->has_last_msg)
+                zmq_msg_close(&t->last_msg);
+            zmq_msg_init(&t->last_msg);
+            zmq_msg_move(&t->last_msg, &f->part[1]);
+            t->has_last_msg = 1;
+            t->last = zmq_msg_data(&t->last_msg);
+            free(t->last_own);
+            t->last_own = NULL;
             t->version = o->version;
         }
         c->k.pulls++;
@@ -536,7 +577,9 @@ void gddr_client_close(gddr_client **cp)
     if (c->zctx)
         zmq_ctx_term(c->zctx);
     for (int i = 0; i < c->nt; i++) {
-        free(c->t[i].last);
+        free(c->t[i].last_own);
+        if (c->t[i].has_last_msg)
+            zmq_msg_close(&c->t[i].last_msg);
         free(c->t[i].g);
         free(c->t[i].wnew);
         free(c->t[i].ms);
@@ -624,14 +667,15 @@ int gddr_register(gddr_client *c, const char *key, const float *init, size_t n, 
     snprintf(t->key, sizeof t->key, "%s", key);
     t->keyhash = gddr_key_hash(key);
     t->n = n;
-    t->last = malloc(n * 4);
+    t->last_own = malloc(n * 4);
     t->g = malloc(n * 4);
     t->tau = c->info.tau;
-    if (!t->last || !t->g) {
-        free(t->last), free(t->g);
+    if (!t->last_own || !t->g) {
+        free(t->last_own), free(t->g);
         return gddr__set_err(c, GDDR_ENOMEM, "no memory for tensor '%s'", key);
     }
-    memcpy(t->last, init, n * 4);
+    memcpy(t->last_own, init, n * 4);
+    t->last = t->last_own;
     c->nt++;
     /* A reconnect meanwhile registers this tensor too (it is in c->t), from
      * t->last, which holds init until the first pull. */
@@ -639,7 +683,9 @@ int gddr_register(gddr_client *c, const char *key, const float *init, size_t n, 
     int rc = with_reconnect(c, register_call, &a);
     if (rc != GDDR_OK) {
         c->nt--;
-        free(t->last), free(t->g);
+        free(t->last_own), free(t->g);
+        if (t->has_last_msg)
+            zmq_msg_close(&t->last_msg);
         return rc;
     }
     t->sid = a.res.sid;
@@ -766,6 +812,13 @@ int gddr__push_tensor(gddr_client *c, int i, const gddr__push_args *a, uint64_t 
     p.residual_l1 = a->residual_l1;
     gddr__raw raws[2] = { { a->vals, a->nvals * 4, NULL, NULL },
                           { a->snap, a->snap_vals * 4, NULL, NULL } };
+    int nraw = a->snap_bm ? 2 : 1;
+    if (a->lend)
+        for (int k = 0; k < nraw; k++) {
+            raws[k].free_fn = lent_done;
+            raws[k].hint = &c->lent;
+            atomic_fetch_add(&c->lent, 1);
+        }
     if (a->snap_bm) {
         p.residual_snapshot = 1;
         p.residual_bitmap.data = (uint8_t *)a->snap_bm;
@@ -777,7 +830,7 @@ int gddr__push_tensor(gddr_client *c, int i, const gddr__push_args *a, uint64_t 
     p.orphans_replayed = t->orphan_done;
     rq.body_case = GDDR__REQUEST__BODY_PUSH;
     rq.push = &p;
-    int rc = gddr__send_req(c, &rq, raws, a->snap_bm ? 2 : 1, OP_PUSH, i, ticket);
+    int rc = gddr__send_req(c, &rq, raws, nraw, OP_PUSH, i, ticket);
     if (rc == GDDR_OK) {
         c->k.values_pushed += a->nvals;
         t->orphan_done = 0;
@@ -844,6 +897,7 @@ int gddr__push_wait(gddr_client *c, int i, const gddr__push_args *a, uint64_t *v
      * it once whether or not the first copy arrived. */
     struct push_call p = { i, *a, 0, 0 };
     int rc = with_reconnect(c, push_call, &p);
+    gddr__lent_wait(c); /* a->vals may change once we return */
     if (rc == GDDR_OK && version)
         *version = p.version;
     return rc;
@@ -859,6 +913,7 @@ int gddr_push_ex(gddr_client *c, int id, const float *grad, const gddr_push_tags
         return gddr__set_err(c, GDDR_EINVAL, "push: NULL gradient");
     gddr__push_args a;
     plain_push_args(c, id, grad, tags, &a);
+    a.lend = 1; /* sent from the caller's buffer: we wait for the answer */
     return gddr__push_wait(c, id, &a, version);
 }
 

@@ -8,6 +8,7 @@
 #ifndef GDDR_CLIENT_INT_H
 #define GDDR_CLIENT_INT_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "gddr/gddr.h"
@@ -30,6 +31,8 @@ typedef struct op {
     int created;
     int track;         /* pull: also update the tensor's last values and version */
     int answered;      /* the server answered (also with an error) */
+    /* pull: the reply becomes the tensor's last values and version (the
+     * frame is kept, not copied: ctensor.last points into it) */
     int duplicate;     /* push: the server had taken this push already */
     uint32_t retry_ms; /* error: a passing refusal, try again after this long */
 } op;
@@ -48,6 +51,9 @@ typedef struct gddr__push_args {
     const float *snap;     /* residual snapshot (held chunks, packed), or NULL */
     const uint8_t *snap_bm;
     size_t snap_vals;
+    int lend;              /* 1: ZeroMQ sends vals and snap from where they are (no
+                            * copy); the caller waits with gddr__lent_wait() before
+                            * the buffers change */
 } gddr__push_args;
 
 /* GDDR residual state of one tensor (host or device memory). */
@@ -72,7 +78,11 @@ typedef struct ctensor {
     uint64_t version;  /* of the last pull */
     uint64_t last_step;/* step of the last push of this tensor (valid when pushed) */
     int pushed;
-    float *last;       /* values of the last pull (w_bak for DC, re-register) */
+    const float *last; /* values of the last pull (w_bak for DC, re-register): the
+                        * pull reply's own frame (last_msg), or last_own before any */
+    float *last_own;   /* the values given at registration, until the first pull */
+    zmq_msg_t last_msg;
+    int has_last_msg;
     float *g;          /* work buffer: the gradient being pushed */
     float *wnew;       /* DC: the freshly pulled parameters */
     float *ms;         /* DC adaptive: EMA of g^2 */
@@ -89,6 +99,7 @@ struct gddr_client {
     char curve_server[64], curve_file[512];
     gddr__logger log;
     void *zctx, *sock;
+    atomic_int lent;       /* messages ZeroMQ still reads from our buffers */
     uint64_t session;      /* random, once per client: ties our rank to us across reconnects */
     uint64_t next_req;
     op *ops;
@@ -123,6 +134,12 @@ int gddr__push_tensor(gddr_client *c, int i, const gddr__push_args *a, uint64_t 
 /* Pushes and waits for the answer, again (the same push) after a reconnect
  * while the server is away, within reconnect_timeout_ms. */
 int gddr__push_wait(gddr_client *c, int i, const gddr__push_args *a, uint64_t *version);
+/* Returns when ZeroMQ holds no buffer lent by gddr__push_args.lend any more:
+ * at once after a completed exchange (the server answered, so the bytes were
+ * sent); otherwise the socket is dropped (and reopened by the next call's
+ * reconnect) so that queued messages let go of the buffers. */
+void gddr__lent_wait(gddr_client *c);
+
 /* Whether a failed call may succeed after gddr__reconnect(): no answer, or
  * a restarted server that no longer knows our tensors or versions. */
 int gddr__needs_reconnect(gddr_client *c, int rc);

@@ -147,7 +147,7 @@ int gddr__residual_flush(gddr_client *c)
          * of the steps it came from, not as a step of its own. */
         gddr__push_args a = { .vals = r->packed, .bitmap = r->bitmap, .bitmap_len = bytes,
                               .nvals = np, .birth = t->version, .base = t->version,
-                              .step = gddr__push_step(c, i), .flush = 1 };
+                              .step = gddr__push_step(c, i), .flush = 1, .lend = 1 };
         double mass = gddr_asum_cpu(r->packed, np);
         rc = gddr__push_wait(c, i, &a, NULL);
         if (rc == GDDR_OK) {

@@ -446,8 +446,9 @@ static int dc_pull_and_compensate(gddr_client *c, const float *const *w_bak, uin
     return GDDR_OK;
 }
 
-/* GDDR step 4 for one tensor: fills the payload from the residual engine. */
-static int residual_pack(gddr_client *c, int i, payload *p)
+/* GDDR step 4 for one tensor: fills the payload from the residual engine,
+ * reading the gradient from g (the caller's, or the library's copy). */
+static int residual_pack(gddr_client *c, int i, const float *g, payload *p)
 {
     ctensor *t = &c->t[i];
     int rc = res_alloc(c, t);
@@ -461,7 +462,7 @@ static int residual_pack(gddr_client *c, int i, payload *p)
                              (uint32_t)(t->tau > 0 ? t->tau : 1), c->o.seed,
                              (uint32_t)c->info.rank, t->keyhash, c->step };
     size_t npacked = 0, nsent = 0;
-    rc = gddr_residual_step_cpu(&a, t->g, r->r, r->age, r->packed, r->bitmap, &npacked, &nsent);
+    rc = gddr_residual_step_cpu(&a, g, r->r, r->age, r->packed, r->bitmap, &npacked, &nsent);
     if (rc != GDDR_OK)
         return gddr__set_err(c, rc, "residual step of '%s' failed", t->key);
     p->residual_l1 = (float)gddr_asum_cpu(r->r, t->n); /* what a crash now would lose */
@@ -492,7 +493,8 @@ static int exchange(gddr_client *c, payload *pl, float *const *params, op *res, 
     int npulled = 0;
     if (rc == GDDR_OK && pipelined) {
         for (int i = 0; i < nt && rc == GDDR_OK; i++, npulled++)
-            rc = gddr__pull_tensor(c, i, params[i], 0, c->step + 1, &ptk[i]);
+            if ((rc = gddr__pull_tensor(c, i, params[i], 0, c->step + 1, &ptk[i])) == GDDR_OK)
+                gddr__op(c, ptk[i])->track = 1;
     }
     /* One deadline for the pushes and the pipelined pulls together: a
      * server that went silent costs one timeout, not two. */
@@ -514,8 +516,10 @@ static int exchange(gddr_client *c, payload *pl, float *const *params, op *res, 
             uint64_t t1;
             memset(&pres[i], 0, sizeof pres[i]); /* answered: this pull's answer only */
             rc = gddr__pull_tensor(c, i, params[i], need, c->step + 1, &t1);
-            if (rc == GDDR_OK)
+            if (rc == GDDR_OK) {
+                gddr__op(c, t1)->track = 1;
                 rc = gddr__wait_op(c, t1, c->o.timeout_ms + 1000, &pres[i]);
+            }
             /* The server parks a sync pull for timeout_ms; when a slow or
              * dead worker keeps the step open longer, ask again -- but not
              * forever: a peer that is alive (it heartbeats) yet never
@@ -534,12 +538,15 @@ static int exchange(gddr_client *c, payload *pl, float *const *params, op *res, 
         if (rc != GDDR_OK)
             return rc;
     }
-    for (int i = 0; i < nt; i++) {
-        ctensor *t = &c->t[i];
-        t->version = pres[i].version;
-        memcpy(t->last, params[i], t->n * 4);
-    }
+    /* The tracked pulls made their frames the tensors' last values and
+     * versions (client.c complete()): no copy here. */
     return GDDR_OK;
+}
+
+/* DC-ASGD runs in async and ssp steps (a sync step has w' == w_bak). */
+static int dc_on(const gddr_client *c)
+{
+    return c->o.dc_lambda > 0 && c->info.mode != GDDR_MODE_SYNC;
 }
 
 /* The step; dev: the gradients are CUDA device pointers (gddr__step_run). */
@@ -553,10 +560,11 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
     op *res = calloc((size_t)nt * 2, sizeof *res);
     uint64_t *tk = calloc((size_t)nt * 2, sizeof *tk);
     const float **w_bak = calloc((size_t)nt, sizeof *w_bak);
+    const float **gsrc = calloc((size_t)nt, sizeof *gsrc); /* what the step reads */
     uint64_t *base = calloc((size_t)nt, sizeof *base);
     if (dev)
         staged = calloc((size_t)nt, sizeof *staged);
-    if (!pl || !res || !tk || !w_bak || !base || (dev && !staged)) {
+    if (!pl || !res || !tk || !w_bak || !gsrc || !base || (dev && !staged)) {
         rc = gddr__set_err(c, GDDR_ENOMEM, "no memory");
         goto out;
     }
@@ -575,9 +583,15 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
             if ((rc = dev_grad_in(c, i, grads[i], &nrm)) != GDDR_OK)
                 goto out;
             staged[i] = t->dev->h_params;
-        } else {
+        } else if (c->o.clip_norm > 0 || dc_on(c) || (c->o.delay_fraction <= 0 && t->res.orphan)) {
+            /* Clipping, DC-ASGD and an orphan installment change the
+             * gradient: they work on the library's copy. */
             memcpy(t->g, grads[i], t->n * 4);
+            gsrc[i] = t->g;
             nrm = gddr_nrm2_cpu(t->g, t->n);
+        } else {
+            gsrc[i] = grads[i]; /* read (and sent) from where it is */
+            nrm = gddr_nrm2_cpu(grads[i], t->n);
         }
         if (!isfinite(nrm)) {
             rc = gddr__set_err(c, GDDR_ENONFINITE, "step: the gradient of '%s' holds NaN or Inf", t->key);
@@ -601,7 +615,7 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
     }
 
     /* 3: DC-ASGD (a sync step has w' == w_bak: nothing to compensate). */
-    int dc = c->o.dc_lambda > 0 && c->info.mode != GDDR_MODE_SYNC;
+    int dc = dc_on(c);
     for (;;) {
         if (!dc) {
             for (int i = 0; i < nt; i++)
@@ -620,8 +634,9 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
     for (int i = 0; i < nt; i++) {
         pl[i].base = base[i] < pl[i].birth ? pl[i].birth : base[i];
         pl[i].step = gddr__push_step(c, i);
+        pl[i].lend = 1; /* sent without a copy; gddr__step_run waits for ZeroMQ */
         if (c->o.delay_fraction > 0) {
-            rc = dev ? dev_residual_pack(c, i, &pl[i]) : residual_pack(c, i, &pl[i]);
+            rc = dev ? dev_residual_pack(c, i, &pl[i]) : residual_pack(c, i, gsrc[i], &pl[i]);
             if (rc != GDDR_OK)
                 goto out;
         } else {
@@ -631,8 +646,9 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
                     goto out;
                 continue;
             }
-            gddr__orphan_replay(c, i, c->t[i].g);
-            pl[i].vals = c->t[i].g;
+            if (gsrc[i] == c->t[i].g)
+                gddr__orphan_replay(c, i, c->t[i].g);
+            pl[i].vals = gsrc[i];
             pl[i].nvals = c->t[i].n;
         }
     }
@@ -669,6 +685,7 @@ out:
     free(res);
     free(tk);
     free(w_bak);
+    free(gsrc);
     free(base);
     free(staged);
     return rc;
@@ -698,6 +715,7 @@ int gddr__step_run(gddr_client *c, const float *const *grads, const float *const
         tau_sum += (uint64_t)(c->t[i].tau > 0 ? c->t[i].tau : 1);
     int64_t t0 = now_ns();
     int rc = step_body(c, grads, computed_on, versions, params);
+    gddr__lent_wait(c); /* the caller's gradients and our buffers are ours again */
     c->k.step_ns += (uint64_t)(now_ns() - t0);
     if (rc == GDDR_OK && c->o.delay_fraction > 0) {
         c->k.tau_sum += tau_sum;
