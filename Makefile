@@ -54,6 +54,11 @@ ifneq ($(SANITIZER),)
   LDFLAGS    += -fsanitize=$(SANITIZER)
 endif
 
+# The daemon and the tools never touch a GPU: they link a CPU-only copy of
+# the library (objects under $(BUILD)/cpu/), so they load no CUDA library
+# and run where none is installed. Only libgddr-client and what trains
+# through it (gddr-train, the tests) carry CUDA.
+CPU_CFLAGS := $(ALL_CFLAGS)
 ifeq ($(USE_CUDA),1)
   ALL_CFLAGS += -DGDDR_HAVE_CUDA -I$(CUDA_HOME)/include
   CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
@@ -87,6 +92,8 @@ SERVER_O := $(call obj,$(SERVER_SRC))
 TRAIN_O  := $(call obj,$(TRAIN_SRC))
 TEST_O   := $(call obj,$(TEST_SRC))
 
+CPU_O    := $(patsubst $(BUILD)/obj/%,$(BUILD)/cpu/obj/%,$(CLIENT_O) $(COMMON_O) $(call obj,$(KERNEL_SRC)))
+CPU_A    := $(BUILD)/lib/libgddr-client-cpu.a
 LIB_A    := $(BUILD)/lib/libgddr-client.a
 LIB_SO   := $(BUILD)/lib/libgddr-client.so
 SERVER_A := $(BUILD)/lib/libgddr-server.a
@@ -128,6 +135,23 @@ $(PROTO_O): $(PROTO_C) $(PROTO_H)
 	@echo "  CC     $<"
 	$(Q)$(CC) $(ALL_CFLAGS) -Wno-shadow -c $< -o $@
 
+$(BUILD)/cpu/obj/%.o: %.c | $(PROTO_H)
+	@mkdir -p $(dir $@)
+	@echo "  CC     $< (cpu)"
+	$(Q)$(CC) $(CPU_CFLAGS) -c $< -o $@
+
+$(BUILD)/cpu/obj/proto/gddr.pb-c.o: $(PROTO_C) $(PROTO_H)
+	@mkdir -p $(dir $@)
+	@echo "  CC     $< (cpu)"
+	$(Q)$(CC) $(CPU_CFLAGS) -Wno-shadow -c $< -o $@
+
+$(BUILD)/cpu/obj/kernels/blas.o: CPU_CFLAGS += -Wno-psabi
+
+$(CPU_A): $(CPU_O)
+	@mkdir -p $(dir $@)
+	@echo "  AR     $@"
+	$(Q)rm -f $@ && ar rcs $@ $^
+
 $(BUILD)/obj/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
 	@echo "  NVCC   $<"
@@ -138,10 +162,11 @@ $(LIB_A): $(CLIENT_O) $(COMMON_O) $(KERNEL_O)
 	@echo "  AR     $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(LIB_SO): $(CLIENT_O) $(COMMON_O) $(KERNEL_O)
+$(LIB_SO): $(CLIENT_O) $(COMMON_O) $(KERNEL_O) client/libgddr-client.map
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
-	$(Q)$(CC) -shared -Wl,-soname,libgddr-client.so.0 $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+	$(Q)$(CC) -shared -Wl,-soname,libgddr-client.so.0 -Wl,--version-script=client/libgddr-client.map \
+	  $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
 
 $(SERVER_A): $(SERVER_O)
 	@mkdir -p $(dir $@)
@@ -153,10 +178,10 @@ $(TRAIN_A): $(TRAIN_O)
 	@echo "  AR     $@"
 	$(Q)rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/bin/gddr-ps: $(BUILD)/obj/server/main.o $(SERVER_A) $(LIB_A)
+$(BUILD)/bin/gddr-ps: $(BUILD)/obj/server/main.o $(SERVER_A) $(CPU_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bin/gddr-train: $(BUILD)/obj/client/train/gddr-train.o $(TRAIN_A) $(LIB_A)
 	@mkdir -p $(dir $@)
@@ -164,15 +189,15 @@ $(BUILD)/bin/gddr-train: $(BUILD)/obj/client/train/gddr-train.o $(TRAIN_A) $(LIB
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
 
 # The benchmark drives the server's apply pool in process as well.
-$(BUILD)/bin/gddr-bench: $(BUILD)/obj/server/tools/gddr-bench.o $(SERVER_A) $(LIB_A)
+$(BUILD)/bin/gddr-bench: $(BUILD)/obj/server/tools/gddr-bench.o $(SERVER_A) $(CPU_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bin/gddr-%: $(BUILD)/obj/server/tools/gddr-%.o $(LIB_A)
+$(BUILD)/bin/gddr-%: $(BUILD)/obj/server/tools/gddr-%.o $(CPU_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(TESTBIN): $(TEST_O) $(SERVER_A) $(TRAIN_A) $(LIB_A)
 	@mkdir -p $(dir $@)

@@ -14,6 +14,15 @@ for f in bin/gddr-ps bin/gddr-train bin/gddr-ctl lib/libgddr-client.a lib/libgdd
          include/gddr/gddr.h lib/pkgconfig/gddr-client.pc; do
   [ -e "$prefix/$f" ] || { echo "test-install: FAIL: $f was not installed" >&2; exit 1; }
 done
+# The shared library exports exactly the functions of the public header.
+exported=$(nm -D --defined-only "$prefix/lib/libgddr-client.so" | awk '$2 == "T" { print $3 }' |
+           sed 's/@.*//' | sort -u)
+declared=$(grep -oE '\bgddr_[a-z0-9_]+\(' client/include/gddr/gddr.h | tr -d '(' | sort -u)
+if [ "$exported" != "$declared" ]; then
+  echo "test-install: FAIL: libgddr-client.so exports other functions than gddr.h declares:" >&2
+  diff <(echo "$declared") <(echo "$exported") >&2 || true
+  exit 1
+fi
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$stage"
 cc client/examples/minimal.c $(pkg-config --cflags --libs gddr-client) -lm \
    -Wl,-rpath,"$prefix/lib" -o "$stage/minimal"

@@ -157,3 +157,9 @@ int gddr__env_world(void)
                                      "WORLD_SIZE", NULL };
     return env_int(n, 1);
 }
+
+void gddr_client_opts_init(gddr_client_opts *o)
+{
+    if (o)
+        *o = (gddr_client_opts)GDDR_CLIENT_OPTS_INIT;
+}

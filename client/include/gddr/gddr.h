@@ -68,8 +68,11 @@ typedef enum gddr_mode { GDDR_MODE_ASYNC = 0, GDDR_MODE_SYNC = 1, GDDR_MODE_SSP 
 /* DC-ASGD compensation forms (DESIGN section 6 step 3). */
 typedef enum gddr_dc_mode { GDDR_DC_DIAG = 0, GDDR_DC_IDENTITY = 1 } gddr_dc_mode;
 
-/* Client options. Start from GDDR_CLIENT_OPTS_INIT and change what you need.
- * Strings are copied by gddr_client_open(); the caller keeps ownership. */
+/* Client options. Start from GDDR_CLIENT_OPTS_INIT (C) or
+ * gddr_client_opts_init() (any language) and change what you need; both
+ * name every field, so a field added later gets its default in code
+ * written before it. Strings are copied by gddr_client_open(); the caller
+ * keeps ownership. */
 typedef struct gddr_client_opts {
     const char *server;     /* endpoint, e.g. "tcp://127.0.0.1:5555" (required) */
     int rank;               /* worker rank; -1: GDDR_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, RANK, else 0 */
@@ -99,8 +102,16 @@ typedef struct gddr_client_opts {
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
-    { NULL, -1, 0, 5000, 30000, 0.0, 0.0, GDDR_DC_DIAG, 0, 0.95, 0.0,         \
-      0x9e3779b97f4a7c15ull, 0, 0.5, 1, NULL, NULL, GDDR_LOG_WARN, 0, NULL, NULL, 2000 }
+    { .server = NULL, .rank = -1, .world_size = 0, .timeout_ms = 5000,        \
+      .reconnect_timeout_ms = 30000, .clip_norm = 0.0, .dc_lambda = 0.0,      \
+      .dc_mode = GDDR_DC_DIAG, .dc_adaptive = 0, .dc_ms_decay = 0.95,         \
+      .delay_fraction = 0.0, .seed = 0x9e3779b97f4a7c15ull,                   \
+      .residual_checkpoint_steps = 0, .replay_decay = 0.5, .async_pipeline = 1, \
+      .log = NULL, .log_user = NULL, .log_level = GDDR_LOG_WARN, .observer = 0, \
+      .curve_server_key = NULL, .curve_key_file = NULL, .heartbeat_ms = 2000 }
+
+/* Fills *o with the defaults GDDR_CLIENT_OPTS_INIT gives. */
+void gddr_client_opts_init(gddr_client_opts *o);
 
 typedef struct gddr_client gddr_client;
 
