@@ -1333,6 +1333,34 @@ END_TEST
 
 /* ---- 10. SIGTERM ------------------------------------------------------------------- */
 
+/* gddr-bench runs and reports every row it promises (figures are not
+ * asserted: they belong to the machine, docs/performance.md). */
+START_TEST(test_bench_reports)
+{
+    char bin[512], *out = NULL, err[256];
+    gt_bin_path(bin, sizeof bin, "gddr-bench");
+    /* The BENCH lines go to stderr: run it through a shell to merge them. */
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --sections pushpull,gddr,apply --sizes 4K,64K --reps 1 --budget-mb 1 2>&1",
+             bin);
+    char *sh[] = { "/bin/sh", "-c", cmd, NULL };
+    int st = 0;
+    ck_assert_int_eq(gt_run_capture(sh, 120000, 0, &out, &st, err, sizeof err), 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gddr-bench failed:\n%s", out);
+    static const char *const want[] = { "BENCH section=pushpull bytes=4096 ",
+                                        "BENCH section=pushpull bytes=65536 ",
+                                        "BENCH section=gddr ", "BENCH section=apply ",
+                                        "BENCH section=validate " };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *line = strstr(out, want[i]);
+        ck_assert_msg(line, "no '%s' line in:\n%s", want[i], out);
+        const char *r = strstr(line, "ratio=");
+        ck_assert_msg(r && atof(r + 6) > 0, "no positive ratio in: %.200s", line);
+    }
+    free(out);
+}
+END_TEST
+
 START_TEST(test_sigterm_exits_zero)
 {
     gt_server s;
@@ -1402,5 +1430,6 @@ Suite *suite_server(void)
     ADD_CASE(s, "staleness_histogram", test_staleness_histogram);
     ADD_CASE(s, "metrics", test_metrics_text);
     ADD_CASE(s, "sigterm", test_sigterm_exits_zero);
+    ADD_CASE(s, "bench_reports", test_bench_reports);
     return s;
 }
