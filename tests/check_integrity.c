@@ -717,8 +717,7 @@ END_TEST
 START_TEST(test_strangers_leave_no_trace)
 {
     char dir[64], log[128];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     const char *sets[] = { "lr=1", "worker_timeout_s=3600", NULL };
     gt_server s;
     gt_start_logged(&s, log, sets);
@@ -1201,8 +1200,7 @@ END_TEST
 START_TEST(test_sigterm_during_startup)
 {
     char dir[64], log[128], bin[512];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     gt_bin_path(bin, sizeof bin, "gddr-ps");
     fflush(NULL);
     pid_t pid = fork();
@@ -1312,8 +1310,7 @@ END_TEST
 START_TEST(test_log_lines_not_forgeable)
 {
     char dir[64], log[128];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     gt_server s;
     gt_start_logged(&s, log, NULL);
     raw_conn r;
@@ -1353,8 +1350,7 @@ END_TEST
 START_TEST(test_lost_residual_reported)
 {
     char dir[64], log[128];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     const char *sets[] = { "worker_timeout_s=1", "chunk=4", "tau_dynamic=false", NULL };
     gt_server s;
     gt_start_logged(&s, log, sets);

@@ -577,8 +577,7 @@ static void timeout_log_fn(void *user, int level, const char *msg)
 START_TEST(test_dead_server_costs_one_timeout)
 {
     char dir[64], log[160];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     gt_server s;
     gt_start_logged(&s, log, NULL);
     static timeout_log tl; /* static: the client may log from its threads */
@@ -765,8 +764,7 @@ END_TEST
 START_TEST(test_sync_worker_kill9_rejoin)
 {
     char dir[64], log[160];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     const double timeout_s = 2.0;
     const char *sets[] = { "mode=sync", "workers=4", "worker_timeout_s=2", NULL };
     gt_server s;
@@ -902,8 +900,7 @@ static void snap_after_step(snap_model *m, gddr_client *c, uint64_t step_index)
 START_TEST(test_conservation_across_death)
 {
     char dir[64], log[160];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     const char *sets[] = { "mode=async", "lr=1", "chunk=4", "worker_timeout_s=1", "tau_dynamic=false",
                            "workers=3", NULL };
     gt_server s;
@@ -1051,8 +1048,7 @@ END_TEST
 static void installments(double gamma, int integer_values)
 {
     char dir[64], log[160];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     const char *sets[] = { "mode=async", "lr=1", "chunk=4", "worker_timeout_s=1", "tau_dynamic=false",
                            NULL };
     gt_server s;
@@ -1197,8 +1193,7 @@ static void assert_applied(const char *ep, const float *w0, const double *expect
 START_TEST(test_close_during_replay)
 {
     char dir[64], log[160];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     const char *sets[] = { "mode=async", "lr=1", "chunk=4", "worker_timeout_s=1", "tau_dynamic=false",
                            NULL };
     gt_server s;
@@ -1256,8 +1251,7 @@ END_TEST
 static void slow_not_dead(int delivered)
 {
     char dir[64], log[160];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     const char *sets[] = { "mode=async", "lr=1", "chunk=4", "worker_timeout_s=1", "tau_dynamic=false",
                            NULL };
     gt_server s;
@@ -1338,8 +1332,7 @@ END_TEST
 START_TEST(test_snapshot_on_dense_push)
 {
     char dir[64], log[160];
-    gt_mk_tmpdir(dir, sizeof dir);
-    snprintf(log, sizeof log, "%s/ps.log", dir);
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     const char *sets[] = { "mode=async", "lr=1", "chunk=4", NULL };
     gt_server s;
     gt_start_logged(&s, log, sets);

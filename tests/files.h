@@ -32,6 +32,13 @@ static inline void gt_mk_tmpdir(char *buf, size_t len)
     ck_assert_msg(mkdtemp(buf) != NULL, "mkdtemp: %s", strerror(errno));
 }
 
+/* A scratch directory and the path of a server log in it. */
+static inline void gt_scratch_log(char *dir, size_t dlen, char *log, size_t llen)
+{
+    gt_mk_tmpdir(dir, dlen);
+    snprintf(log, llen, "%s/ps.log", dir);
+}
+
 static inline int gt__rm_one(const char *p, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb, (void)flag, (void)ftw;

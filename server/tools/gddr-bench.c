@@ -468,6 +468,16 @@ static void section_gddr(size_t bytes)
 }
 
 /* The apply pool on one push of n floats: GB/s of payload (bytes of g). */
+/* Apply-thread counts to try: 1, 2 and all cores (when more than 2). */
+static int thread_counts(int threads[3])
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    threads[0] = 1;
+    threads[1] = 2;
+    threads[2] = (int)(cores < 1 ? 1 : cores);
+    return threads[2] > 2 ? 3 : 2;
+}
+
 static void section_apply(size_t bytes)
 {
     size_t n = bytes / 4;
@@ -483,9 +493,7 @@ static void section_apply(size_t bytes)
         g[i] = 1e-3f * (float)(i % 101);
     }
     memcpy(dst, g, bytes);
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads[3] = { 1, 2, (int)(cores < 1 ? 1 : cores) };
-    int nth = threads[2] > 2 ? 3 : 2;
+    int threads[3], nth = thread_counts(threads);
     char h[32];
     printf("\n## apply and validate one push of %s (GB/s of payload; median of %d; memcpy of the same bytes beside)\n\n",
            human(bytes, h, sizeof h), reps);
@@ -527,9 +535,7 @@ static void section_apply(size_t bytes)
 
 static void section_threads(size_t bytes)
 {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int threads[3] = { 1, 2, (int)(cores < 1 ? 1 : cores) };
-    int nth = threads[2] > 2 ? 3 : 2;
+    int threads[3], nth = thread_counts(threads);
     char h[32];
     printf("\n## push+pull of %s against gddr-ps with 1, 2 and all apply threads (MB/s; median of %d)\n\n",
            human(bytes, h, sizeof h), reps);
