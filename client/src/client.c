@@ -561,7 +561,8 @@ void gddr_client_close(gddr_client **cp)
     gddr__pipeline_stop(c);
     /* Before the bye: a heartbeat after it would bring the worker back. */
     gddr__heartbeat_stop(c);
-    if (c->sock && c->info.epoch && !c->o.observer) {
+    /* (No socket: one was dropped after a failure; the flush reconnects.) */
+    if (c->info.epoch && !c->o.observer) {
         if (c->o.delay_fraction > 0 && gddr__residual_flush(c) != GDDR_OK)
             gddr__logf(&c->log, GDDR_LOG_WARN, "could not flush the residual on close: %s", c->errmsg);
         Gddr__Request rq = GDDR__REQUEST__INIT;
