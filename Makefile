@@ -243,4 +243,4 @@ install: all
 clean:
 	rm -rf $(BUILD)
 
--include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD)/obj $(BUILD)/cpu/obj -name '*.d' 2>/dev/null)
