@@ -1,10 +1,16 @@
-/* apply.c -- the apply pool: one large push applied by all threads at once.
+/* apply.c -- the apply pool: updates run beside the front thread.
  *
- * Thread t of T owns chunks [t*C/T, (t+1)*C/T) of every tensor, so no two
- * threads ever write the same element and no locks are taken inside a job.
- * The front thread posts a job and sleeps until every thread finished it.
+ * The front thread submits a job (one push, one sync step) and goes on
+ * receiving and replying; a large job is cut into one part per thread, each
+ * part a chunk range, and whoever is free takes the next part -- a pool
+ * thread, or the front thread when it must wait for that job (it helps
+ * instead of sleeping). Jobs on different tensors run at the same time on
+ * different threads; the front thread keeps jobs on one tensor in order by
+ * waiting for the previous one first (ps_tensor_settle, server.c), so no
+ * two threads ever write the same element and no locks are taken inside a
+ * job. A job owns the message its payload lives in until it is done.
  * Tensors smaller than INLINE_MAX elements are applied by the front thread
- * alone: waking T threads costs more than the work (a few microseconds).
+ * at once: handing them over costs more than the work (a few microseconds).
  *
  * Update forms (DESIGN section 5, lr folded into the accumulated value so
  * that sync steps mixing pushes of different staleness stay exact):
@@ -60,23 +66,15 @@ PS_CLONES static void acc_add(float *restrict a, const float *restrict g, float 
         a[i] += s * g[i];
 }
 
-#define INLINE_MAX (1 << 16)
-
-struct ps_pool {
-    int n;
-    pthread_t *th;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    uint64_t gen;
-    int remaining;
-    int stop;
-    const ps_job *job;
-};
-
-struct pool_arg {
-    ps_pool *p;
-    int index;
-};
+/* Chunk c's values in the payload (it starts at element lo), NULL absent. */
+static const float *job_values(const ps_job *j, size_t c, size_t lo)
+{
+    if (j->src)
+        return j->src[c];
+    if (!j->off)
+        return j->vals + lo;
+    return j->off[c] < 0 ? NULL : j->vals + j->off[c];
+}
 
 static void apply_chunk(const ps_job *j, size_t c)
 {
@@ -88,13 +86,12 @@ static void apply_chunk(const ps_job *j, size_t c)
     float *out = j->dst ? j->dst + lo : t->w + lo;
     switch (j->kind) {
     case PS_JOB_APPLY: {
-        int64_t o = j->off ? j->off[c] : (int64_t)lo;
-        if (o < 0) {
+        const float *g = job_values(j, c, lo);
+        if (!g) {
             if (j->dst)
                 memcpy(out, w, len * sizeof *out);
             return;
         }
-        const float *g = j->vals + o;
         if (j->mu > 0 && t->mom)
             momentum_out(out, w, t->mom + lo, g, j->mu, j->scale, len);
         else
@@ -102,10 +99,10 @@ static void apply_chunk(const ps_job *j, size_t c)
         return;
     }
     case PS_JOB_ACC: {
-        int64_t o = j->off ? j->off[c] : (int64_t)lo;
-        if (o < 0)
+        const float *g = job_values(j, c, lo);
+        if (!g)
             return;
-        acc_add(t->acc + lo, j->vals + o, j->scale, len);
+        acc_add(t->acc + lo, g, j->scale, len);
         t->touched[c] = 1;
         return;
     }
@@ -127,6 +124,31 @@ static void apply_chunk(const ps_job *j, size_t c)
     }
 }
 
+#define INLINE_MAX (1 << 16)
+
+/* A job in flight: its parts are claimed by whoever is free (a pool thread,
+ * or the front thread waiting for it), each part a chunk range. */
+struct ps_task {
+    ps_job job;
+    int parts;
+    int next;                   /* next part to claim (under the pool lock) */
+    atomic_int done;            /* parts finished */
+    zmq_msg_t *msgs;            /* the payload's messages, owned (closed when done) */
+    int nmsgs;
+    zmq_msg_t one;              /* msgs when there is only one */
+    void *owned;                /* freed when done */
+    struct ps_task *qnext;      /* queue of tasks with parts left to claim */
+};
+
+struct ps_pool {
+    int n;
+    pthread_t *th;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    ps_task *head, *tail;       /* tasks with unclaimed parts, oldest first */
+    int stop;
+};
+
 static void run_part(const ps_job *j, int part, int parts)
 {
     size_t nc = j->t->nchunks;
@@ -136,26 +158,43 @@ static void run_part(const ps_job *j, int part, int parts)
         apply_chunk(j, c);
 }
 
+/* Claims the next part of k (under the lock); dequeues k when it was the last. */
+static int claim(ps_pool *p, ps_task *k)
+{
+    int part = k->next++;
+    if (k->next == k->parts) {
+        /* k is at the head: parts are claimed in queue order */
+        p->head = k->qnext;
+        if (!p->head)
+            p->tail = NULL;
+    }
+    return part;
+}
+
+static void finish_part(ps_pool *p, ps_task *k)
+{
+    if (atomic_fetch_add(&k->done, 1) + 1 == k->parts) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
 static void *pool_main(void *arg)
 {
-    struct pool_arg *a = arg;
-    ps_pool *p = a->p;
-    int index = a->index;
-    free(a);
-    uint64_t seen = 0;
+    ps_pool *p = arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (p->gen == seen && !p->stop)
+        while (!p->head && !p->stop)
             pthread_cond_wait(&p->go, &p->mu);
-        if (p->stop)
+        if (p->stop && !p->head)
             break;
-        seen = p->gen;
-        const ps_job *job = p->job;
+        ps_task *k = p->head;
+        int part = claim(p, k);
         pthread_mutex_unlock(&p->mu);
-        run_part(job, index, p->n);
+        run_part(&k->job, part, k->parts);
+        finish_part(p, k);
         pthread_mutex_lock(&p->mu);
-        if (--p->remaining == 0)
-            pthread_cond_signal(&p->done);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -168,15 +207,15 @@ int ps_pool_start(ps_pool **out, int threads)
         return GDDR_ENOMEM;
     p->n = threads < 1 ? 1 : threads;
     p->th = calloc((size_t)p->n, sizeof *p->th);
+    if (!p->th) {
+        free(p);
+        return GDDR_ENOMEM;
+    }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->go, NULL);
     pthread_cond_init(&p->done, NULL);
     for (int i = 0; i < p->n; i++) {
-        struct pool_arg *a = malloc(sizeof *a);
-        a->p = p;
-        a->index = i;
-        if (pthread_create(&p->th[i], NULL, pool_main, a) != 0) {
-            free(a);
+        if (pthread_create(&p->th[i], NULL, pool_main, p) != 0) {
             p->n = i;
             ps_pool_stop(&p);
             return GDDR_ENOMEM;
@@ -186,20 +225,83 @@ int ps_pool_start(ps_pool **out, int threads)
     return GDDR_OK;
 }
 
+ps_task *ps_pool_submit(ps_pool *p, const ps_job *job, zmq_msg_t *msgs, int nmsgs, void *owned)
+{
+    ps_task *k = NULL;
+    if (job->t->n >= INLINE_MAX && p->n > 0)
+        k = malloc(sizeof *k);
+    if (!k) {
+        /* Small: waking a thread costs more than the work. */
+        run_part(job, 0, 1);
+        return NULL;
+    }
+    k->job = *job;
+    size_t nc = job->t->nchunks;
+    k->parts = nc < (size_t)p->n ? (int)nc : p->n;
+    if (k->parts < 1)
+        k->parts = 1;
+    k->next = 0;
+    atomic_init(&k->done, 0);
+    k->nmsgs = nmsgs > 0 ? nmsgs : 0;
+    if (k->nmsgs == 1) {
+        /* One frame is moved in. A very small message lives inside its
+         * zmq_msg_t: a pointer to its start follows it. */
+        const void *was = zmq_msg_data(&msgs[0]);
+        zmq_msg_init(&k->one);
+        zmq_msg_move(&k->one, &msgs[0]);
+        if (k->job.vals == was)
+            k->job.vals = zmq_msg_data(&k->one);
+        k->msgs = &k->one;
+    } else {
+        k->msgs = msgs; /* the array itself is taken: its frames do not move */
+    }
+    k->owned = owned;
+    k->qnext = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (p->tail)
+        p->tail->qnext = k;
+    else
+        p->head = k;
+    p->tail = k;
+    if (k->parts == 1)
+        pthread_cond_signal(&p->go);
+    else
+        pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    return k;
+}
+
+void ps_pool_wait(ps_pool *p, ps_task *k)
+{
+    if (!k)
+        return;
+    pthread_mutex_lock(&p->mu);
+    while (atomic_load(&k->done) < k->parts) {
+        if (p->head) {
+            /* Help rather than sleep (with k's parts, or those of a task
+             * queued before it): this thread has nothing else to do. */
+            ps_task *h = p->head;
+            int part = claim(p, h);
+            pthread_mutex_unlock(&p->mu);
+            run_part(&h->job, part, h->parts);
+            finish_part(p, h);
+            pthread_mutex_lock(&p->mu);
+            continue;
+        }
+        pthread_cond_wait(&p->done, &p->mu);
+    }
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < k->nmsgs; i++)
+        zmq_msg_close(&k->msgs[i]);
+    if (k->msgs != &k->one)
+        free(k->msgs);
+    free(k->owned);
+    free(k);
+}
+
 void ps_pool_run(ps_pool *p, const ps_job *job)
 {
-    if (job->t->n < INLINE_MAX || p->n <= 1) {
-        run_part(job, 0, 1);
-        return;
-    }
-    pthread_mutex_lock(&p->mu);
-    p->job = job;
-    p->remaining = p->n;
-    p->gen++;
-    pthread_cond_broadcast(&p->go);
-    while (p->remaining > 0)
-        pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    ps_pool_wait(p, ps_pool_submit(p, job, NULL, 0, NULL));
 }
 
 void ps_pool_stop(ps_pool **pp)

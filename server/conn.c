@@ -229,6 +229,7 @@ void ps_tensor_commit(ps_tensor *t, ps_vbuf *fresh)
 typedef struct reply_token {
     ps_conn *conn;
     ps_vbuf *buf;
+    size_t bytes;   /* of this reply (a part may be less than the buffer) */
 } reply_token;
 
 /* ZeroMQ is done with a reply's values (sent or dropped): any thread. */
@@ -236,13 +237,48 @@ static void reply_sent(void *data, void *hint)
 {
     (void)data;
     reply_token *k = hint;
-    atomic_fetch_sub(&k->conn->queued, (long long)k->buf->bytes);
+    atomic_fetch_sub(&k->conn->queued, (long long)k->bytes);
     conn_unref(k->conn);
     ps_vbuf_unref(k->buf);
     free(k);
 }
 
-static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t)
+/* One reply of a pull: values [lo, lo + len) of t's current buffer, sent
+ * without a copy (the reply holds a reference to the buffer). */
+static int send_part(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
+                     size_t lo, size_t len, uint32_t part, uint32_t parts)
+{
+    ps_vbuf *b = t->cur; /* sent as it is: the next update will not write into it */
+    size_t bytes = len * sizeof(float);
+    reply_token *k = malloc(sizeof *k);
+    if (!k) {
+        ps_reject(ps, ident, req_id, GDDR_ENOMEM, "no memory for a %zu-byte reply", bytes);
+        return -1;
+    }
+    atomic_fetch_add(&b->refs, 1);
+    atomic_fetch_add(&c->refs, 1);
+    atomic_fetch_add(&c->queued, (long long)bytes);
+    k->conn = c;
+    k->buf = b;
+    k->bytes = bytes;
+    Gddr__Reply r;
+    Gddr__PullReply pr = GDDR__PULL_REPLY__INIT;
+    ps_reply_init(ps, &r, req_id, t);
+    pr.id = t->id;
+    pr.version = t->version;
+    pr.payload_bytes = bytes;
+    pr.offset = lo;
+    pr.part = part;
+    pr.parts = parts;
+    r.body_case = GDDR__REPLY__BODY_PULL;
+    r.pull = &pr;
+    gddr__raw raw = { b->data + lo, bytes, reply_sent, k };
+    ps_send_reply(ps, ident, &r, &raw, 1);
+    return 0;
+}
+
+static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
+                        uint64_t part_bytes)
 {
     size_t bytes = t->n * sizeof(float);
     long long queued = c ? atomic_load(&c->queued) : 0;
@@ -253,27 +289,28 @@ static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_
                   queued, ps->cfg.max_queued_reply_bytes);
         return;
     }
-    ps_vbuf *b = t->cur; /* sent as it is: the next update will not write into it */
-    reply_token *k = c ? malloc(sizeof *k) : NULL;
-    if (!k) {
+    if (!c) {
         ps_reject(ps, ident, req_id, GDDR_ENOMEM, "no memory for a %zu-byte reply", bytes);
         return;
     }
-    atomic_fetch_add(&b->refs, 1);
-    atomic_fetch_add(&c->refs, 1);
-    atomic_fetch_add(&c->queued, (long long)bytes);
-    k->conn = c;
-    k->buf = b;
-    Gddr__Reply r;
-    Gddr__PullReply pr = GDDR__PULL_REPLY__INIT;
-    ps_reply_init(ps, &r, req_id, t);
-    pr.id = t->id;
-    pr.version = t->version;
-    pr.payload_bytes = bytes;
-    r.body_case = GDDR__REPLY__BODY_PULL;
-    r.pull = &pr;
-    gddr__raw raw = { b->data, bytes, reply_sent, k };
-    ps_send_reply(ps, ident, &r, &raw, 1);
+    ps_tensor_settle(ps, t); /* the update in flight is this version's */
+    /* Parts of whole chunks; one part is the plain reply. */
+    size_t per = part_bytes / ((size_t)t->chunk * sizeof(float));
+    if (per < 1)
+        per = 1;
+    size_t parts = part_bytes ? (t->nchunks + per - 1) / per : 1;
+    if (parts <= 1) {
+        if (send_part(ps, ident, c, req_id, t, 0, t->n, 0, 0) == 0)
+            ps->pulls_served++;
+        return;
+    }
+    for (size_t k = 0; k < parts; k++) {
+        size_t lo = k * per * t->chunk;
+        size_t hi = lo + per * t->chunk < t->n ? lo + per * t->chunk : t->n;
+        if (send_part(ps, ident, c, req_id, t, lo, hi - lo, (uint32_t)k, (uint32_t)parts) < 0)
+            return;
+        ps->pull_parts++;
+    }
     ps->pulls_served++;
 }
 
@@ -300,7 +337,7 @@ int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Reque
         return ps_reject(ps, ident, rq->req_id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)",
                          p->id, ps->ntensors);
     if (pull_ready(ps, t, p->min_version, p->step)) {
-        send_values(ps, ident, c, rq->req_id, t);
+        send_values(ps, ident, c, rq->req_id, t, p->part_bytes);
         return GDDR_OK;
     }
     /* A sync step or the ssp bound will release it. A min_version far ahead
@@ -335,6 +372,7 @@ int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Reque
     q->rank = rq->rank;
     q->id = t->id;
     q->min_version = p->min_version;
+    q->part_bytes = p->part_bytes;
     q->step = p->step;
     q->deadline_ms = gddr__now_ms() + (int64_t)wait;
     return GDDR_OK;
@@ -355,7 +393,7 @@ void ps_release_pulls(gddr_ps *ps)
         ps_pull *p = &ps->pulls[i];
         ps_tensor *t = ps_tensor_by_id(ps, p->id);
         if (t && pull_ready(ps, t, p->min_version, p->step)) {
-            send_values(ps, &p->ident, p->conn, p->req_id, t);
+            send_values(ps, &p->ident, p->conn, p->req_id, t, p->part_bytes);
         } else if (!t || now >= p->deadline_ms || ps->stop) {
             if (ps->stop)
                 ps_reject(ps, &p->ident, p->req_id, GDDR_ESHUTDOWN, "server is shutting down");

@@ -97,6 +97,7 @@ static int collect(gddr_ps *ps, gddr_ckpt_section **out, size_t *nout)
         free(meta);
         goto fail;
     }
+    ps_settle_all(ps); /* the copy is of whole versions */
     for (size_t i = 0; i < ps->ntensors; i++) {
         ps_tensor *t = ps->tensors[i];
         int has_acc = t->npushes > 0;

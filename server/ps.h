@@ -2,11 +2,14 @@
  *
  * Threads: one front thread owns the ROUTER socket and every field below;
  * it validates each request, then either answers it (pull, stats) or
- * applies it. Applying a large push is split across the apply pool
- * (apply.c), each thread owning a chunk range, and the front thread waits
- * for all of them before it reads the next message. So a pull, served by
- * the front thread between applies, never sees half a push. The only state
- * other threads touch is a connection's queued-byte count and the
+ * hands its update to the apply pool (apply.c) and answers at once: the
+ * version a push makes is decided when it is handed over, and the update
+ * runs while the front thread receives the next message. A tensor has at
+ * most one update in flight (ps_tensor.pending); whatever reads or writes
+ * its values -- a pull reply, the next update, a checkpoint -- first waits
+ * for it (ps_tensor_settle). So a pull never sees half a push, and never
+ * an older version than its header says. Besides the pool's jobs, the only
+ * state other threads touch is a connection's queued-byte count and the
  * reference counts of connections and version buffers, which ZeroMQ's I/O
  * thread drops (atomically) when it is done sending a reply (conn.c).
  *
@@ -67,9 +70,13 @@ typedef struct ps_tensor {
     size_t nchunks;
     uint32_t chunk;    /* elements per chunk; the last may be short */
     ps_vbuf *cur;      /* the values of `version` */
-    float *w;          /* = cur->data; changes only together with version */
+    float *w;          /* = cur->data; changes only when an update is settled */
     float *mom;        /* momentum buffer, NULL until momentum is used */
-    uint64_t version;  /* updates applied */
+    uint64_t version;  /* updates applied or in flight (the values are this
+                        * version's once the tensor is settled) */
+    struct ps_task *pending; /* the update in flight, NULL when settled */
+    struct ps_vbuf *pending_fresh; /* where it writes, when not in place */
+    int64_t *off;      /* per chunk: payload offset of the update in flight */
     /* sync: the step being collected */
     float *acc;        /* sum of lr_eff * g of this step's pushes */
     uint8_t *touched;  /* per chunk: some push of this step carried it */
@@ -128,6 +135,7 @@ typedef struct ps_pull {
     uint64_t req_id;
     uint32_t rank, id;
     uint64_t min_version, step;
+    uint64_t part_bytes;         /* answer in parts of this size (0: whole) */
     int64_t deadline_ms;
 } ps_pull;
 
@@ -160,12 +168,14 @@ typedef struct gddr_ps {
     size_t npulls, cap_pulls;
 
     ps_pool *pool;
+    struct ps_partial *partials; /* pushes in parts still arriving (parts.c) */
     int64_t *offbuf;      /* per-chunk offsets of the push being applied */
     size_t offcap;
 
     /* metrics */
     uint64_t pushes, pulls_served, inits, bytes_in, bytes_out, versions_total;
     uint64_t duplicates;
+    uint64_t push_parts, pull_parts; /* messages of pushes and pulls in parts */
     uint64_t rejected[PS_NERR];
     uint64_t deaths, rejoins;
     ps_stale stale;
@@ -209,6 +219,10 @@ void gddr_ps_close(gddr_ps **ps);
 /* Allocates and registers an empty tensor (used by init and restore). */
 ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n);
 ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id);
+/* Waits for t's update in flight, if any, and makes its values current.
+ * Call before reading or writing t's values (w, mom, acc, touched). */
+void ps_tensor_settle(gddr_ps *ps, ps_tensor *t);
+void ps_settle_all(gddr_ps *ps);
 /* The mode in force now (hybrid: async during the warm-up); t, when given,
  * may end the warm-up (its version reached async_warmup_steps). */
 int ps_tensor_mode(gddr_ps *ps, const ps_tensor *t);
@@ -286,12 +300,40 @@ typedef struct ps_job {
     float *dst;             /* APPLY, SYNC: write here, not into t->w (copy on write); NULL = in place */
     const float *vals;      /* payload (APPLY, ACC) */
     const int64_t *off;     /* per chunk: offset into vals, -1 absent; NULL = dense */
+    const float *const *src; /* or, when set, per chunk: its values, NULL absent (a push in parts) */
     float scale;            /* APPLY, ACC: lr_eff; SYNC: 1/N */
     float mu;               /* momentum */
 } ps_job;
+typedef struct ps_task ps_task;
 int ps_pool_start(ps_pool **out, int threads);
-void ps_pool_run(ps_pool *p, const ps_job *job);
+/* Starts a job beside the caller. The task takes the nmsgs messages the
+ * payload lives in (one: moved in; several: the malloc'd array itself;
+ * closed and freed when done) and `owned` (freed when done, may be NULL).
+ * Returns NULL when the job was small and is done already (then nothing
+ * was taken). */
+ps_task *ps_pool_submit(ps_pool *p, const ps_job *job, zmq_msg_t *msgs, int nmsgs, void *owned);
+/* Waits for a task (helping with its parts) and frees it; NULL is done. */
+void ps_pool_wait(ps_pool *p, ps_task *k);
+void ps_pool_run(ps_pool *p, const ps_job *job); /* submit + wait */
 void ps_pool_stop(ps_pool **p);
+
+/* parts.c: pushes in parts. */
+typedef struct ps_partial ps_partial;
+/* A push whose parts are all in: its values per chunk, in the kept frames. */
+typedef struct ps_whole {
+    const float **src;   /* per chunk (t->nchunks), NULL absent; malloc'd */
+    zmq_msg_t *msgs;     /* the frames (malloc'd array) */
+    int nmsgs;
+    double norm;         /* L2 norm of all the values */
+} ps_whole;
+enum { PS_PART_REFUSED = -1, PS_PART_HELD = 0, PS_PART_DONE = 1 };
+/* Takes one part: PS_PART_HELD (kept or dropped; nothing to answer yet),
+ * PS_PART_REFUSED (answered with an error) or PS_PART_DONE (*out is the
+ * whole push, owned by the caller). The caller checked exactly-once. */
+int ps_part_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f,
+                 ps_tensor *t, ps_whole *out);
+void ps_parts_drop_rank(gddr_ps *ps, uint32_t rank);
+void ps_parts_free(gddr_ps *ps);
 
 /* auth.c: CURVE on the ROUTER, a ZAP handler checking client keys, and a
  * monitor counting failed handshakes. */

@@ -116,9 +116,43 @@ ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id)
     return id < ps->ntensors ? ps->tensors[id] : NULL;
 }
 
+/* Hands t's next update to the pool (after t was settled): the front thread
+ * goes on while it runs. msgs are the messages the payload lives in and
+ * owned what else the job reads: the pool takes both unless the update was
+ * small and is done already (t->pending stays NULL; they stay the caller's). */
+static void tensor_submit(gddr_ps *ps, ps_tensor *t, ps_job *job, ps_vbuf *fresh,
+                          zmq_msg_t *msgs, int nmsgs, void *owned)
+{
+    job->dst = fresh ? fresh->data : NULL;
+    ps_task *k = ps_pool_submit(ps->pool, job, msgs, nmsgs, owned);
+    if (!k) {
+        ps_tensor_commit(t, fresh); /* done already */
+        return;
+    }
+    t->pending = k;
+    t->pending_fresh = fresh;
+}
+
+void ps_tensor_settle(gddr_ps *ps, ps_tensor *t)
+{
+    if (!t->pending)
+        return;
+    ps_pool_wait(ps->pool, t->pending);
+    t->pending = NULL;
+    ps_tensor_commit(t, t->pending_fresh);
+    t->pending_fresh = NULL;
+}
+
+void ps_settle_all(gddr_ps *ps)
+{
+    for (size_t i = 0; i < ps->ntensors; i++)
+        ps_tensor_settle(ps, ps->tensors[i]);
+}
+
 static void tensor_free(ps_tensor *t)
 {
     ps_vbuf_unref(t->cur);
+    free(t->off);
     free(t->mom);
     free(t->acc);
     free(t->touched);
@@ -144,9 +178,10 @@ ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
     t->w = t->cur ? t->cur->data : NULL;
     t->acc = calloc(n, sizeof(float));
     t->touched = calloc(t->nchunks, 1);
+    t->off = malloc(t->nchunks * sizeof *t->off);
     t->contrib = calloc((size_t)ps->cfg.max_workers, 1);
     t->tau = (int)ps->cfg.tau_init;
-    ps_tensor **arr = t->w && t->acc && t->touched && t->contrib
+    ps_tensor **arr = t->w && t->acc && t->touched && t->off && t->contrib
                           ? realloc(ps->tensors, (ps->ntensors + 1) * sizeof *arr)
                           : NULL;
     if (!arr) {
@@ -216,23 +251,24 @@ static int64_t *offsets_for(gddr_ps *ps, const ps_tensor *t)
 
 /* ---- sync steps ----------------------------------------------------------- */
 
-/* Applies a flush (a closing worker's held residual) as its own update. */
+/* Applies a flush (a closing worker's held residual) as its own update.
+ * payload: the message vals lives in (the pool takes it), or NULL when the
+ * caller frees vals right after: then the update is waited for. */
 static void apply_flush(gddr_ps *ps, ps_tensor *t, const float *vals, const uint8_t *bitmap,
-                        float scale)
+                        float scale, zmq_msg_t *payload)
 {
-    int64_t *off = offsets_for(ps, t);
-    if (!off)
-        return;
-    chunk_offsets(t, bitmap, off);
+    ps_tensor_settle(ps, t);
+    chunk_offsets(t, bitmap, t->off);
     if (ps->cfg.momentum > 0 && !t->mom)
         t->mom = calloc(t->n, sizeof(float));
     ps_vbuf *fresh;
     if (ps_tensor_begin_write(t, &fresh) < 0)
         gddr_log(GDDR_LOG_ERROR, "no memory for a copy of '%s': a pull in flight may see this update",
                  t->key);
-    ps_job job = { PS_JOB_APPLY, t, fresh ? fresh->data : NULL, vals, off, scale, (float)ps->cfg.momentum };
-    ps_pool_run(ps->pool, &job);
-    ps_tensor_commit(t, fresh);
+    ps_job job = { PS_JOB_APPLY, t, NULL, vals, t->off, NULL, scale, (float)ps->cfg.momentum };
+    tensor_submit(ps, t, &job, fresh, payload, payload ? 1 : 0, NULL);
+    if (!payload)
+        ps_tensor_settle(ps, t);
     t->version++;
     ps->versions_total++;
 }
@@ -252,6 +288,7 @@ static int sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
                                                                       : live;
     if (!force && (int)t->ncontrib < need)
         return 0;
+    ps_tensor_settle(ps, t); /* the step's last push is folded in */
     if (ps->cfg.momentum > 0 && !t->mom)
         t->mom = calloc(t->n, sizeof(float));
     /* A step whose workers left before it completed still divides by those
@@ -261,10 +298,9 @@ static int sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     if (ps_tensor_begin_write(t, &fresh) < 0)
         gddr_log(GDDR_LOG_ERROR, "no memory for a copy of '%s': a pull in flight may see this step",
                  t->key);
-    ps_job job = { PS_JOB_SYNC, t, fresh ? fresh->data : NULL, NULL, NULL, 1.0f / (float)divisor,
+    ps_job job = { PS_JOB_SYNC, t, NULL, NULL, NULL, NULL, 1.0f / (float)divisor,
                    (float)ps->cfg.momentum };
-    ps_pool_run(ps->pool, &job);
-    ps_tensor_commit(t, fresh);
+    tensor_submit(ps, t, &job, fresh, NULL, 0, NULL);
     t->version++;
     ps->versions_total++;
     t->sync_divisor = (uint32_t)divisor;
@@ -275,7 +311,7 @@ static int sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     while (t->flushes) {
         ps_flush *f = t->flushes;
         t->flushes = f->next;
-        apply_flush(ps, t, f->vals, f->bitmap, f->scale);
+        apply_flush(ps, t, f->vals, f->bitmap, f->scale, NULL);
         free(f->vals), free(f->bitmap), free(f);
         t->nflushes--;
     }
@@ -479,53 +515,68 @@ static int defer_flush(gddr_ps *ps, ps_tensor *t, const Gddr__Push *p, const flo
     return GDDR_ENOMEM;
 }
 
-static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f)
+/* The payload of a push being taken: one frame (vals, laid out by off),
+ * or the kept frames of a push in parts (whole.src per chunk). */
+typedef struct push_src {
+    const float *vals;
+    const int64_t *off;     /* NULL: dense */
+    zmq_msg_t *frame;       /* the frame vals lives in */
+    ps_whole whole;         /* whole.src set: a push in parts */
+} push_src;
+
+static void push_src_free(push_src *ps_)
+{
+    ps_whole *w = &ps_->whole;
+    for (int i = 0; i < w->nmsgs; i++)
+        zmq_msg_close(&w->msgs[i]);
+    free(w->msgs);
+    free(w->src);
+    memset(w, 0, sizeof *w);
+}
+
+/* Hands an update that reads src to the pool (t settled); the pool takes
+ * src's frames. */
+static void submit_push(gddr_ps *ps, ps_tensor *t, ps_job *job, ps_vbuf *fresh, push_src *src)
+{
+    if (src->whole.src) {
+        job->src = src->whole.src;
+        tensor_submit(ps, t, job, fresh, src->whole.msgs, src->whole.nmsgs, src->whole.src);
+        if (t->pending) /* the task took the frames and the chunk table */
+            memset(&src->whole, 0, sizeof src->whole);
+    } else {
+        job->vals = src->vals;
+        job->off = src->off;
+        tensor_submit(ps, t, job, fresh, src->frame, 1, NULL);
+    }
+}
+
+/* A whole push (one message, or all its parts) passed the per-message
+ * checks and is not a resend: check what needs the tensor's state, take
+ * it, answer. f is the message that completed it (its snapshot frame). */
+static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f,
+                     ps_tensor *t, ps_wtensor *wt, push_src *src, size_t nfloats, double measured)
 {
     const Gddr__Push *p = rq->push;
     uint64_t id = rq->req_id;
-    ps_tensor *t = ps_tensor_by_id(ps, p->id);
-    if (!t) {
-        return ps_reject(ps, ident, id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)", p->id,
-               ps->ntensors);
-    }
-    int want_frames = 3 + (p->residual_snapshot ? 1 : 0);
-    if (f->n != want_frames) {
-        return ps_reject(ps, ident, id, GDDR_EPROTO, "push carries %d frames, expected %d", f->n - 1,
-               want_frames - 1);
-    }
     char msg[256];
-    int64_t *off = offsets_for(ps, t);
-    ps_wtensor *wt = off ? ps_worker_tensor(ps, rq->rank, t->id) : NULL;
-    if (!wt)
-        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory");
-    size_t nfloats = 0;
-    int rc = check_layout(t, &p->bitmap, p->payload_bytes, gddr__frame_size(f, 2), off, &nfloats,
-                          msg, sizeof msg);
-    if (rc != GDDR_OK) {
-        return ps_reject(ps, ident, id, rc, "push to tensor '%s': %s", t->key, msg);
-    }
+    int rc;
     ps_worker *w = &ps->workers[rq->rank];
-    /* Exactly once: a resend gets the first answer and changes nothing. */
-    if (wt->set && p->step <= wt->step) {
-        ps->duplicates++;
-        w->duplicates++;
-        gddr_log(GDDR_LOG_DEBUG, "worker %u: push of step %llu to '%s' is a resend (last taken %llu)",
-                 rq->rank, (unsigned long long)p->step, t->key, (unsigned long long)wt->step);
-        send_push_reply(ps, ident, id, t, wt, 1);
-        return GDDR_OK;
-    }
     if (p->base_version > t->version || p->birth_version > p->base_version) {
         return ps_reject(ps, ident, id, GDDR_EVERSION,
                "push to tensor '%s' at version %llu claims birth %llu, base %llu", t->key,
                (unsigned long long)t->version, (unsigned long long)p->birth_version,
                (unsigned long long)p->base_version);
     }
-    const float *vals = gddr__frame_data(f, 2);
-    double measured = payload_norm(vals, nfloats);
     if (!isfinite(measured) || !isfinite(p->grad_norm) || p->grad_norm < 0 ||
         !isfinite(p->residual_l1) || p->residual_l1 < 0) {
         return ps_reject(ps, ident, id, GDDR_ENONFINITE, "push to tensor '%s' holds NaN or Inf", t->key);
     }
+    if (p->norm_from_payload && (p->bitmap.len || p->flush)) {
+        return ps_reject(ps, ident, id, GDDR_EINVAL,
+                         "push to tensor '%s': norm_from_payload needs a dense push that is not a flush",
+                         t->key);
+    }
+    double fresh_norm = p->norm_from_payload ? measured : (double)p->grad_norm;
     /* The guard judges what would be applied. The reported norm is the
      * fresh gradient's, before any client-side clipping (it feeds the tau
      * controller), so it must not veto a clipped push. */
@@ -539,26 +590,34 @@ static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
         if (rc != GDDR_OK)
             return ps_reject(ps, ident, id, rc, "push to tensor '%s': residual snapshot: %s", t->key, msg);
     }
+    /* From here on t's values are used: its previous update must be done
+     * (its apply ran while this payload was received and validated). */
+    ps_tensor_settle(ps, t);
+    if (src->off) {
+        memcpy(t->off, src->off, t->nchunks * sizeof *t->off);
+        src->off = t->off;
+    }
     uint64_t tau = t->version - p->base_version;
     double lr_eff = ps->cfg.lr / (1.0 + ps->cfg.adadelay * (double)tau);
     int mode = ps_tensor_mode(ps, t);
     ps_wtensor out = { p->step, 0, 0, tau, 0, 0, (uint8_t)mode, p->residual_l1 };
     if (mode == GDDR_PS_MODE_SYNC && p->flush) {
         /* Mass of the worker's earlier steps: it weighs what one worker's
-         * share of those steps weighed, however many workers are left. */
+         * share of those steps weighed, however many workers are left.
+         * (A flush always comes in one message.) */
         uint32_t d = t->sync_divisor ? t->sync_divisor : (uint32_t)gddr_ps_expected_workers(ps);
         float scale = (float)(lr_eff / (double)d);
         if (t->npushes == 0) {
-            apply_flush(ps, t, vals, p->bitmap.len ? p->bitmap.data : NULL, scale);
+            apply_flush(ps, t, src->vals, p->bitmap.len ? p->bitmap.data : NULL, scale, src->frame);
             out.applied = 1;
-        } else if ((rc = defer_flush(ps, t, p, vals, nfloats, scale)) != GDDR_OK) {
+        } else if ((rc = defer_flush(ps, t, p, src->vals, nfloats, scale)) != GDDR_OK) {
             return ps_reject(ps, ident, id, rc, "push to tensor '%s': cannot keep a flush for after the step",
                              t->key);
         }
         out.sync_target = t->version + (out.applied ? 0 : 1);
     } else if (mode == GDDR_PS_MODE_SYNC) {
-        ps_job job = { PS_JOB_ACC, t, NULL, vals, p->bitmap.len ? off : NULL, (float)lr_eff, 0 };
-        ps_pool_run(ps->pool, &job);
+        ps_job job = { PS_JOB_ACC, t, NULL, NULL, NULL, NULL, (float)lr_eff, 0 };
+        submit_push(ps, t, &job, NULL, src);
         if (!t->contrib[rq->rank]) {
             t->contrib[rq->rank] = 1;
             t->ncontrib++;
@@ -572,10 +631,8 @@ static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
         ps_vbuf *fresh;
         if (ps_tensor_begin_write(t, &fresh) < 0)
             return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for a copy of tensor '%s'", t->key);
-        ps_job job = { PS_JOB_APPLY, t, fresh ? fresh->data : NULL, vals, p->bitmap.len ? off : NULL,
-                       (float)lr_eff, (float)ps->cfg.momentum };
-        ps_pool_run(ps->pool, &job);
-        ps_tensor_commit(t, fresh);
+        ps_job job = { PS_JOB_APPLY, t, NULL, NULL, NULL, NULL, (float)lr_eff, (float)ps->cfg.momentum };
+        submit_push(ps, t, &job, fresh, src);
         t->version++;
         ps->versions_total++;
         out.applied = 1;
@@ -600,7 +657,7 @@ static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
                      ps->stale.ema, ps->cfg.staleness_alarm);
         ps->alarm_on = over;
     }
-    if (!p->flush && ps_tau_update(&ps->cfg, t, p->grad_norm))
+    if (!p->flush && ps_tau_update(&ps->cfg, t, fresh_norm))
         gddr_log(GDDR_LOG_DEBUG, "tensor '%s': tau now %d (norm EMA %.4g, change rate %.3f)",
                  t->key, t->tau, t->norm_ema, t->rate_ema);
     gddr_ps_snapshot_after_push(ps, t, rq->rank, p, f);
@@ -608,6 +665,64 @@ static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
     gddr_ps_snapshot_offer_orphans(ps, ident, rq->rank);
     ps_release_pulls(ps);
     return GDDR_OK;
+}
+
+static int on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f)
+{
+    const Gddr__Push *p = rq->push;
+    uint64_t id = rq->req_id;
+    ps_tensor *t = ps_tensor_by_id(ps, p->id);
+    if (!t) {
+        return ps_reject(ps, ident, id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)", p->id,
+               ps->ntensors);
+    }
+    int want_frames = 3 + (p->residual_snapshot ? 1 : 0);
+    if (f->n != want_frames) {
+        return ps_reject(ps, ident, id, GDDR_EPROTO, "push carries %d frames, expected %d", f->n - 1,
+               want_frames - 1);
+    }
+    char msg[256];
+    int64_t *off = offsets_for(ps, t);
+    ps_wtensor *wt = off ? ps_worker_tensor(ps, rq->rank, t->id) : NULL;
+    if (!wt)
+        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory");
+    ps_worker *w = &ps->workers[rq->rank];
+    int parted = p->parts > 1;
+    size_t nfloats = 0;
+    if (!parted) {
+        int rc = check_layout(t, &p->bitmap, p->payload_bytes, gddr__frame_size(f, 2), off, &nfloats,
+                              msg, sizeof msg);
+        if (rc != GDDR_OK)
+            return ps_reject(ps, ident, id, rc, "push to tensor '%s': %s", t->key, msg);
+    }
+    /* Exactly once: a resend gets the first answer and changes nothing (a
+     * push in parts gets it once, at its last part). */
+    if (wt->set && p->step <= wt->step) {
+        if (parted && p->part + 1 != p->parts)
+            return GDDR_OK;
+        ps->duplicates++;
+        w->duplicates++;
+        gddr_log(GDDR_LOG_DEBUG, "worker %u: push of step %llu to '%s' is a resend (last taken %llu)",
+                 rq->rank, (unsigned long long)p->step, t->key, (unsigned long long)wt->step);
+        send_push_reply(ps, ident, id, t, wt, 1);
+        return GDDR_OK;
+    }
+    push_src src = { 0 };
+    double measured;
+    if (parted) {
+        if (ps_part_take(ps, ident, rq, f, t, &src.whole) != PS_PART_DONE)
+            return GDDR_OK; /* held, or answered */
+        measured = src.whole.norm;
+        nfloats = 0;
+    } else {
+        src.vals = gddr__frame_data(f, 2);
+        src.off = p->bitmap.len ? off : NULL;
+        src.frame = &f->part[2];
+        measured = payload_norm(src.vals, nfloats);
+    }
+    int rc = push_take(ps, ident, rq, f, t, wt, &src, nfloats, measured);
+    push_src_free(&src); /* what the pool did not take (a refusal, a small tensor) */
+    return rc;
 }
 
 static void on_stats(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, int owner)
@@ -910,6 +1025,7 @@ int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
             ps->tick(ps);
     }
     ps_release_pulls(ps); /* answers parked pulls with ESHUTDOWN */
+    ps_settle_all(ps);
     gddr_ps_checkpoint_tick(ps, 1);
     return GDDR_OK;
 }
@@ -919,6 +1035,9 @@ void gddr_ps_close(gddr_ps **pp)
     gddr_ps *ps = *pp;
     if (!ps)
         return;
+    if (ps->pool)
+        ps_settle_all(ps);
+    ps_parts_free(ps);
     gddr_ps_snapshot_free(ps);
     if (ps->ckw)
         gddr__ckpt_writer_stop(&ps->ckw);

@@ -148,6 +148,10 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_snapshot_bytes %llu\n", (unsigned long long)oc.bytes);
     sb_printf(&b, "# HELP gddr_duplicate_pushes_total Resent pushes answered with their first outcome, not applied again.\n# TYPE gddr_duplicate_pushes_total counter\n"
                   "gddr_duplicate_pushes_total %llu\n", (unsigned long long)ps->duplicates);
+    sb_printf(&b, "# HELP gddr_push_parts_total Messages of pushes sent in parts (Push.parts > 1) taken in.\n# TYPE gddr_push_parts_total counter\n"
+                  "gddr_push_parts_total %llu\n", (unsigned long long)ps->push_parts);
+    sb_printf(&b, "# HELP gddr_pull_parts_total Replies of pulls answered in parts (Pull.part_bytes).\n# TYPE gddr_pull_parts_total counter\n"
+                  "gddr_pull_parts_total %llu\n", (unsigned long long)ps->pull_parts);
     sb_printf(&b, "# HELP gddr_handshake_failures_total Connections that failed the ZMTP/CURVE handshake (plaintext or wrong server key).\n# TYPE gddr_handshake_failures_total counter\n"
                   "gddr_handshake_failures_total %llu\n", (unsigned long long)ps->handshake_failed);
     sb_printf(&b, "# HELP gddr_connections Peer connections the server keeps accounts for.\n# TYPE gddr_connections gauge\n"

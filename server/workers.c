@@ -144,6 +144,7 @@ int ps_worker_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, uint
         free(w->wt);
         w->wt = NULL;
         w->nwt = 0;
+        ps_parts_drop_rank(ps, rank); /* the old process's half-sent pushes */
         w->session = session;
         if (w->state == PS_W_DEAD || w->state == PS_W_LEFT)
             ps->rejoins++;

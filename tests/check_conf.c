@@ -651,6 +651,26 @@ START_TEST(test_client_ini)
     ck_assert(o.replay_decay == d.replay_decay);
     ck_assert_int_eq(o.residual_checkpoint_steps, d.residual_checkpoint_steps);
     ck_assert_int_eq(o.heartbeat_ms, d.heartbeat_ms);
+    ck_assert_uint_eq(o.seed, d.seed);
+    ck_assert_uint_eq(o.part_bytes, d.part_bytes);
+
+    /* A file that sets nothing but the server gives the library's defaults
+     * (the table's defaults and GDDR_CLIENT_OPTS_INIT agree). */
+    char path0[] = "/tmp/gddr-client-XXXXXX";
+    int fd0 = mkstemp(path0);
+    ck_assert_int_ge(fd0, 0);
+    const char *least = "[client]\nserver = tcp://127.0.0.1:1\n";
+    ck_assert_int_eq(write(fd0, least, strlen(least)), (ssize_t)strlen(least));
+    close(fd0);
+    gddr_client_opts z = GDDR_CLIENT_OPTS_INIT;
+    z.seed = 1, z.part_bytes = 1, z.heartbeat_ms = 1, z.delay_fraction = 0.5;
+    int rc0 = gddr__opts_from_ini(path0, &z, sbuf, sizeof sbuf, err, sizeof err);
+    unlink(path0);
+    ck_assert_msg(rc0 == GDDR_OK, "err: %s", err);
+    ck_assert_uint_eq(z.seed, d.seed);
+    ck_assert_uint_eq(z.part_bytes, d.part_bytes);
+    ck_assert_int_eq(z.heartbeat_ms, d.heartbeat_ms);
+    ck_assert(z.delay_fraction == d.delay_fraction);
 
     char path[] = "/tmp/gddr-client-XXXXXX";
     int fd = mkstemp(path);

@@ -1038,6 +1038,172 @@ START_TEST(test_slow_reader_sees_its_version)
 }
 END_TEST
 
+/* Updates run beside the front thread (server/apply.c): several workers
+ * push to one shared tensor and to their own, with pushes in flight while
+ * they pull. lr 1, gradients of 1, values 0 at first: a pull that says
+ * version v must hold -v in every element (no torn or early reply), and the
+ * end state counts every push once. */
+enum { OV_N = 1 << 17, OV_WORKERS = 4, OV_ITERS = 40 };
+
+typedef struct ov_arg {
+    const char *ep;
+    int rank;
+    char err[256];
+} ov_arg;
+
+static int ov_uniform(const float *v, float want, uint64_t version, const char *what, char *err,
+                      size_t elen)
+{
+    for (int i = 0; i < OV_N; i++)
+        if (v[i] != want) {
+            snprintf(err, elen, "%s says version %" PRIu64 " but element %d is %g, not %g", what,
+                     version, i, (double)v[i], (double)want);
+            return 0;
+        }
+    return 1;
+}
+
+static void *ov_main(void *arg)
+{
+    ov_arg *a = arg;
+    float *g = malloc(OV_N * 4), *ps = calloc(OV_N, 4), *po = calloc(OV_N, 4);
+    for (int i = 0; i < OV_N; i++)
+        g[i] = 1.0f;
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = a->ep;
+    o.rank = a->rank;
+    o.world_size = OV_WORKERS;
+    o.timeout_ms = 30000;
+    gddr_client *c = NULL;
+    char key[32];
+    int shared, own;
+    snprintf(key, sizeof key, "own.%d", a->rank);
+    if (gddr_client_open(&o, &c) != GDDR_OK || gddr_register(c, "shared", ps, OV_N, &shared, NULL) ||
+        gddr_register(c, key, po, OV_N, &own, NULL)) {
+        snprintf(a->err, sizeof a->err, "rank %d: cannot open or register", a->rank);
+        goto out;
+    }
+    for (int it = 0; it < OV_ITERS; it++) {
+        gddr_ticket t1, t2;
+        uint64_t vs = 0, vo = 0;
+        if (gddr_push_async(c, own, g, NULL, &t1) || gddr_push_async(c, shared, g, NULL, &t2) ||
+            gddr_pull(c, shared, ps, 0, &vs) || gddr_wait(c, t1, WAIT_MS, NULL) ||
+            gddr_wait(c, t2, WAIT_MS, NULL) || gddr_pull(c, own, po, 0, &vo)) {
+            snprintf(a->err, sizeof a->err, "rank %d, round %d: %s", a->rank, it, gddr_client_errmsg(c));
+            goto out;
+        }
+        if (!ov_uniform(ps, -(float)vs, vs, "a pull of the shared tensor", a->err, sizeof a->err) ||
+            !ov_uniform(po, -(float)vo, vo, "a pull of its own tensor", a->err, sizeof a->err))
+            goto out;
+        if (vo != (uint64_t)it + 1) {
+            snprintf(a->err, sizeof a->err, "rank %d: own tensor at version %" PRIu64 " after %d pushes",
+                     a->rank, vo, it + 1);
+            goto out;
+        }
+    }
+out:
+    gddr_client_close(&c);
+    free(g), free(ps), free(po);
+    return NULL;
+}
+
+START_TEST(test_overlapped_applies_exact)
+{
+    gt_server s;
+    START_SERVER(s, "lr=1", "threads=3", "workers=4");
+    pthread_t th[OV_WORKERS];
+    ov_arg args[OV_WORKERS];
+    for (int r = 0; r < OV_WORKERS; r++) {
+        args[r] = (ov_arg){ s.endpoint, r, "" };
+        ck_assert_int_eq(pthread_create(&th[r], NULL, ov_main, &args[r]), 0);
+    }
+    for (int r = 0; r < OV_WORKERS; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < OV_WORKERS; r++)
+        ck_assert_msg(args[r].err[0] == 0, "%s", args[r].err);
+    float *v = malloc(OV_N * 4);
+    char err[256] = "";
+    uint64_t ver = observe(s.endpoint, "shared", v, OV_N);
+    ck_assert_uint_eq(ver, OV_WORKERS * OV_ITERS);
+    ck_assert_msg(ov_uniform(v, -(float)ver, ver, "the final shared tensor", err, sizeof err), "%s", err);
+    free(v);
+    printf("integrity: %d workers x %d rounds of overlapped pushes and pulls: every reply whole, "
+           "shared tensor at version %" PRIu64 " = -%" PRIu64 " everywhere\n",
+           OV_WORKERS, OV_ITERS, ver, ver);
+    stop_server(&s);
+}
+END_TEST
+
+/* Large tensors travel in parts (client option part_bytes): the same steps
+ * -- dense, then GDDR alpha 0.5 with sparse pushes -- against a server that
+ * takes each push whole and one that takes it in parts give bit-identical
+ * parameters on the worker and on the server, and the parts really were
+ * parts (the server's counters). Tensors of 70000 values, chunks of 256
+ * (the last chunk short), parts of 3 chunks: 92 parts a push. */
+enum { PT_N = 70000, PT_STEPS = 12 };
+
+static void parts_run(const char *ep, uint64_t part_bytes, float *params, double alpha)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.timeout_ms = 30000;
+    o.part_bytes = part_bytes;
+    o.delay_fraction = alpha;
+    gddr_client *c = open_opts(o, ep, 0, 1);
+    float *w = malloc(PT_N * 4), *g = malloc(PT_N * 4);
+    for (int i = 0; i < PT_N; i++)
+        w[i] = (float)(i % 101) * 0.25f;
+    int id;
+    ck_assert_int_eq(gddr_register(c, alpha > 0 ? "pg" : "pd", w, PT_N, &id, NULL), GDDR_OK);
+    for (int s = 0; s < PT_STEPS; s++) {
+        for (int i = 0; i < PT_N; i++)
+            g[i] = (float)((i * 7 + s * 13) % 17) * 0.125f - 1.0f;
+        const float *gp[1] = { g };
+        float *pp[1] = { w };
+        ck_assert_msg(gddr_step(c, gp, pp) == GDDR_OK, "step %d: %s", s, gddr_client_errmsg(c));
+    }
+    memcpy(params, w, PT_N * 4);
+    gddr_client_close(&c);
+    free(w), free(g);
+}
+
+START_TEST(test_parts_bit_exact)
+{
+    gt_server whole, parted;
+    START_SERVER(whole, "lr=0.5", "chunk=256");
+    START_SERVER(parted, "lr=0.5", "chunk=256");
+    float *a = malloc(PT_N * 4), *b = malloc(PT_N * 4), *sa = malloc(PT_N * 4), *sb = malloc(PT_N * 4);
+    for (int k = 0; k < 2; k++) {
+        double alpha = k ? 0.5 : 0.0;
+        const char *key = k ? "pg" : "pd";
+        parts_run(whole.endpoint, 0, a, alpha);
+        parts_run(parted.endpoint, 3 * 256 * 4, b, alpha);
+        ck_assert_msg(memcmp(a, b, PT_N * 4) == 0, "alpha %.1f: the worker's parameters differ", alpha);
+        uint64_t va = observe(whole.endpoint, key, sa, PT_N), vb = observe(parted.endpoint, key, sb, PT_N);
+        /* A GDDR worker's close flushes what it held: one version more. */
+        ck_assert_uint_eq(va, PT_STEPS + (uint64_t)k);
+        ck_assert_uint_eq(vb, PT_STEPS + (uint64_t)k);
+        ck_assert_msg(memcmp(sa, sb, PT_N * 4) == 0, "alpha %.1f: the server's values differ", alpha);
+        ck_assert_msg(memcmp(sa, a, PT_N * 4) != 0 || alpha == 0,
+                      "a GDDR worker's view equals the server's exactly: nothing was held back?");
+    }
+    gddr_client *oa = open_observer(whole.endpoint), *ob = open_observer(parted.endpoint);
+    double pa = gt_server_metric(oa, "gddr_push_parts_total"), pb = gt_server_metric(ob, "gddr_push_parts_total");
+    double qa = gt_server_metric(oa, "gddr_pull_parts_total"), qb = gt_server_metric(ob, "gddr_pull_parts_total");
+    ck_assert_msg(pa == 0 && qa == 0, "the whole server saw parts (%g, %g)", pa, qa);
+    /* 274 chunks in parts of 3: 92 a push; 2 x 12 pushes. Every pull of the
+     * worker (not the observers' larger parts) came in 92 parts too. */
+    ck_assert_msg(pb == 92.0 * 2 * PT_STEPS, "push parts: %g", pb);
+    ck_assert_msg(qb >= 92.0 * 2 * PT_STEPS, "pull parts: %g", qb);
+    printf("integrity: %d dense and %d GDDR steps of %d values in parts of 3 chunks (%g push parts, "
+           "%g pull parts): bit-identical to whole messages\n", PT_STEPS, PT_STEPS, PT_N, pb, qb);
+    gddr_client_close(&oa);
+    gddr_client_close(&ob);
+    free(a), free(b), free(sa), free(sb);
+    stop_server(&whole);
+    stop_server(&parted);
+}
+END_TEST
+
 /* Parked pulls are capped per connection. */
 START_TEST(test_parked_pulls_capped)
 {
@@ -1483,6 +1649,8 @@ Suite *suite_integrity(void)
     ADD("unread_replies_bounded", test_unread_replies_bounded);
     ADD("slow_reader_sees_its_version", test_slow_reader_sees_its_version);
     ADD("parked_pulls_capped", test_parked_pulls_capped);
+    ADD("overlapped_applies_exact", test_overlapped_applies_exact);
+    ADD("parts_bit_exact", test_parts_bit_exact);
     ADD("bogus_grad_norm_tau_recovers", test_bogus_grad_norm_tau_recovers);
     ADD("server_starts_late", test_server_starts_late);
     ADD("sigterm_during_startup", test_sigterm_during_startup);

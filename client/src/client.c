@@ -106,38 +106,142 @@ void gddr__lent_wait(gddr_client *c)
                    atomic_load(&c->lent));
 }
 
-int gddr__send_req(gddr_client *c, Gddr__Request *rq, const gddr__raw *raws, int nraw,
-                   op_kind kind, int tensor, uint64_t *ticket)
+/* Sends one message of op o (a push in parts sends several under one op). */
+static int send_msg(gddr_client *c, op *o, Gddr__Request *rq, const gddr__raw *raws, int nraw)
 {
-    op *o = op_new(c, kind, tensor);
-    if (!o)
-        return gddr__set_err(c, GDDR_ENOMEM, "no memory for a request");
     rq->protocol = GDDR__CONST__PROTOCOL_VERSION;
     rq->req_id = o->req_id;
     rq->rank = (uint32_t)c->info.rank;
     rq->observer = c->o.observer != 0;
     rq->session = c->session;
     if (!c->sock) {
-        o->req_id = 0;
         for (int i = 0; i < nraw; i++) /* nobody sends them: give them back */
             if (raws[i].free_fn)
                 raws[i].free_fn((void *)raws[i].data, raws[i].hint);
         return gddr__set_err(c, GDDR_EIO, "no connection to %s (dropped after a failure)", c->server);
     }
     long n = gddr__send(c->sock, NULL, &rq->base, raws, nraw);
-    if (n < 0) {
-        o->req_id = 0;
+    if (n < 0)
         return gddr__set_err(c, GDDR_EIO, "send to %s failed: %s", c->server, zmq_strerror(errno));
-    }
-    if (kind == OP_PUSH)
+    if (o->kind == OP_PUSH)
         c->k.bytes_pushed += (uint64_t)n;
-    else if (kind == OP_PULL)
+    else if (o->kind == OP_PULL)
         c->k.bytes_pulled += (uint64_t)n;
+    return GDDR_OK;
+}
+
+int gddr__send_req(gddr_client *c, Gddr__Request *rq, const gddr__raw *raws, int nraw,
+                   op_kind kind, int tensor, uint64_t *ticket)
+{
+    op *o = op_new(c, kind, tensor);
+    if (!o) {
+        for (int i = 0; i < nraw; i++)
+            if (raws[i].free_fn)
+                raws[i].free_fn((void *)raws[i].data, raws[i].hint);
+        return gddr__set_err(c, GDDR_ENOMEM, "no memory for a request");
+    }
+    int rc = send_msg(c, o, rq, raws, nraw);
+    if (rc != GDDR_OK) {
+        o->req_id = 0;
+        return rc;
+    }
     *ticket = o->req_id;
     return GDDR_OK;
 }
 
 /* ---- receiving -------------------------------------------------------------- */
+
+static void msgs_close(zmq_msg_t *m, uint32_t *n)
+{
+    for (uint32_t k = 0; k < *n; k++)
+        zmq_msg_close(&m[k]);
+    *n = 0;
+}
+
+/* Keeps a reply frame in a growing array (moved: f's part becomes empty). */
+static int msgs_keep(zmq_msg_t **m, uint32_t *n, uint32_t *cap, zmq_msg_t *frame)
+{
+    if (*n == *cap) {
+        uint32_t nc = *cap ? *cap * 2 : 1;
+        zmq_msg_t *nm = realloc(*m, nc * sizeof *nm);
+        if (!nm)
+            return -1;
+        *m = nm;
+        *cap = nc;
+    }
+    zmq_msg_init(&(*m)[*n]);
+    zmq_msg_move(&(*m)[*n], frame);
+    (*n)++;
+    return 0;
+}
+
+const float *gddr__last(ctensor *t)
+{
+    if (t->last)
+        return t->last;
+    float *v = malloc(t->n * 4);
+    if (!v)
+        return NULL;
+    size_t o = 0;
+    for (uint32_t k = 0; k < t->nlast; k++) {
+        size_t b = zmq_msg_size(&t->last_msgs[k]);
+        memcpy((char *)v + o, zmq_msg_data(&t->last_msgs[k]), b);
+        o += b;
+    }
+    msgs_close(t->last_msgs, &t->nlast);
+    free(t->last_own);
+    t->last_own = v;
+    t->last = v;
+    return v;
+}
+
+/* A pull reply (whole, or one part): copies the values into the caller's
+ * buffer and, for a tracked pull, keeps the frames as the tensor's last
+ * values. Returns 0 while parts are still to come. */
+static int pull_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__frames *f)
+{
+    ctensor *t = &c->t[o->tensor];
+    size_t bytes = f->n == 2 ? gddr__frame_size(f, 1) : 0;
+    uint32_t parts = pr->parts > 1 ? pr->parts : 1;
+    size_t lo = parts > 1 ? pr->offset : 0;
+    int first = o->parts_got == 0;
+    if (f->n != 2 || pr->payload_bytes != bytes || bytes % 4 || lo > t->n || bytes / 4 > t->n - lo ||
+        (parts == 1 && bytes != t->n * 4) || pr->part != o->parts_got ||
+        (!first && (parts != o->parts || pr->version != o->version)) ||
+        (pr->part + 1 == parts && lo + bytes / 4 != t->n)) {
+        o->rc = gddr__set_err(c, GDDR_ELENGTH,
+                              "pull reply for '%s': part %u of %u holds %zu bytes at value %zu "
+                              "(the tensor has %zu values)",
+                              t->key, pr->part, parts, bytes, lo, t->n);
+        msgs_close(t->pend_msgs, &t->npend);
+        return 1;
+    }
+    o->parts = parts;
+    o->version = pr->version;
+    memcpy(o->out + lo, gddr__frame_data(f, 1), bytes); /* the one copy */
+    c->k.bytes_pulled += f->bytes;
+    if (o->track && msgs_keep(&t->pend_msgs, &t->npend, &t->cap_pend, &f->part[1]) < 0) {
+        o->rc = gddr__set_err(c, GDDR_ENOMEM, "no memory to keep a pull reply");
+        msgs_close(t->pend_msgs, &t->npend);
+        return 1;
+    }
+    if (++o->parts_got < parts)
+        return 0;
+    if (o->track) {
+        /* The frames themselves become the tensor's last values. */
+        msgs_close(t->last_msgs, &t->nlast);
+        zmq_msg_t *m = t->last_msgs;
+        uint32_t cap = t->cap_last;
+        t->last_msgs = t->pend_msgs, t->nlast = t->npend, t->cap_last = t->cap_pend;
+        t->pend_msgs = m, t->npend = 0, t->cap_pend = cap;
+        t->last = t->nlast == 1 ? zmq_msg_data(&t->last_msgs[0]) : NULL;
+        free(t->last_own);
+        t->last_own = NULL;
+        t->version = o->version;
+    }
+    c->k.pulls++;
+    return 1;
+}
 
 static void complete(gddr_client *c, gddr__frames *f)
 {
@@ -197,33 +301,12 @@ static void complete(gddr_client *c, gddr__frames *f)
         o->version = r->init->version;
         o->created = r->init->created;
         break;
-    case GDDR__REPLY__BODY_PULL: {
+    case GDDR__REPLY__BODY_PULL:
         if (o->kind != OP_PULL)
             goto unexpected;
-        ctensor *t = &c->t[o->tensor];
-        if (f->n != 2 || r->pull->payload_bytes != t->n * 4 || gddr__frame_size(f, 1) != t->n * 4) {
-            o->rc = gddr__set_err(c, GDDR_ELENGTH, "pull reply for '%s' holds %zu bytes, expected %zu",
-                                  t->key, f->n == 2 ? gddr__frame_size(f, 1) : 0, t->n * 4);
-            break;
-        }
-        o->version = r->pull->version;
-        memcpy(o->out, gddr__frame_data(f, 1), t->n * 4); /* the one copy */
-        if (o->track) {
-            /* The frame itself becomes the tensor's last values. */
-            if (t->has_last_msg)
-                zmq_msg_close(&t->last_msg);
-            zmq_msg_init(&t->last_msg);
-            zmq_msg_move(&t->last_msg, &f->part[1]);
-            t->has_last_msg = 1;
-            t->last = zmq_msg_data(&t->last_msg);
-            free(t->last_own);
-            t->last_own = NULL;
-            t->version = o->version;
-        }
-        c->k.pulls++;
-        c->k.bytes_pulled += f->bytes;
+        if (!pull_reply(c, o, r->pull, f))
+            o->done = o->answered = 0; /* more parts to come */
         break;
-    }
     case GDDR__REPLY__BODY_PUSH:
         if (o->kind != OP_PUSH)
             goto unexpected;
@@ -440,7 +523,9 @@ int gddr__reconnect(gddr_client *c)
         rc = hello(c, try_ms, &retry_ms);
         for (int i = 0; rc == GDDR_OK && i < c->nt; i++) {
             op res;
-            rc = register_one(c, i, c->t[i].last, try_ms, &res);
+            const float *last = gddr__last(&c->t[i]);
+            rc = last ? register_one(c, i, last, try_ms, &res)
+                      : gddr__set_err(c, GDDR_ENOMEM, "no memory to register '%s' again", c->t[i].key);
             if (rc == GDDR_OK) {
                 c->t[i].sid = res.sid;
                 if (res.version < c->t[i].version)
@@ -579,8 +664,10 @@ void gddr_client_close(gddr_client **cp)
         zmq_ctx_term(c->zctx);
     for (int i = 0; i < c->nt; i++) {
         free(c->t[i].last_own);
-        if (c->t[i].has_last_msg)
-            zmq_msg_close(&c->t[i].last_msg);
+        msgs_close(c->t[i].last_msgs, &c->t[i].nlast);
+        msgs_close(c->t[i].pend_msgs, &c->t[i].npend);
+        free(c->t[i].last_msgs);
+        free(c->t[i].pend_msgs);
         free(c->t[i].g);
         free(c->t[i].wnew);
         free(c->t[i].ms);
@@ -685,8 +772,9 @@ int gddr_register(gddr_client *c, const char *key, const float *init, size_t n, 
     if (rc != GDDR_OK) {
         c->nt--;
         free(t->last_own), free(t->g);
-        if (t->has_last_msg)
-            zmq_msg_close(&t->last_msg);
+        msgs_close(t->last_msgs, &t->nlast);
+        msgs_close(t->pend_msgs, &t->npend);
+        free(t->last_msgs), free(t->pend_msgs);
         return rc;
     }
     t->sid = a.res.sid;
@@ -715,6 +803,8 @@ int gddr__pull_tensor(gddr_client *c, int i, float *out, uint64_t min_version, u
     p.min_version = min_version;
     p.step = step;
     p.wait_ms = (uint32_t)c->o.timeout_ms;
+    if (c->o.part_bytes && c->t[i].n * 4 > c->o.part_bytes)
+        p.part_bytes = c->o.part_bytes;
     rq.body_case = GDDR__REQUEST__BODY_PULL;
     rq.pull = &p;
     int rc = gddr__send_req(c, &rq, NULL, 0, OP_PULL, i, ticket);
@@ -796,6 +886,70 @@ uint64_t gddr__push_step(gddr_client *c, int i)
     return step;
 }
 
+/* A push in parts (proto Push.part): runs of whole chunks of at most
+ * part_bytes, sent one after another under one request id; the server
+ * answers once, when the last part is in. rq holds the push's header. */
+static int push_parts(gddr_client *c, int i, const gddr__push_args *a, Gddr__Request *rq,
+                      size_t chunk, uint64_t *ticket)
+{
+    ctensor *t = &c->t[i];
+    Gddr__Push *p = rq->push;
+    size_t nchunks = (t->n + chunk - 1) / chunk;
+    size_t per = c->o.part_bytes / (chunk * 4);
+    if (per < 1)
+        per = 1;
+    size_t parts = (nchunks + per - 1) / per;
+    op *o = op_new(c, OP_PUSH, i);
+    uint8_t *bm = a->bitmap ? malloc((per + 7) / 8) : NULL;
+    if (!o || (a->bitmap && !bm)) {
+        if (o)
+            o->req_id = 0;
+        free(bm);
+        return gddr__set_err(c, GDDR_ENOMEM, "no memory for a push in parts");
+    }
+    size_t voff = 0;
+    for (size_t k = 0; k < parts; k++) {
+        size_t c0 = k * per, nc = nchunks - c0 < per ? nchunks - c0 : per;
+        size_t nv = 0;
+        if (bm) {
+            memset(bm, 0, (nc + 7) / 8);
+            for (size_t j = 0; j < nc; j++) {
+                size_t ch = c0 + j, lo = ch * chunk;
+                if (a->bitmap[ch / 8] >> (ch % 8) & 1) {
+                    bm[j / 8] |= (uint8_t)(1u << (j % 8));
+                    nv += lo + chunk <= t->n ? chunk : t->n - lo;
+                }
+            }
+            p->bitmap.data = bm;
+            p->bitmap.len = (nc + 7) / 8;
+        } else {
+            size_t hi = (c0 + nc) * chunk < t->n ? (c0 + nc) * chunk : t->n;
+            nv = hi - c0 * chunk;
+        }
+        p->part = (uint32_t)k;
+        p->parts = (uint32_t)parts;
+        p->first_chunk = c0;
+        p->part_chunks = nc;
+        p->payload_bytes = nv * 4;
+        gddr__raw raw = { a->vals + voff, nv * 4, NULL, NULL };
+        if (a->lend) {
+            raw.free_fn = lent_done;
+            raw.hint = &c->lent;
+            atomic_fetch_add(&c->lent, 1);
+        }
+        int rc = send_msg(c, o, rq, &raw, 1);
+        if (rc != GDDR_OK) {
+            o->req_id = 0;
+            free(bm);
+            return rc;
+        }
+        voff += nv;
+    }
+    free(bm);
+    *ticket = o->req_id;
+    return GDDR_OK;
+}
+
 int gddr__push_tensor(gddr_client *c, int i, const gddr__push_args *a, uint64_t *ticket)
 {
     ctensor *t = &c->t[i];
@@ -805,7 +959,8 @@ int gddr__push_tensor(gddr_client *c, int i, const gddr__push_args *a, uint64_t 
     p.birth_version = a->birth;
     p.base_version = a->base;
     p.step = a->step;
-    p.grad_norm = a->norm;
+    p.grad_norm = a->norm_from_payload ? 0.0f : a->norm;
+    p.norm_from_payload = a->norm_from_payload != 0;
     p.bitmap.data = (uint8_t *)a->bitmap;
     p.bitmap.len = a->bitmap ? a->bitmap_len : 0;
     p.payload_bytes = a->nvals * 4;
@@ -814,12 +969,6 @@ int gddr__push_tensor(gddr_client *c, int i, const gddr__push_args *a, uint64_t 
     gddr__raw raws[2] = { { a->vals, a->nvals * 4, NULL, NULL },
                           { a->snap, a->snap_vals * 4, NULL, NULL } };
     int nraw = a->snap_bm ? 2 : 1;
-    if (a->lend)
-        for (int k = 0; k < nraw; k++) {
-            raws[k].free_fn = lent_done;
-            raws[k].hint = &c->lent;
-            atomic_fetch_add(&c->lent, 1);
-        }
     if (a->snap_bm) {
         p.residual_snapshot = 1;
         p.residual_bitmap.data = (uint8_t *)a->snap_bm;
@@ -831,7 +980,20 @@ int gddr__push_tensor(gddr_client *c, int i, const gddr__push_args *a, uint64_t 
     p.orphans_replayed = t->orphan_done;
     rq.body_case = GDDR__REQUEST__BODY_PUSH;
     rq.push = &p;
-    int rc = gddr__send_req(c, &rq, raws, nraw, OP_PUSH, i, ticket);
+    size_t chunk = c->info.chunk > 0 ? (size_t)c->info.chunk : 0;
+    int rc;
+    if (chunk && c->o.part_bytes && t->n * 4 > c->o.part_bytes && !a->snap_bm && !a->flush &&
+        (t->n + chunk - 1) / chunk > c->o.part_bytes / (chunk * 4)) {
+        rc = push_parts(c, i, a, &rq, chunk, ticket);
+    } else {
+        if (a->lend)
+            for (int k = 0; k < nraw; k++) {
+                raws[k].free_fn = lent_done;
+                raws[k].hint = &c->lent;
+                atomic_fetch_add(&c->lent, 1);
+            }
+        rc = gddr__send_req(c, &rq, raws, nraw, OP_PUSH, i, ticket);
+    }
     if (rc == GDDR_OK) {
         c->k.values_pushed += a->nvals;
         t->orphan_done = 0;
@@ -849,7 +1011,7 @@ static void plain_push_args(gddr_client *c, int id, const float *grad, const gdd
     a->nvals = t->n;
     a->birth = tags && tags->has_birth ? tags->birth_version : t->version;
     a->base = tags && tags->has_birth && tags->base_version ? tags->base_version : a->birth;
-    a->norm = (float)gddr_nrm2_cpu(grad, t->n);
+    a->norm_from_payload = 1; /* the payload is the gradient: the server measures it */
     a->step = gddr__push_step(c, id);
 }
 

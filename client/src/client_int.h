@@ -35,6 +35,7 @@ typedef struct op {
      * frame is kept, not copied: ctensor.last points into it) */
     int duplicate;     /* push: the server had taken this push already */
     uint32_t retry_ms; /* error: a passing refusal, try again after this long */
+    uint32_t parts, parts_got; /* pull answered in parts: how many, how many in */
 } op;
 
 /* One push of one tensor, built once and sent again unchanged after a
@@ -46,6 +47,8 @@ typedef struct gddr__push_args {
     uint64_t birth, base;
     uint64_t step;         /* from gddr__push_step() */
     float norm;            /* of the fresh gradient */
+    int norm_from_payload; /* norm not measured: the server measures the
+                            * (dense, exact) payload instead */
     float residual_l1;     /* what this worker holds of the tensor after the push */
     int flush;             /* the residual a closing worker still held */
     const float *snap;     /* residual snapshot (held chunks, packed), or NULL */
@@ -79,10 +82,13 @@ typedef struct ctensor {
     uint64_t last_step;/* step of the last push of this tensor (valid when pushed) */
     int pushed;
     const float *last; /* values of the last pull (w_bak for DC, re-register): the
-                        * pull reply's own frame (last_msg), or last_own before any */
-    float *last_own;   /* the values given at registration, until the first pull */
-    zmq_msg_t last_msg;
-    int has_last_msg;
+                        * pull reply's own frame, or last_own; NULL while they are
+                        * kept in parts (read them with gddr__last()) */
+    float *last_own;   /* the values given at registration, or parts made whole */
+    zmq_msg_t *last_msgs; /* the reply frames holding the last values, in order */
+    uint32_t nlast, cap_last;
+    zmq_msg_t *pend_msgs; /* parts of a tracked pull still arriving */
+    uint32_t npend, cap_pend;
     float *g;          /* work buffer: the gradient being pushed */
     float *wnew;       /* DC: the freshly pulled parameters */
     float *ms;         /* DC adaptive: EMA of g^2 */
@@ -143,6 +149,9 @@ void gddr__lent_wait(gddr_client *c);
 /* Whether a failed call may succeed after gddr__reconnect(): no answer, or
  * a restarted server that no longer knows our tensors or versions. */
 int gddr__needs_reconnect(gddr_client *c, int rc);
+/* A tensor's last pulled values, contiguous (parts are joined on first
+ * use); NULL only when out of memory. */
+const float *gddr__last(ctensor *t);
 int gddr__pull_tensor(gddr_client *c, int i, float *out, uint64_t min_version, uint64_t step,
                       uint64_t *ticket);
 

@@ -589,6 +589,13 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
             memcpy(t->g, grads[i], t->n * 4);
             gsrc[i] = t->g;
             nrm = gddr_nrm2_cpu(t->g, t->n);
+        } else if (c->o.delay_fraction <= 0) {
+            /* Dense and unchanged: the payload is the gradient, so the
+             * server's validation pass measures its norm (and refuses a
+             * NaN or Inf with E_NONFINITE); no pass of our own. */
+            gsrc[i] = grads[i];
+            pl[i].norm_from_payload = 1;
+            nrm = 0;
         } else {
             gsrc[i] = grads[i]; /* read (and sent) from where it is */
             nrm = gddr_nrm2_cpu(grads[i], t->n);
@@ -600,7 +607,11 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
         pl[i].norm = (float)nrm;
         total += nrm * nrm;
         pl[i].birth = versions ? versions[i] : t->version;
-        w_bak[i] = computed_on ? computed_on[i] : t->last;
+        w_bak[i] = computed_on ? computed_on[i] : gddr__last(t);
+        if (!w_bak[i]) {
+            rc = gddr__set_err(c, GDDR_ENOMEM, "step: no memory for the last values of '%s'", t->key);
+            goto out;
+        }
     }
     total = sqrt(total);
     if (c->o.clip_norm > 0 && total > c->o.clip_norm) {

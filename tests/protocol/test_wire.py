@@ -390,6 +390,132 @@ def test_nonfinite(pb, server, connect):
     assert pull(pb, a, tid) == (0, f32(W6))
 
 
+def test_norm_from_payload(pb, server, connect):
+    """norm_from_payload: the server takes the payload's measured norm as
+    the fresh gradient's. Two tensors get the same gradients, one with the
+    norm given and one without: tau moves the same way on both (and does
+    move, so the norm is really used); a bitmap or a flush is refused."""
+    srv = server(chunk=4, lr=0.0, tau_init=4, tau_min=2, tau_max=8)
+    a = worker(pb, connect, srv)
+    given = register(pb, a, "given", W6).body.id
+    measured = register(pb, a, "measured", W6).body.id
+    taus = {given: [], measured: []}
+    for step in range(1, 41):
+        scale = 1.0 if step % 2 else 64.0  # a norm that keeps changing: tau falls
+        g = [scale * (i + 1) for i in range(6)]
+        r = push(pb, a, given, g, step=step, version=step - 1)
+        assert r.kind == "push", r
+        taus[given].append(r.header.tau)
+        r = push(pb, a, measured, g, step=step, version=step - 1,
+                 grad_norm=0.0, norm_from_payload=True)
+        assert r.kind == "push", r
+        taus[measured].append(r.header.tau)
+    assert taus[measured] == taus[given]
+    assert min(taus[given]) < 4, taus[given]
+    bm = bytes([0b01])
+    expect_error(pb, push(pb, a, measured, W6[:4], step=41, version=40, bitmap=bm,
+                          grad_norm=0.0, norm_from_payload=True), pb.E_INVAL)
+    expect_error(pb, push(pb, a, measured, W6, step=41, version=40, flush=True,
+                          grad_norm=0.0, norm_from_payload=True), pb.E_INVAL)
+
+
+W10 = [float(i) for i in range(10)]  # chunk 4: chunks [0..3] [4..7] [8, 9]
+
+
+def send_part(pb, c, tid, values, step, part, parts, first, nchunks, req_id, bitmap=b"",
+              version=0):
+    norm = 2.0  # any finite norm; every part repeats it
+    p = pb.Push(id=tid, birth_version=version, base_version=version, step=step, grad_norm=norm,
+                bitmap=bitmap, payload_bytes=4 * len(values), part=part, parts=parts,
+                first_chunk=first, part_chunks=nchunks)
+    return c.send(p, [f32(values)], req_id=req_id)
+
+
+def test_push_in_parts(pb, server, connect):
+    """A push in two parts is one update, answered once at its last part;
+    a resend of it is a duplicate, answered once too."""
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W10).body.id
+    g = [1.0, 2.0, -1.0, 0.5, 4.0, -2.0, 0.25, 1.0, 8.0, -0.5]
+    send_part(pb, a, tid, g[:8], 1, 0, 2, 0, 2, req_id=100)
+    assert a.quiet(), "the first part is not answered"
+    send_part(pb, a, tid, g[8:], 1, 1, 2, 2, 1, req_id=100)
+    r = a.recv()
+    assert r.header.req_id == 100 and r.kind == "push", r
+    assert r.body.version == 1 and r.body.applied and not r.body.duplicate
+    assert pull(pb, a, tid) == (1, f32(sgd(W10, g, 0.5)))
+    # The whole push again: nothing applied, one duplicate answer.
+    send_part(pb, a, tid, g[:8], 1, 0, 2, 0, 2, req_id=101)
+    send_part(pb, a, tid, g[8:], 1, 1, 2, 2, 1, req_id=101)
+    r = a.recv()
+    assert r.header.req_id == 101 and r.body.duplicate and r.body.version == 1, r
+    assert a.quiet()
+    assert pull(pb, a, tid) == (1, f32(sgd(W10, g, 0.5)))
+
+
+def test_push_in_parts_sparse_and_restarted(pb, server, connect):
+    """Parts with their own bitmaps; a push started over from part 0 (a
+    resend after a broken connection) is taken once, from the new parts."""
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W10).body.id
+    first = [9.0] * 4  # sent, then abandoned with the connection
+    send_part(pb, a, tid, first, 1, 0, 2, 0, 2, req_id=7, bitmap=bytes([0b01]))
+    b = connect(srv, session=a.session)  # the same worker on a new socket
+    send_part(pb, b, tid, [1.0] * 4, 1, 0, 2, 0, 2, req_id=8, bitmap=bytes([0b10]))  # chunk 1
+    send_part(pb, b, tid, [2.0, 2.0], 1, 1, 2, 2, 1, req_id=8, bitmap=bytes([0b1]))  # chunk 2
+    r = b.recv()
+    assert r.header.req_id == 8 and r.kind == "push" and r.body.version == 1, r
+    g = [0.0] * 4 + [1.0] * 4 + [2.0] * 2
+    assert pull(pb, b, tid) == (1, f32(sgd(W10, g, 0.5)))
+    assert a.quiet()
+
+
+def test_push_in_parts_refused(pb, server, connect):
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W10).body.id
+    # A gap: part 1 of 3 never came.
+    send_part(pb, a, tid, [1.0] * 4, 1, 0, 3, 0, 1, req_id=20)
+    send_part(pb, a, tid, [1.0] * 2, 1, 2, 3, 2, 1, req_id=20)
+    expect_error(pb, a.recv(), pb.E_PROTO)
+    # Chunks that do not follow on, or do not end the tensor at the last part.
+    send_part(pb, a, tid, [1.0] * 4, 2, 0, 2, 0, 1, req_id=21)
+    send_part(pb, a, tid, [1.0] * 4, 2, 1, 2, 1, 1, req_id=21)
+    expect_error(pb, a.recv(), pb.E_PROTO)
+    # A part whose payload does not match its chunks.
+    send_part(pb, a, tid, [1.0] * 3, 3, 0, 2, 0, 1, req_id=22)
+    expect_error(pb, a.recv(), pb.E_LENGTH)
+    # A NaN in a later part refuses the whole push.
+    send_part(pb, a, tid, [1.0] * 8, 4, 0, 2, 0, 2, req_id=23)
+    send_part(pb, a, tid, [1.0, float("nan")], 4, 1, 2, 2, 1, req_id=23)
+    expect_error(pb, a.recv(), pb.E_NONFINITE)
+    # Parts that disagree on the versions.
+    send_part(pb, a, tid, [1.0] * 8, 5, 0, 2, 0, 2, req_id=24)
+    send_part(pb, a, tid, [1.0] * 2, 5, 1, 2, 2, 1, req_id=24, version=1)
+    expect_error(pb, a.recv(), pb.E_PROTO)
+    assert a.quiet()
+    assert pull(pb, a, tid) == (0, f32(W10)), "nothing of a refused push is applied"
+
+
+def test_pull_in_parts(pb, server, connect):
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W10).body.id
+    push(pb, a, tid, [1.0] * 10, step=1)
+    req = a.send(pb.Pull(id=tid, wait_ms=1000, part_bytes=20))  # 5 values: one chunk a part
+    got = b""
+    for k in range(3):
+        r = a.recv()
+        assert r.header.req_id == req and r.kind == "pull", r
+        assert (r.body.part, r.body.parts, r.body.offset) == (k, 3, 4 * k), r
+        assert r.body.version == 1 and r.body.payload_bytes == len(r.frames[0])
+        got += r.frames[0]
+    assert got == f32([w - 0.5 for w in W10])
+    assert a.quiet()
+
+
 def test_version_from_the_future(pb, server, connect):
     srv = server(chunk=4)
     a = worker(pb, connect, srv)

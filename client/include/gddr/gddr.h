@@ -86,7 +86,7 @@ typedef struct gddr_client_opts {
     int dc_adaptive;        /* 1: lambda_t = lambda0 / sqrt(ms_t + eps) */
     double dc_ms_decay;     /* EMA factor of g^2 for adaptive DC */
     double delay_fraction;  /* GDDR alpha; 0 = dense pushes */
-    uint64_t seed;          /* seed of the GDDR hold mask */
+    uint64_t seed;          /* seed of the GDDR hold mask (the INI's default too) */
     int residual_checkpoint_steps; /* attach the residual to a push every N steps; 0 = never */
     double replay_decay;    /* gamma of orphan installments */
     int async_pipeline;     /* 1: gddr_step_submit() runs on a library thread */
@@ -99,16 +99,21 @@ typedef struct gddr_client_opts {
     int heartbeat_ms;       /* a library thread says "alive" this often, also during long
                                computations; 0 = only requests count (keep it well below the
                                server's worker_timeout_s) */
+    uint64_t part_bytes;    /* a tensor larger than this is pushed and pulled in parts of at
+                               most this many bytes (whole chunks): the server validates and
+                               applies as parts arrive and no message is page-fault bound;
+                               0 = one message per tensor */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
     { .server = NULL, .rank = -1, .world_size = 0, .timeout_ms = 5000,        \
       .reconnect_timeout_ms = 30000, .clip_norm = 0.0, .dc_lambda = 0.0,      \
       .dc_mode = GDDR_DC_DIAG, .dc_adaptive = 0, .dc_ms_decay = 0.95,         \
-      .delay_fraction = 0.0, .seed = 0x9e3779b97f4a7c15ull,                   \
+      .delay_fraction = 0.0, .seed = 12345,                   \
       .residual_checkpoint_steps = 0, .replay_decay = 0.5, .async_pipeline = 1, \
       .log = NULL, .log_user = NULL, .log_level = GDDR_LOG_WARN, .observer = 0, \
-      .curve_server_key = NULL, .curve_key_file = NULL, .heartbeat_ms = 2000 }
+      .curve_server_key = NULL, .curve_key_file = NULL, .heartbeat_ms = 2000, \
+      .part_bytes = 4u << 20 }
 
 /* Fills *o with the defaults GDDR_CLIENT_OPTS_INIT gives. */
 void gddr_client_opts_init(gddr_client_opts *o);
