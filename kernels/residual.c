@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "blas.h"
+#include "fused.h"
 #include "gddr/gddr.h"
 #include "gddr_hash.h"
 #include "log.h"
@@ -29,6 +30,15 @@ static int chunk_geometry_ok(size_t n, uint32_t chunk, const char *who)
         return 0;
     }
     return 1;
+}
+
+/* DESIGN section 6 step 4: age is tested first, so a chunk at its bound is
+ * sent whatever U says, which is what bounds the delay by tau. */
+static inline int chunk_held(const gddr_residual_args *a, uint64_t prefix, uint32_t age,
+                             size_t c)
+{
+    return age < a->tau &&
+           gddr__u32_to_uniform(gddr__hash_chunk(prefix, (uint32_t)c)) < a->alpha;
 }
 
 static inline int bit_is_set(const uint8_t *bitmap, size_t c)
@@ -56,10 +66,7 @@ int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r
         float *rc = r + lo;
         const float *gc = g ? g + lo : NULL;
         const size_t len = hi - lo;
-        /* Age is tested first: a chunk at its bound is sent whatever U says,
-         * which is what bounds the delay by tau. */
-        const int hold = age[c] < a->tau &&
-                         gddr__u32_to_uniform(gddr__hash_chunk(prefix, (uint32_t)c)) < a->alpha;
+        const int hold = chunk_held(a, prefix, age[c], c);
         if (hold) {
             if (gc)
                 for (size_t i = 0; i < len; i++)
@@ -75,6 +82,37 @@ int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r
             memset(rc, 0, len * sizeof *rc);
             age[c] = 0;
             bitmap[c >> 3] |= (uint8_t)(1u << (c & 7));
+            out += len;
+            sent++;
+        }
+    }
+    *npacked = out;
+    *nsent = sent;
+    return GDDR_OK;
+}
+
+int gddr_residual_plan_cpu(const gddr_residual_args *a, uint32_t *age, uint8_t *bitmap,
+                           uint32_t *rank, size_t *npacked, size_t *nsent)
+{
+    if (!a || !npacked || !nsent || !chunk_geometry_ok(a->n, a->chunk, "residual plan") ||
+        isnan(a->alpha))
+        return GDDR_EINVAL;
+    if (a->n > 0 && (!age || !bitmap || !rank))
+        return GDDR_EINVAL;
+    const size_t n = a->n, chunk = a->chunk, nchunks = gddr_nchunks(n, a->chunk);
+    const uint64_t prefix = gddr__hash_prefix(a->seed, a->worker, a->key, a->step);
+    size_t out = 0, sent = 0;
+    if (nchunks > 0)
+        memset(bitmap, 0, gddr_bitmap_bytes(nchunks));
+    for (size_t c = 0; c < nchunks; c++) {
+        if (chunk_held(a, prefix, age[c], c)) {
+            age[c] += 1;
+            rank[c] = GDDR_HELD;
+        } else {
+            const size_t lo = c * chunk, len = lo + chunk < n ? chunk : n - lo;
+            age[c] = 0;
+            bitmap[c >> 3] |= (uint8_t)(1u << (c & 7));
+            rank[c] = (uint32_t)sent;
             out += len;
             sent++;
         }
