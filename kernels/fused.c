@@ -37,26 +37,36 @@ int gddr_fused_cpu(const gddr_fused_args *a, const gddr_fused_bufs *b)
     const float lambda = d->lambda, decay = d->ms_decay, keep = 1.0f - d->ms_decay;
     const float msc = d->ms_scale > 0.0f ? d->ms_scale : 1.0f;
     const int diag = d->mode == GDDR_DC_DIAG, adaptive = a->dc && d->adaptive;
-    const size_t n = a->n, chunk = a->chunk;
+    const size_t n = a->n;
+    /* Dense is one run of n floats; a residual pass walks the chunks, so
+     * each chunk's fate is read once (elements stay in order). */
+    const size_t run = a->residual ? a->chunk : n;
     double l1 = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        float gi = b->g[i] * scale;
-        if (a->dc)
-            gi = gddr__dc_one(gi, b->w_new[i], b->w_bak[i], adaptive ? b->ms + i : NULL, lambda,
-                              decay, keep, d->eps, msc, diag, adaptive);
-        if (!a->residual) {
-            b->out[i] = gi;
-            continue;
-        }
-        const size_t c = i / chunk;
-        const float u = b->r[i] + gi;
-        const uint32_t k = b->rank[c];
-        if (k == GDDR_HELD) {
-            b->r[i] = u;
-            l1 += fabs((double)u);
-        } else {
-            b->out[(size_t)k * chunk + (i - c * chunk)] = u;
-            b->r[i] = 0.0f;
+    for (size_t lo = 0, c = 0; lo < n; lo += run, c++) {
+        const size_t hi = lo + run < n ? lo + run : n;
+        const uint32_t k = a->residual ? b->rank[c] : 0;
+        /* where element lo goes: the same place (dense), its packed place
+         * (sent), or nowhere (held) */
+        float *dst = !a->residual      ? b->out + lo
+                     : k == GDDR_HELD ? NULL
+                                      : b->out + (size_t)k * a->chunk;
+        for (size_t i = lo; i < hi; i++) {
+            float gi = b->g[i] * scale;
+            if (a->dc)
+                gi = gddr__dc_one(gi, b->w_new[i], b->w_bak[i], adaptive ? b->ms + i : NULL,
+                                  lambda, decay, keep, d->eps, msc, diag, adaptive);
+            if (!a->residual) {
+                dst[i - lo] = gi;
+                continue;
+            }
+            const float u = b->r[i] + gi;
+            if (!dst) {
+                b->r[i] = u;
+                l1 += fabs((double)u);
+            } else {
+                dst[i - lo] = u;
+                b->r[i] = 0.0f;
+            }
         }
     }
     if (a->residual && b->l1)
