@@ -109,6 +109,17 @@ typedef struct gddr_cuda_api {
 
 typedef const gddr_cuda_api *(*gddr_cuda_entry_fn)(void);
 
+/* A plugin's table: the five special entries by name, every call of
+ * GDDR_CUDA_CALLS by the function of the same name. */
+#define GDDR__CUDA_TABLE_ENTRY(name, params, args, prologue) .name = name,
+#define GDDR_CUDA_TABLE(take_error_fn, available_fn, ctx_destroy_fn, ctx_stream_fn, is_dev_fn) \
+    {                                                                                          \
+        .abi = GDDR_CUDA_ABI, .size = sizeof(gddr_cuda_api), .take_error = take_error_fn,      \
+        .available = available_fn, .ctx_destroy = ctx_destroy_fn,                              \
+        .ctx_stream = ctx_stream_fn, .is_device_ptr = is_dev_fn,                               \
+        GDDR_CUDA_CALLS(GDDR__CUDA_TABLE_ENTRY)                                                \
+    }
+
 #ifdef __cplusplus
 }
 #endif

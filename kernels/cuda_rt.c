@@ -294,18 +294,9 @@ size_t gddr__cuda_take_error(char *buf, size_t len)
 
 /* ---- the table -------------------------------------------------------------- */
 
-static const gddr_cuda_api table = {
-    .abi = GDDR_CUDA_ABI,
-    .size = sizeof(gddr_cuda_api),
-    .take_error = gddr__cuda_take_error,
-    .available = gddr_cuda_available,
-    .ctx_destroy = gddr_cuda_ctx_destroy,
-    .ctx_stream = gddr_cuda_ctx_stream,
-    .is_device_ptr = gddr_cuda_is_device_ptr,
-#define TABLE_ENTRY(name, params, args, prologue) .name = name,
-    GDDR_CUDA_CALLS(TABLE_ENTRY)
-#undef TABLE_ENTRY
-};
+static const gddr_cuda_api table =
+    GDDR_CUDA_TABLE(gddr__cuda_take_error, gddr_cuda_available, gddr_cuda_ctx_destroy,
+                    gddr_cuda_ctx_stream, gddr_cuda_is_device_ptr);
 
 /* The plugin's only exported symbol (libgddr-cuda.map). */
 __attribute__((visibility("default"))) const gddr_cuda_api *gddr_cuda_plugin_entry(void)

@@ -722,17 +722,26 @@ END_TEST
 
 /* ---- 9. the device path (skips without a GPU) ---------------------------------------- */
 
+/* 1 when a GPU is usable (and says which plugin serves it); otherwise says
+ * why the case is skipped. */
+static int gpu_or_skip(const char *what)
+{
+    char why[256];
+    if (!gddr_cuda_available(why, sizeof why)) {
+        fprintf(stderr, "residual: %s skipped: %s\n", what, why);
+        return 0;
+    }
+    fprintf(stderr, "residual: %s on %s (plugin %s)\n", what, why, gddr__cuda_plugin_path());
+    return 1;
+}
+
 /* Device gradients give the same pushes as host gradients: the same final
  * w and residual, bitwise (the CUDA kernel's masks equal the CPU's and
  * u = r + g is one rounding). */
 START_TEST(test_device_step_matches_host)
 {
-    char why[256];
-    if (!gddr_cuda_available(why, sizeof why)) {
-        fprintf(stderr, "residual: device_step skipped: %s\n", why);
+    if (!gpu_or_skip("device_step"))
         return;
-    }
-    fprintf(stderr, "residual: device_step on %s (plugin %s)\n", why, gddr__cuda_plugin_path());
     enum { N = 3000, STEPS = 20 };
     float finals[2][N], resid[2][N];
     for (int pass = 0; pass < 2; pass++) {
@@ -913,27 +922,40 @@ static void dev_run(const dev_case *k, int pass, int fake, float *final, float *
  * and it waits for the stream once before the push (once more with
  * DC-ASGD, whose gradient is checked before w' is pulled) plus once for the
  * parameters. */
-START_TEST(test_fake_device_matches_host)
+/* Runs every case with host and with device gradients and compares:
+ * bitwise, or within tol_clip relative for the cases that clip. */
+static void dev_cases_vs_host(int fake, double tol_clip)
 {
-    load_fake_cuda();
     for (size_t ci = 0; ci < sizeof dev_cases / sizeof dev_cases[0]; ci++) {
         const dev_case *k = &dev_cases[ci];
         static float fin[2][DN], res[2][DN];
         static uint32_t ages[2][DN];
         size_t na[2];
         for (int pass = 0; pass < 2; pass++)
-            dev_run(k, pass, 1, fin[pass], res[pass], ages[pass], &na[pass]);
+            dev_run(k, pass, fake, fin[pass], res[pass], ages[pass], &na[pass]);
+        const double tol = k->clip > 0 ? tol_clip : 0.0;
         char what[128];
-        snprintf(what, sizeof what, "%s: parameters, device vs host", k->name);
-        assert_same_floats(fin[1], fin[0], DN, what);
-        snprintf(what, sizeof what, "%s: residual, device vs host", k->name);
-        assert_same_floats(res[1], res[0], DN, what);
-        ck_assert_uint_eq(na[0], na[1]);
-        ck_assert_msg(memcmp(ages[0], ages[1], na[0] * sizeof ages[0][0]) == 0, "%s: ages differ",
-                      k->name);
-        /* Not vacuous: the run moved the parameters, and GDDR holds some. */
+        for (int v = 0; v < 2; v++) {
+            const float *got = v ? res[1] : fin[1], *want = v ? res[0] : fin[0];
+            snprintf(what, sizeof what, "%s: %s, device vs host", k->name,
+                     v ? "residual" : "parameters");
+            if (tol == 0.0)
+                assert_same_floats(got, want, DN, what);
+            for (int i = 0; tol > 0.0 && i < DN; i++)
+                ck_assert_msg(fabs(got[i] - want[i]) <= tol * (1.0 + fabs(want[i])),
+                              "%s: element %d: %.9g vs %.9g", what, i, got[i], want[i]);
+        }
+        ck_assert_msg(na[0] == na[1] && memcmp(ages[0], ages[1], na[0] * sizeof ages[0][0]) == 0,
+                      "%s: ages differ", k->name);
+        /* Not vacuous: the run moved the parameters. */
         ck_assert_msg(fin[0][1] != 0.125f, "%s: parameters never moved", k->name);
     }
+}
+
+START_TEST(test_fake_device_matches_host)
+{
+    load_fake_cuda();
+    dev_cases_vs_host(1, 0.0);
 }
 END_TEST
 
@@ -943,29 +965,8 @@ END_TEST
  * differ in its last bit, so values agree within 1e-5 relative there. */
 START_TEST(test_gpu_device_cases)
 {
-    char why[256];
-    if (!gddr_cuda_available(why, sizeof why)) {
-        fprintf(stderr, "residual: device_cases skipped: %s\n", why);
-        return;
-    }
-    fprintf(stderr, "residual: device_cases on %s (plugin %s)\n", why, gddr__cuda_plugin_path());
-    for (size_t ci = 0; ci < sizeof dev_cases / sizeof dev_cases[0]; ci++) {
-        const dev_case *k = &dev_cases[ci];
-        static float fin[2][DN], res[2][DN];
-        static uint32_t ages[2][DN];
-        size_t na[2];
-        for (int pass = 0; pass < 2; pass++)
-            dev_run(k, pass, 0, fin[pass], res[pass], ages[pass], &na[pass]);
-        const double tol = k->clip > 0 ? 1e-5 : 0.0;
-        for (int i = 0; i < DN; i++) {
-            ck_assert_msg(fabs(fin[1][i] - fin[0][i]) <= tol * (1.0 + fabs(fin[0][i])),
-                          "%s: parameter %d: %.9g vs %.9g", k->name, i, fin[1][i], fin[0][i]);
-            ck_assert_msg(fabs(res[1][i] - res[0][i]) <= tol * (1.0 + fabs(res[0][i])),
-                          "%s: residual %d: %.9g vs %.9g", k->name, i, res[1][i], res[0][i]);
-        }
-        ck_assert_msg(na[0] == na[1] && memcmp(ages[0], ages[1], na[0] * 4) == 0, "%s: ages",
-                      k->name);
-    }
+    if (gpu_or_skip("device_cases"))
+        dev_cases_vs_host(0, 1e-5);
 }
 END_TEST
 

@@ -343,18 +343,8 @@ int gddr_fused_cuda(gddr_cuda_ctx *ctx, const gddr_fused_args *a, const gddr_fus
     return gddr_fused_cpu(a, b);
 }
 
-static const gddr_cuda_api table = {
-    .abi = GDDR_CUDA_ABI,
-    .size = sizeof(gddr_cuda_api),
-    .take_error = take_error,
-    .available = available,
-    .ctx_destroy = ctx_destroy,
-    .ctx_stream = ctx_stream,
-    .is_device_ptr = is_device_ptr,
-#define TABLE_ENTRY(name, params, args, prologue) .name = name,
-    GDDR_CUDA_CALLS(TABLE_ENTRY)
-#undef TABLE_ENTRY
-};
+static const gddr_cuda_api table =
+    GDDR_CUDA_TABLE(take_error, available, ctx_destroy, ctx_stream, is_device_ptr);
 
 __attribute__((visibility("default"))) const gddr_cuda_api *gddr_cuda_plugin_entry(void)
 {
