@@ -45,7 +45,7 @@ CFLAGS    ?= -O2 -g
 ALL_CFLAGS := $(CFLAGS) $(WARN) -std=gnu11 -pthread -fPIC -MMD -MP -ffp-contract=off \
               -Iclient/include -Icommon -Ikernels -Iserver -Iclient/train -I$(BUILD)/proto $(PKG_CFLAGS) \
               -DGDDR_VERSION=\"$(VERSION)\"
-LDLIBS    := $(PKG_LIBS) -lz -lm -pthread
+LDLIBS    := $(PKG_LIBS) -lz -lm -pthread -ldl
 ifeq ($(HAVE_SYSTEMD),1)
   ALL_CFLAGS += -DHAVE_LIBSYSTEMD
 endif
@@ -54,16 +54,23 @@ ifneq ($(SANITIZER),)
   LDFLAGS    += -fsanitize=$(SANITIZER)
 endif
 
-# The daemon and the tools never touch a GPU: they link a CPU-only copy of
-# the library (objects under $(BUILD)/cpu/), so they load no CUDA library
-# and run where none is installed. Only libgddr-client and what trains
-# through it (gddr-train, the tests) carry CUDA.
+# No program and no library of the project links CUDA except the plugin
+# $(BUILD)/lib/libgddr-cuda.so (kernels/cuda_rt.c and kernels/*.cu), which
+# libgddr-client dlopen()s the first time a caller hands it device memory
+# (kernels/cuda_loader.c). GDDR_HAVE_CUDA only tells the client library that
+# a plugin was built, so it may look for one. The daemon and the tools link
+# a CPU-only copy of the library (objects under $(BUILD)/cpu/), which never
+# looks.
 CPU_CFLAGS := $(ALL_CFLAGS)
 ifeq ($(USE_CUDA),1)
-  ALL_CFLAGS += -DGDDR_HAVE_CUDA -I$(CUDA_HOME)/include
-  CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
-  NVCCFLAGS  ?= -O3 -std=c++17 -arch=sm_$(CUDA_ARCH) -Xcompiler -fPIC \
-                -Iclient/include -Icommon -Ikernels -DGDDR_HAVE_CUDA
+  ALL_CFLAGS  += -DGDDR_HAVE_CUDA
+  CUDA_CFLAGS := -I$(CUDA_HOME)/include
+  CUDA_RPATH  := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64
+  CUDA_LIBS   := $(CUDA_RPATH) -lcublas -lcudart -lstdc++
+  # -fmad=false: no multiply-add is fused on the GPU either (-ffp-contract=off
+  # on the host), so kernels and CPU twins round alike.
+  NVCCFLAGS   ?= -O3 -std=c++17 -arch=sm_$(CUDA_ARCH) -fmad=false -Xcompiler -fPIC \
+                 -Xcompiler -fvisibility=hidden -Iclient/include -Icommon -Ikernels -DGDDR_HAVE_CUDA
 endif
 
 Q := @
@@ -75,7 +82,8 @@ endif
 PROTO_C    := $(BUILD)/proto/gddr.pb-c.c
 PROTO_H    := $(BUILD)/proto/gddr.pb-c.h
 COMMON_SRC := $(wildcard common/*.c)
-KERNEL_SRC := $(wildcard kernels/*.c)
+PLUGIN_C   := kernels/cuda_rt.c
+KERNEL_SRC := $(filter-out $(PLUGIN_C),$(wildcard kernels/*.c))
 KERNEL_CU  := $(if $(USE_CUDA),$(wildcard kernels/*.cu))
 CLIENT_SRC := $(wildcard client/src/*.c)
 SERVER_SRC := $(filter-out server/main.c,$(wildcard server/*.c))
@@ -86,7 +94,8 @@ BENCH_SRC  := $(wildcard tests/bench_*.c)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 PROTO_O  := $(BUILD)/obj/proto/gddr.pb-c.o
 COMMON_O := $(call obj,$(COMMON_SRC)) $(PROTO_O)
-KERNEL_O := $(call obj,$(KERNEL_SRC)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(KERNEL_CU))
+KERNEL_O := $(call obj,$(KERNEL_SRC))
+PLUGIN_O := $(call obj,$(PLUGIN_C)) $(patsubst %.cu,$(BUILD)/obj/%.cu.o,$(KERNEL_CU))
 CLIENT_O := $(call obj,$(CLIENT_SRC))
 SERVER_O := $(call obj,$(SERVER_SRC))
 TRAIN_O  := $(call obj,$(TRAIN_SRC))
@@ -96,6 +105,12 @@ CPU_O    := $(patsubst $(BUILD)/obj/%,$(BUILD)/cpu/obj/%,$(CLIENT_O) $(COMMON_O)
 CPU_A    := $(BUILD)/lib/libgddr-client-cpu.a
 LIB_A    := $(BUILD)/lib/libgddr-client.a
 LIB_SO   := $(BUILD)/lib/libgddr-client.so
+PLUGIN_SO := $(if $(USE_CUDA),$(BUILD)/lib/libgddr-cuda.so)
+# A stand-in plugin that runs the client's device path on the CPU, for the
+# tests (tests/fake_cuda.c over the CPU twins); never installed.
+FAKE_SO  := $(BUILD)/tests/libgddr-fakecuda.so
+FAKE_O   := $(BUILD)/cpu/obj/tests/fake_cuda.o \
+            $(patsubst %.c,$(BUILD)/cpu/obj/%.o,$(filter-out kernels/cuda_loader.c,$(KERNEL_SRC)) common/log.c)
 SERVER_A := $(BUILD)/lib/libgddr-server.a
 TRAIN_A  := $(BUILD)/lib/libgddr-train.a
 BINS     := $(BUILD)/bin/gddr-ps $(BUILD)/bin/gddr-train $(BUILD)/bin/gddr-ctl \
@@ -104,7 +119,8 @@ TESTBIN  := $(BUILD)/bin/gddr-tests
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
 .PHONY: all deps check demo install clean cuda-status bench
-all: cuda-status $(LIB_A) $(LIB_SO) $(BINS) $(TESTBIN) $(BENCHES) $(BUILD)/gddr-client.pc
+all: cuda-status $(LIB_A) $(LIB_SO) $(PLUGIN_SO) $(FAKE_SO) $(BINS) $(TESTBIN) $(BENCHES) \
+     $(BUILD)/gddr-client.pc
 
 cuda-status:
 ifeq ($(USE_CUDA),1)
@@ -146,6 +162,8 @@ $(BUILD)/cpu/obj/proto/gddr.pb-c.o: $(PROTO_C) $(PROTO_H)
 	$(Q)$(CC) $(CPU_CFLAGS) -Wno-shadow -c $< -o $@
 
 $(BUILD)/cpu/obj/kernels/blas.o: CPU_CFLAGS += -Wno-psabi
+$(BUILD)/obj/kernels/cuda_rt.o: ALL_CFLAGS += $(CUDA_CFLAGS) -fvisibility=hidden
+$(BUILD)/obj/tests/bench_kernels.o: ALL_CFLAGS += $(CUDA_CFLAGS)
 
 $(CPU_A): $(CPU_O)
 	@mkdir -p $(dir $@)
@@ -166,7 +184,19 @@ $(LIB_SO): $(CLIENT_O) $(COMMON_O) $(KERNEL_O) client/libgddr-client.map
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
 	$(Q)$(CC) -shared -Wl,-soname,libgddr-client.so.0 -Wl,--version-script=client/libgddr-client.map \
-	  $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS) $(CUDA_LIBS)
+	  $(LDFLAGS) -o $@ $(filter %.o,$^) $(LDLIBS)
+
+$(PLUGIN_SO): $(PLUGIN_O) kernels/libgddr-cuda.map
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) -shared -Wl,--version-script=kernels/libgddr-cuda.map -Wl,-Bsymbolic \
+	  $(LDFLAGS) -o $@ $(filter %.o,$^) $(CUDA_LIBS) -pthread
+
+$(FAKE_SO): $(FAKE_O) tests/fake_cuda.map
+	@mkdir -p $(dir $@)
+	@echo "  LD     $@"
+	$(Q)$(CC) -shared -Wl,--version-script=tests/fake_cuda.map -Wl,-Bsymbolic \
+	  $(LDFLAGS) -o $@ $(filter %.o,$^) -lm -pthread
 
 $(SERVER_A): $(SERVER_O)
 	@mkdir -p $(dir $@)
@@ -186,7 +216,7 @@ $(BUILD)/bin/gddr-ps: $(BUILD)/obj/server/main.o $(SERVER_A) $(CPU_A)
 $(BUILD)/bin/gddr-train: $(BUILD)/obj/client/train/gddr-train.o $(TRAIN_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The benchmark drives the server's apply pool in process as well.
 $(BUILD)/bin/gddr-bench: $(BUILD)/obj/server/tools/gddr-bench.o $(SERVER_A) $(CPU_A)
@@ -202,17 +232,19 @@ $(BUILD)/bin/gddr-%: $(BUILD)/obj/server/tools/gddr-%.o $(CPU_A)
 $(TESTBIN): $(TEST_O) $(SERVER_A) $(TRAIN_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs check) $(LDLIBS) $(CUDA_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(shell pkg-config --libs check) $(LDLIBS)
 
+# bench_kernels times GPU kernels with CUDA events, so it alone links cudart
+# (the kernels still come from the plugin).
 $(BUILD)/bin/bench_%: $(BUILD)/obj/tests/bench_%.o $(SERVER_A) $(TRAIN_A) $(LIB_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
-	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(CUDA_LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(USE_CUDA),$(CUDA_RPATH) -lcudart)
 
 $(BUILD)/gddr-client.pc: Makefile
 	@mkdir -p $(BUILD)
-	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gddr-client\nDescription: GDDR parameter-server client library\nVersion: %s\nRequires.private: libzmq libprotobuf-c inih\nLibs: -L$${libdir} -lgddr-client\nLibs.private: -lz -lm -pthread %s\nCflags: -I$${includedir}\n' \
-	  '$(PREFIX)' '$(VERSION)' '$(CUDA_LIBS)' > $@
+	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gddr-client\nDescription: GDDR parameter-server client library\nVersion: %s\nRequires.private: libzmq libprotobuf-c inih\nLibs: -L$${libdir} -lgddr-client\nLibs.private: -lz -lm -pthread -ldl\nCflags: -I$${includedir}\n' \
+	  '$(PREFIX)' '$(VERSION)' > $@
 
 # ---- top-level jobs --------------------------------------------------------
 deps:
@@ -236,6 +268,9 @@ install: all
 	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libgddr-client.so.0
 	ln -sf libgddr-client.so.0 $(DESTDIR)$(PREFIX)/lib/libgddr-client.so
+ifeq ($(USE_CUDA),1)
+	install -m 755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/
+endif
 	install -m 644 client/include/gddr/*.h $(DESTDIR)$(PREFIX)/include/gddr/
 	install -m 644 $(BUILD)/gddr-client.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 	install -m 644 config/*.ini config/*.service $(DESTDIR)$(PREFIX)/share/gddr/

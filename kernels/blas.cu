@@ -13,6 +13,7 @@
 
 #include "gddr/gddr.h"
 #include "blas.h"
+#include "cuda_err.h"
 
 static __global__ void probe_kernel(int *out)
 {

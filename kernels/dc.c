@@ -28,17 +28,8 @@ int gddr_dc_cpu(const gddr_dc_args *a, float *g, const float *w_new, const float
     const float lambda = a->lambda, decay = a->ms_decay, keep = 1.0f - a->ms_decay;
     const float scale = a->ms_scale > 0.0f ? a->ms_scale : 1.0f;
     const int diag = a->mode == GDDR_DC_DIAG;
-    for (size_t i = 0; i < a->n; i++) {
-        const float gi = g[i];
-        const float d = w_new[i] - w_bak[i];
-        float lam = lambda;
-        if (a->adaptive) {
-            const float m = decay * ms[i] + keep * (gi * gi);
-            ms[i] = m;
-            lam = lambda / sqrtf(m * scale + a->eps);
-        }
-        const float h = diag ? (gi * gi) * d : d;
-        g[i] = gi + lam * h;
-    }
+    for (size_t i = 0; i < a->n; i++)
+        g[i] = gddr__dc_one(g[i], w_new[i], w_bak[i], a->adaptive ? ms + i : NULL, lambda, decay,
+                            keep, a->eps, scale, diag, a->adaptive);
     return GDDR_OK;
 }

@@ -2,20 +2,18 @@
  *
  * One elementwise pass, memory bound: it reads g, w_new, w_bak (and ms) and
  * writes g (and ms). The mode and the adaptive switch are template
- * parameters so the loop body carries no branches. The arithmetic follows
- * dc.c step by step with round-to-nearest intrinsics, which keep nvcc from
- * fusing multiply-adds the CPU twin does not fuse.
+ * parameters so the loop body carries no branches. The arithmetic is
+ * dc_dev.cuh's, the device twin of dc.h's gddr__dc_one().
  */
 #include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gddr/gddr.h"
-extern "C" {
-#include "log.h"
-}
 #include "blas.h"
+#include "cuda_err.h"
 #include "dc.h"
+#include "dc_dev.cuh"
 
 #define THREADS 256
 #define MAX_BLOCKS 65536u
@@ -28,17 +26,9 @@ static __global__ void dc_kernel(size_t n, float lambda, float decay, float keep
 {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        const float gi = g[i];
-        const float d = __fsub_rn(__ldg(w_new + i), __ldg(w_bak + i));
-        const float g2 = __fmul_rn(gi, gi);
-        float lam = lambda;
-        if (ADAPTIVE) {
-            const float m = __fadd_rn(__fmul_rn(decay, ms[i]), __fmul_rn(keep, g2));
-            ms[i] = m;
-            lam = __fdiv_rn(lambda, __fsqrt_rn(__fadd_rn(__fmul_rn(m, scale), eps)));
-        }
-        const float h = DIAG ? __fmul_rn(g2, d) : d;
-        g[i] = __fadd_rn(gi, __fmul_rn(lam, h));
+        g[i] = dc_one_dev<DIAG, ADAPTIVE>(g[i], __ldg(w_new + i), __ldg(w_bak + i),
+                                          ADAPTIVE ? ms + i : NULL, lambda, decay, keep, eps,
+                                          scale);
     }
 }
 
@@ -46,7 +36,7 @@ extern "C" int gddr_dc_cuda(const gddr_dc_args *a, float *d_g, const float *d_w_
                             const float *d_w_bak, float *d_ms, void *stream)
 {
     if (!a || (a->mode != GDDR_DC_DIAG && a->mode != GDDR_DC_IDENTITY)) {
-        gddr_log(GDDR_LOG_ERROR, "dc (cuda): unknown mode %d", a ? a->mode : -1);
+        gddr__cuda_seterr("dc (cuda): unknown mode %d", a ? a->mode : -1);
         return GDDR_EINVAL;
     }
     if (a->n == 0)

@@ -13,6 +13,7 @@
 #ifndef GDDR_KERNELS_DC_H
 #define GDDR_KERNELS_DC_H
 
+#include <math.h>
 #include <stddef.h>
 
 #ifdef __cplusplus
@@ -42,6 +43,24 @@ typedef struct gddr_dc_args {
  * Returns GDDR_OK or GDDR_EINVAL (bad mode, NULL buffer). */
 int gddr_dc_cpu(const gddr_dc_args *a, float *g, const float *w_new, const float *w_bak,
                 float *ms);
+
+/* One element of gddr_dc_cpu() (also used by the fused pass, fused.c):
+ * returns the compensated gi and updates *ms when adaptive. keep is
+ * 1 - decay, scale the effective ms_scale (> 0). */
+static inline float gddr__dc_one(float gi, float w_new, float w_bak, float *ms, float lambda,
+                                 float decay, float keep, float eps, float scale, int diag,
+                                 int adaptive)
+{
+    const float d = w_new - w_bak;
+    float lam = lambda;
+    if (adaptive) {
+        const float m = decay * *ms + keep * (gi * gi);
+        *ms = m;
+        lam = lambda / sqrtf(m * scale + eps);
+    }
+    const float h = diag ? (gi * gi) * d : d;
+    return gi + lam * h;
+}
 
 /* The same with device buffers, queued on `stream` (a cudaStream_t; NULL =
  * default stream); returns without waiting. */

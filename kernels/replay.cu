@@ -10,10 +10,8 @@
 #include <stdint.h>
 
 #include "gddr/gddr.h"
-extern "C" {
-#include "log.h"
-}
 #include "blas.h"
+#include "cuda_err.h"
 #include "replay.h"
 
 #define THREADS 256

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "blas.h"
+#include "fused.h"
 #include "gddr/gddr.h"
 #include "gddr_hash.h"
 #include "log.h"
@@ -31,6 +32,32 @@ static int chunk_geometry_ok(size_t n, uint32_t chunk, const char *who)
     return 1;
 }
 
+/* DESIGN section 6 step 4: age is tested first, so a chunk at its bound is
+ * sent whatever U says, which is what bounds the delay by tau. */
+static inline int chunk_held(const gddr_residual_args *a, uint64_t prefix, uint32_t age,
+                             size_t c)
+{
+    return age < a->tau &&
+           gddr__u32_to_uniform(gddr__hash_chunk(prefix, (uint32_t)c)) < a->alpha;
+}
+
+/* What the step and the plan share before their chunk loop: the checks of
+ * the arguments both take (the buffers each needs are checked by each), the
+ * bitmap cleared, the hash prefix. GDDR_OK or GDDR_EINVAL. */
+static int mask_begin(const gddr_residual_args *a, uint8_t *bitmap, size_t *npacked,
+                      size_t *nsent, int bufs_ok, const char *who, uint64_t *prefix)
+{
+    if (!a || !npacked || !nsent || !chunk_geometry_ok(a->n, a->chunk, who) || isnan(a->alpha))
+        return GDDR_EINVAL;
+    if (a->n > 0 && (!bufs_ok || !bitmap))
+        return GDDR_EINVAL;
+    const size_t nchunks = gddr_nchunks(a->n, a->chunk);
+    if (nchunks > 0)
+        memset(bitmap, 0, gddr_bitmap_bytes(nchunks));
+    *prefix = gddr__hash_prefix(a->seed, a->worker, a->key, a->step);
+    return GDDR_OK;
+}
+
 static inline int bit_is_set(const uint8_t *bitmap, size_t c)
 {
     return (bitmap[c >> 3] >> (c & 7)) & 1;
@@ -39,27 +66,18 @@ static inline int bit_is_set(const uint8_t *bitmap, size_t c)
 int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r, uint32_t *age,
                            float *packed, uint8_t *bitmap, size_t *npacked, size_t *nsent)
 {
-    if (!a || !npacked || !nsent || !chunk_geometry_ok(a->n, a->chunk, "residual step") ||
-        isnan(a->alpha))
+    uint64_t prefix;
+    if (mask_begin(a, bitmap, npacked, nsent, r && age && packed, "residual step", &prefix) !=
+        GDDR_OK)
         return GDDR_EINVAL;
-    if (a->n > 0 && (!r || !age || !packed || !bitmap))
-        return GDDR_EINVAL;
-
     const size_t n = a->n, chunk = a->chunk, nchunks = gddr_nchunks(n, a->chunk);
-    const uint64_t prefix = gddr__hash_prefix(a->seed, a->worker, a->key, a->step);
     size_t out = 0, sent = 0;
-
-    if (nchunks > 0)
-        memset(bitmap, 0, gddr_bitmap_bytes(nchunks));
     for (size_t c = 0; c < nchunks; c++) {
         const size_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
         float *rc = r + lo;
         const float *gc = g ? g + lo : NULL;
         const size_t len = hi - lo;
-        /* Age is tested first: a chunk at its bound is sent whatever U says,
-         * which is what bounds the delay by tau. */
-        const int hold = age[c] < a->tau &&
-                         gddr__u32_to_uniform(gddr__hash_chunk(prefix, (uint32_t)c)) < a->alpha;
+        const int hold = chunk_held(a, prefix, age[c], c);
         if (hold) {
             if (gc)
                 for (size_t i = 0; i < len; i++)
@@ -75,6 +93,32 @@ int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r
             memset(rc, 0, len * sizeof *rc);
             age[c] = 0;
             bitmap[c >> 3] |= (uint8_t)(1u << (c & 7));
+            out += len;
+            sent++;
+        }
+    }
+    *npacked = out;
+    *nsent = sent;
+    return GDDR_OK;
+}
+
+int gddr_residual_plan_cpu(const gddr_residual_args *a, uint32_t *age, uint8_t *bitmap,
+                           uint32_t *rank, size_t *npacked, size_t *nsent)
+{
+    uint64_t prefix;
+    if (mask_begin(a, bitmap, npacked, nsent, age && rank, "residual plan", &prefix) != GDDR_OK)
+        return GDDR_EINVAL;
+    const size_t n = a->n, chunk = a->chunk, nchunks = gddr_nchunks(n, a->chunk);
+    size_t out = 0, sent = 0;
+    for (size_t c = 0; c < nchunks; c++) {
+        if (chunk_held(a, prefix, age[c], c)) {
+            age[c] += 1;
+            rank[c] = GDDR_HELD;
+        } else {
+            const size_t lo = c * chunk, len = lo + chunk < n ? chunk : n - lo;
+            age[c] = 0;
+            bitmap[c >> 3] |= (uint8_t)(1u << (c & 7));
+            rank[c] = (uint32_t)sent;
             out += len;
             sent++;
         }

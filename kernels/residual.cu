@@ -28,10 +28,8 @@
 #include <cub/device/device_scan.cuh>
 
 #include "gddr/gddr.h"
-extern "C" {
-#include "log.h"
-}
 #include "blas.h"
+#include "cuda_err.h"
 #include "gddr_hash.h"
 #include "residual.h"
 
@@ -313,7 +311,7 @@ static int launch_elem(size_t n, uint32_t chunk, float *a, const float *g, float
 static int geometry_ok(size_t n, uint32_t chunk, const char *who)
 {
     if (chunk == 0 || gddr_nchunks(n, chunk) > (size_t)INT_MAX) {
-        gddr_log(GDDR_LOG_ERROR, "%s: %zu floats in chunks of %u is not supported", who, n, chunk);
+        gddr__cuda_seterr("%s: %zu floats in chunks of %u is not supported", who, n, chunk);
         return 0;
     }
     return 1;
@@ -371,7 +369,7 @@ extern "C" int gddr_residual_step_cuda(const gddr_residual_args *a, const float 
         nchunks, prefix, a->alpha, a->tau, d_age, d_bitmap, gddr_bitmap_bytes(nchunks), s.flag);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
-        gddr_log(GDDR_LOG_ERROR, "%s:%d: mask_kernel: %s", __FILE__, __LINE__,
+        gddr__cuda_seterr("%s:%d: mask_kernel: %s", __FILE__, __LINE__,
                  cudaGetErrorString(e));
         scratch_put(&s, st);
         return GDDR_ECUDA;
@@ -400,7 +398,7 @@ static int flags_from_bitmap(scratch *s, size_t n, uint32_t chunk, const uint8_t
     flags_kernel<<<blocks_for(nchunks), THREADS, 0, st>>>(nchunks, d_bitmap, s->flag);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
-        gddr_log(GDDR_LOG_ERROR, "%s:%d: flags_kernel: %s", __FILE__, __LINE__,
+        gddr__cuda_seterr("%s:%d: flags_kernel: %s", __FILE__, __LINE__,
                  cudaGetErrorString(e));
         scratch_put(s, st);
         return GDDR_ECUDA;

@@ -23,6 +23,27 @@ if [ "$exported" != "$declared" ]; then
   diff <(echo "$declared") <(echo "$exported") >&2 || true
   exit 1
 fi
+# No CUDA library is linked by the client library or any program: CUDA
+# lives in the plugin libgddr-cuda.so only, which a CUDA build installs next
+# to libgddr-client.so and which exports its entry point and nothing else.
+for f in lib/libgddr-client.so bin/gddr-ps bin/gddr-train bin/gddr-ctl bin/gddr-keygen bin/gddr-bench; do
+  if ldd "$prefix/$f" | grep -Eiq 'libcudart|libcublas|libcuda\.|libnvrtc'; then
+    echo "test-install: FAIL: $f links a CUDA library:" >&2
+    ldd "$prefix/$f" | grep -Ei 'cuda|cublas|nvrtc' >&2
+    exit 1
+  fi
+done
+if grep -q 'libgddr-cuda.so' "$stage/install.log"; then
+  plugin="$prefix/lib/libgddr-cuda.so"
+  [ -e "$plugin" ] || { echo "test-install: FAIL: the CUDA plugin was not installed" >&2; exit 1; }
+  plugin_syms=$(nm -D --defined-only "$plugin" | awk '$2 == "T" { print $3 }' | sed 's/@.*//')
+  if [ "$plugin_syms" != "gddr_cuda_plugin_entry" ]; then
+    echo "test-install: FAIL: libgddr-cuda.so exports more than its entry point:" >&2
+    echo "$plugin_syms" >&2
+    exit 1
+  fi
+  echo "test-install: libgddr-cuda.so installed next to libgddr-client.so; no program links CUDA"
+fi
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$stage"
 cc client/examples/minimal.c $(pkg-config --cflags --libs gddr-client) -lm \
    -Wl,-rpath,"$prefix/lib" -o "$stage/minimal"

@@ -13,6 +13,7 @@
  * usable GPU it runs the CPU part, says why the GPU part is skipped, and
  * exits 0.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 
 #include "blas.h"
 #include "dc.h"
+#include "fused.h"
 #include "gddr/gddr.h"
 #include "gddr_hash.h"
 #include "kcompare.h"
@@ -33,21 +35,28 @@
 #endif
 
 enum { OP_RESIDUAL, OP_PACK, OP_UNPACK, OP_DC_DIAG, OP_DC_ADAPTIVE, OP_REPLAY, OP_NRM2, OP_AXPY,
-       NOPS };
+       OP_SUMSQ, OP_FUSED, OP_FUSED_DC, OP_FUSED_DENSE, NOPS };
+/* The last four are the device step's passes (fused.h): pass 1, and pass 2
+ * as a GDDR step without and with clipping + DC-ASGD-a, and as a dense one. */
 static const char *op_names[NOPS] = { "residual_step", "pack", "unpack(acc)", "dc diag",
-                                      "dc adaptive", "replay", "nrm2", "axpy" };
+                                      "dc adaptive", "replay", "nrm2", "axpy",
+                                      "sumsq (pass1)", "fused gddr", "fused gddr+dc", "fused dense+dc" };
 
 /* One set of buffers, on the host or the device. */
 typedef struct bufs {
     float *g, *r, *packed, *wn, *wb, *ms, *rem, *dense;
     uint32_t *age;
     uint8_t *bm;
+    uint32_t *rank;   /* the fused passes' plan: the initial bitmap's chunks */
+    float *ctl;       /* clip factor 0.5, go */
+    double *sum;      /* sumsq / L1 output */
 } bufs;
 
 typedef struct shape {
     size_t n, nc, nb;
     uint32_t chunk;
     size_t npacked;   /* floats the bitmap in bm selects (about n/2) */
+    size_t nplanned;  /* floats the plan in rank sends */
 } shape;
 
 static double now_s(void)
@@ -82,11 +91,26 @@ static double traffic(int op, const shape *s)
     case OP_DC_ADAPTIVE: return 24 * n;
     case OP_REPLAY: return 16 * n;
     case OP_NRM2: return 4 * n;
+    case OP_SUMSQ: return 4 * n;
+    case OP_FUSED: return 12 * n + 4.0 * s->nplanned + 4.0 * s->nc;      /* g, r in/out, out, rank */
+    case OP_FUSED_DC: return 28 * n + 4.0 * s->nplanned + 4.0 * s->nc;   /* + w_new, w_bak, ms in/out */
+    case OP_FUSED_DENSE: return 24 * n;                                  /* g, w_new, w_bak, ms, out */
     default: return 12 * n;                           /* axpy */
     }
 }
 
 static uint64_t bench_step;
+
+/* Pass 2's arguments for a fused op; b holds host or device pointers. */
+static void fused_for(int op, const shape *s, const bufs *b, gddr_fused_args *a, gddr_fused_bufs *fb)
+{
+    gddr_fused_args fa = { s->n, s->chunk, op != OP_FUSED_DENSE, op != OP_FUSED,
+                           { s->n, 1e-3f, GDDR_DC_DIAG, 1, 0.95f, 1e-7f, 1.0f } };
+    gddr_fused_bufs f = { b->g, b->wn, b->wb, b->ms, b->r, b->rank,
+                          op == OP_FUSED_DENSE ? b->dense : b->packed, b->sum, b->ctl };
+    *a = fa;
+    *fb = f;
+}
 
 static int run_cpu(int op, const shape *s, bufs *b)
 {
@@ -106,6 +130,15 @@ static int run_cpu(int op, const shape *s, bufs *b)
         volatile double x = gddr_nrm2_cpu(b->g, s->n);
         (void)x;
         return GDDR_OK;
+    }
+    case OP_SUMSQ: *b->sum = gddr_sumsq_cpu(b->g, s->n); return GDDR_OK;
+    case OP_FUSED:
+    case OP_FUSED_DC:
+    case OP_FUSED_DENSE: {
+        gddr_fused_args fa;
+        gddr_fused_bufs fb;
+        fused_for(op, s, b, &fa, &fb);
+        return gddr_fused_cpu(&fa, &fb);
     }
     default: gddr_axpy_cpu(b->dense, b->g, s->n, 0.5f); return GDDR_OK;
     }
@@ -137,20 +170,30 @@ static void host_init(const shape *s0, shape *s, bufs *h)
     h->rem = xalloc_f(s->n), h->dense = xalloc_f(s->n);
     h->age = calloc(s->nc, sizeof *h->age);
     h->bm = malloc(s->nb ? s->nb : 1);
-    if (!h->age || !h->bm)
+    h->rank = malloc((s->nc ? s->nc : 1) * sizeof *h->rank);
+    h->ctl = malloc(2 * sizeof *h->ctl);
+    h->sum = malloc(sizeof *h->sum);
+    if (!h->age || !h->bm || !h->rank || !h->ctl || !h->sum)
         exit(1);
+    h->ctl[0] = 0.5f, h->ctl[1] = 1.0f;
+    *h->sum = 0.0;
     fill(h->g, s->n, 1, -1, 1), fill(h->r, s->n, 2, -1, 1), fill(h->wn, s->n, 3, -1, 1);
     fill(h->wb, s->n, 4, -1, 1), fill(h->ms, s->n, 5, 0, 1), fill(h->rem, s->n, 6, -1, 1);
     fill(h->dense, s->n, 7, -1, 1), fill(h->packed, s->n, 8, -1, 1);
     for (size_t b = 0; b < s->nb; b++)
         h->bm[b] = (uint8_t)(gddr__mix64(b + 99) >> 13);
     gddr_bitmap_count(h->bm, s->n, s->chunk, NULL, &s->npacked);
+    s->nplanned = s->npacked;
+    uint32_t sent = 0;
+    for (size_t c = 0; c < s->nc; c++)
+        h->rank[c] = (h->bm[c >> 3] >> (c & 7)) & 1 ? sent++ : GDDR_HELD;
 }
 
 static void host_free(bufs *h)
 {
     free(h->g), free(h->r), free(h->packed), free(h->wn), free(h->wb), free(h->ms);
-    free(h->rem), free(h->dense), free(h->age), free(h->bm);
+    free(h->rem), free(h->dense), free(h->age), free(h->bm), free(h->rank), free(h->ctl);
+    free(h->sum);
 }
 
 /* memcpy of half the traffic moves the same bytes (one read, one write). */
@@ -171,7 +214,7 @@ static void bench_cpu(const shape *s0)
     shape s;
     bufs h;
     host_init(s0, &s, &h);
-    size_t cbytes = (size_t)(traffic(OP_DC_ADAPTIVE, &s) / 2);
+    size_t cbytes = (size_t)(traffic(OP_FUSED_DC, &s) / 2);
     char *src = malloc(cbytes), *dst = malloc(cbytes);
     if (!src || !dst)
         exit(1);
@@ -233,6 +276,15 @@ static int run_gpu(int op, const shape *s, bufs *d)
     case OP_DC_ADAPTIVE: return gddr_dc_cuda(&da, d->g, d->wn, d->wb, d->ms, st);
     case OP_REPLAY: return gddr_replay_cuda(d->r, d->rem, s->n, 0.5f, 0, st);
     case OP_NRM2: return gddr_nrm2_cuda(ctx, d->g, s->n, &nrm);
+    case OP_SUMSQ: return gddr_sumsq_cuda(ctx, d->g, s->n, d->sum);
+    case OP_FUSED:
+    case OP_FUSED_DC:
+    case OP_FUSED_DENSE: {
+        gddr_fused_args fa;
+        gddr_fused_bufs fb;
+        fused_for(op, s, d, &fa, &fb);
+        return gddr_fused_cuda(ctx, &fa, &fb);
+    }
     default: return gddr_axpy_cuda(ctx, d->dense, d->g, s->n, 0.5f);
     }
 }
@@ -253,12 +305,16 @@ static void dev_init(const shape *s, const bufs *h, bufs *d)
     d->rem = dup_to_dev(h->rem, fb), d->dense = dup_to_dev(h->dense, fb);
     d->age = dup_to_dev(h->age, s->nc * sizeof *h->age);
     d->bm = dup_to_dev(h->bm, s->nb ? s->nb : 1);
+    d->rank = dup_to_dev(h->rank, (s->nc ? s->nc : 1) * sizeof *h->rank);
+    d->ctl = dup_to_dev(h->ctl, 2 * sizeof *h->ctl);
+    d->sum = dup_to_dev(h->sum, sizeof *h->sum);
     CK(gddr_cuda_sync(NULL));
 }
 
 static void dev_free(bufs *d)
 {
-    void *p[] = { d->g, d->r, d->packed, d->wn, d->wb, d->ms, d->rem, d->dense, d->age, d->bm };
+    void *p[] = { d->g, d->r, d->packed, d->wn, d->wb, d->ms, d->rem, d->dense, d->age, d->bm,
+                  d->rank, d->ctl, d->sum };
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         CK(gddr_cuda_free(p[i]));
 }
@@ -311,6 +367,25 @@ static size_t check_op(int op, const shape *s0)
         FETCH(r);
         bad += kc_compare_f32("r", got, h.r, s.n, 1e-6, 1e-6, &err);
         break;
+    case OP_FUSED:
+    case OP_FUSED_DC:
+        /* Same rounding as the twin: bit for bit; the L1 sum in another order. */
+        FETCH(r);
+        bad += kc_compare_f32("r", got, h.r, s.n, 0, 0, &err);
+        FETCH(packed);
+        bad += kc_compare_f32("packed", got, h.packed, s.nplanned, 0, 0, &err);
+        /* fall through */
+    case OP_SUMSQ: {
+        double g = 0.0;
+        CK(gddr_cuda_memcpy_d2h(&g, d.sum, sizeof g, NULL));
+        CK(gddr_cuda_sync(NULL));
+        bad += !(fabs(g - *h.sum) <= 1e-12 * fabs(*h.sum));
+        break;
+    }
+    case OP_FUSED_DENSE:
+        FETCH(dense);
+        bad += kc_compare_f32("dense", got, h.dense, s.n, 0, 0, &err);
+        break;
     default: {
         double g = 0.0;
         CK(gddr_nrm2_cuda(ctx, d.g, s.n, &g));
@@ -355,7 +430,7 @@ static void bench_gpu(const shape *s0)
     bufs h, d;
     host_init(s0, &s, &h);
     dev_init(&s, &h, &d);
-    const size_t cbytes = (size_t)(traffic(OP_DC_ADAPTIVE, &s) / 2);
+    const size_t cbytes = (size_t)(traffic(OP_FUSED_DC, &s) / 2);
     void *csrc, *cdst;
     CK(gddr_cuda_malloc(&csrc, cbytes));
     CK(gddr_cuda_malloc(&cdst, cbytes));
@@ -410,7 +485,7 @@ int main(int argc, char **argv)
            "\"vs memcpy\" is a copy moving the same bytes, timed in this run.\n");
     for (int i = 0; i < nsizes; i++) {
         const shape s = { sizes[i], gddr_nchunks(sizes[i], chunk),
-                          gddr_bitmap_bytes(gddr_nchunks(sizes[i], chunk)), chunk, 0 };
+                          gddr_bitmap_bytes(gddr_nchunks(sizes[i], chunk)), chunk, 0, 0 };
         bench_cpu(&s);
     }
 
@@ -423,7 +498,7 @@ int main(int argc, char **argv)
     CK(gddr_cuda_ctx_create(&ctx));
     for (int i = 0; i < nsizes; i++) {
         const shape s = { sizes[i], gddr_nchunks(sizes[i], chunk),
-                          gddr_bitmap_bytes(gddr_nchunks(sizes[i], chunk)), chunk, 0 };
+                          gddr_bitmap_bytes(gddr_nchunks(sizes[i], chunk)), chunk, 0, 0 };
         bench_gpu(&s);
     }
     gddr_cuda_ctx_destroy(&ctx);

@@ -7,7 +7,9 @@
  * forked child: CUDA initialised in the runner process would not survive the
  * fork() Check does for every case.
  */
+#define _GNU_SOURCE
 #include <check.h>
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,8 +20,10 @@
 
 #include "blas.h"
 #include "dc.h"
+#include "fused.h"
 #include "gddr/gddr.h"
 #include "gddr_hash.h"
+#include "harness.h"
 #include "kcompare.h"
 #include "replay.h"
 #include "residual.h"
@@ -500,6 +504,326 @@ START_TEST(test_blas_cpu)
 }
 END_TEST
 
+
+/* ---- fused passes, CPU ----------------------------------------------------- */
+
+/* One fused-pass case: clipping factor, DC-ASGD mode, residual or dense. */
+typedef struct fcase {
+    float scale;
+    int dc, mode, adaptive;
+    int residual;
+} fcase;
+
+static const fcase fcases[] = {
+    { 1.0f, 0, 0, 0, 1 },                  /* plain GDDR step */
+    { 0.3712f, 0, 0, 0, 1 },               /* clipped */
+    { 0.5f, 1, GDDR_DC_DIAG, 0, 1 },       /* clipped + DC diag */
+    { 1.0f, 1, GDDR_DC_IDENTITY, 1, 1 },   /* DC-ASGD-a, identity */
+    { 0.8125f, 1, GDDR_DC_DIAG, 1, 1 },    /* all of it */
+    { 0.25f, 1, GDDR_DC_DIAG, 1, 0 },      /* dense: clipped + DC, no residual */
+    { 1.0f, 0, 0, 0, 0 },                  /* dense copy */
+};
+
+/* The fused pass (after the plan) against the unfused sequence the host
+ * step runs -- gddr_scal_cpu (only when clipping), gddr_dc_cpu,
+ * gddr_residual_step_cpu, gddr_asum_cpu -- over several steps from the same
+ * state: r, packed values, ages, bitmaps, counts and the g^2 EMA agree bit
+ * for bit; the L1 of r within 1e-12 relative (both sum in double, in other
+ * orders). The gradient itself is never written. */
+START_TEST(test_fused_cpu_equals_unfused)
+{
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        for (size_t fi = 0; fi < sizeof fcases / sizeof fcases[0]; fi++) {
+            const fcase *k = &fcases[fi];
+            const size_t n = shapes[si].n;
+            const uint32_t chunk = shapes[si].chunk;
+            const size_t nc = gddr_nchunks(n, chunk), nb = gddr_bitmap_bytes(nc);
+            float *g = xmalloc(n * 4), *g0 = xmalloc(n * 4), *gr = xmalloc(n * 4);
+            float *wn = xmalloc(n * 4), *wb = xmalloc(n * 4);
+            float *ms_ref = xmalloc(n * 4), *ms = xmalloc(n * 4);
+            float *r_ref = xmalloc(n * 4), *r = xmalloc(n * 4);
+            float *p_ref = xmalloc(n * 4), *out = xmalloc(n * 4);
+            uint32_t *age_ref = calloc(nc, 4), *age = calloc(nc, 4), *rank = xmalloc(nc * 4);
+            uint8_t *bm_ref = xmalloc(nb), *bm = xmalloc(nb);
+            ck_assert(age_ref && age);
+            fill_random(r_ref, n, -1.0f, 1.0f);
+            memcpy(r, r_ref, n * 4);
+            fill_random(ms_ref, n, 0.0f, 1.0f);
+            memcpy(ms, ms_ref, n * 4);
+            for (uint64_t step = 0; step < 5; step++) {
+                fill_random(g, n, -2.0f, 2.0f);
+                fill_random(wn, n, -1.0f, 1.0f);
+                fill_random(wb, n, -1.0f, 1.0f);
+                memcpy(g0, g, n * 4);
+                memcpy(gr, g, n * 4);
+                gddr_dc_args da = { n, 0.1f, k->mode, k->adaptive, 0.9f, 1e-7f, 1.5f };
+                /* the unfused reference */
+                if (k->scale != 1.0f)
+                    gddr_scal_cpu(gr, n, k->scale);
+                if (k->dc)
+                    ck_assert_int_eq(gddr_dc_cpu(&da, gr, wn, wb, k->adaptive ? ms_ref : NULL),
+                                     GDDR_OK);
+                gddr_residual_args ra = args_for(n, chunk, 0.5f, 3, step);
+                size_t np_ref = 0, ns_ref = 0;
+                double l1_ref = 0.0;
+                if (k->residual) {
+                    ck_assert_int_eq(gddr_residual_step_cpu(&ra, gr, r_ref, age_ref, p_ref, bm_ref,
+                                                            &np_ref, &ns_ref),
+                                     GDDR_OK);
+                    l1_ref = gddr_asum_cpu(r_ref, n);
+                }
+                /* plan + fused */
+                size_t np = 7, ns = 7;
+                double l1 = -1.0;
+                if (k->residual)
+                    ck_assert_int_eq(gddr_residual_plan_cpu(&ra, age, bm, rank, &np, &ns), GDDR_OK);
+                const float ctl[2] = { k->scale, 1.0f };
+                gddr_fused_args fa = { n, chunk, k->residual, k->dc, da };
+                gddr_fused_bufs fb = { g, wn, wb, k->adaptive ? ms : NULL, r, rank, out, &l1, ctl };
+                ck_assert_int_eq(gddr_fused_cpu(&fa, &fb), GDDR_OK);
+
+                char what[128];
+                snprintf(what, sizeof what, "n=%zu chunk=%u case %zu step %llu", n, chunk, fi,
+                         (unsigned long long)step);
+                ck_assert_msg(memcmp(g, g0, n * 4) == 0, "%s: g was written", what);
+                size_t bad = 0;
+                if (k->residual) {
+                    ck_assert_uint_eq(np, np_ref);
+                    ck_assert_uint_eq(ns, ns_ref);
+                    bad += kc_compare_u8("bitmap", bm, bm_ref, nb) +
+                           kc_compare_u32("age", age, age_ref, nc) +
+                           kc_compare_f32("r", r, r_ref, n, 0.0, 0.0, NULL) +
+                           kc_compare_f32("packed", out, p_ref, np, 0.0, 0.0, NULL);
+                    for (size_t c = 0; c < nc; c++)
+                        ck_assert_uint_eq(rank[c] == GDDR_HELD, !bit(bm, c));
+                    ck_assert_msg(fabs(l1 - l1_ref) <= 1e-12 * l1_ref, "%s: l1 %.17g vs %.17g",
+                                  what, l1, l1_ref);
+                } else {
+                    bad += kc_compare_f32("dense", out, gr, n, 0.0, 0.0, NULL);
+                    ck_assert(l1 == -1.0); /* dense: no residual, no L1 */
+                }
+                if (k->dc && k->adaptive)
+                    bad += kc_compare_f32("ms", ms, ms_ref, n, 0.0, 0.0, NULL);
+                ck_assert_msg(bad == 0, "%s: %zu differ", what, bad);
+            }
+            free(g), free(g0), free(gr), free(wn), free(wb), free(ms_ref), free(ms);
+            free(r_ref), free(r), free(p_ref), free(out), free(age_ref), free(age), free(rank);
+            free(bm_ref), free(bm);
+        }
+    }
+}
+END_TEST
+
+/* ctl[1] == 0 (a non-finite norm somewhere): the pass writes nothing. */
+START_TEST(test_fused_cpu_stop_writes_nothing)
+{
+    const size_t n = 1000;
+    const uint32_t chunk = 64;
+    const size_t nc = gddr_nchunks(n, chunk);
+    float g[1000], wn[1000], wb[1000], ms[1000], r[1000], out[1000], r0[1000], ms0[1000];
+    uint32_t rank[16];
+    fill_random(g, n, -1.0f, 1.0f), fill_random(wn, n, -1.0f, 1.0f);
+    fill_random(wb, n, -1.0f, 1.0f), fill_random(ms, n, 0.0f, 1.0f);
+    fill_random(r, n, -1.0f, 1.0f);
+    kc_fill_guard_f32(out, n);
+    memcpy(r0, r, sizeof r), memcpy(ms0, ms, sizeof ms);
+    for (size_t c = 0; c < nc; c++)
+        rank[c] = c % 2 ? GDDR_HELD : (uint32_t)(c / 2);
+    double l1 = 42.0;
+    const float ctl[2] = { 0.5f, 0.0f };
+    gddr_dc_args da = { n, 0.1f, GDDR_DC_DIAG, 1, 0.9f, 1e-7f, 1.0f };
+    for (int residual = 0; residual < 2; residual++) {
+        gddr_fused_args fa = { n, chunk, residual, 1, da };
+        gddr_fused_bufs fb = { g, wn, wb, ms, r, rank, out, &l1, ctl };
+        ck_assert_int_eq(gddr_fused_cpu(&fa, &fb), GDDR_OK);
+        ck_assert_int_eq(memcmp(r, r0, sizeof r), 0);
+        ck_assert_int_eq(memcmp(ms, ms0, sizeof ms), 0);
+        ck_assert_uint_eq(kc_check_guard_f32("out", out, n), 0);
+        ck_assert(l1 == 42.0);
+    }
+    /* Bad arguments are refused before anything is read. */
+    gddr_fused_args bad = { n, 0, 1, 0, da };
+    gddr_fused_bufs fb = { g, NULL, NULL, NULL, r, rank, out, &l1, ctl };
+    ck_assert_int_eq(gddr_fused_cpu(&bad, &fb), GDDR_EINVAL);
+    bad.chunk = chunk, bad.dc = 1, bad.dca.mode = 9;
+    ck_assert_int_eq(gddr_fused_cpu(&bad, &fb), GDDR_EINVAL);
+    bad.dca.mode = GDDR_DC_DIAG; /* DC without w_new / w_bak */
+    ck_assert_int_eq(gddr_fused_cpu(&bad, &fb), GDDR_EINVAL);
+}
+END_TEST
+
+/* The clip rule by hand, and the sum of squares behind the norm. */
+START_TEST(test_clip_ctl_and_sumsq)
+{
+    float ctl[2];
+    const double s[2] = { 9.0, 16.0 }; /* norms 3 and 4: total 5 */
+    gddr_clip_ctl(s, 2, 2.5, ctl);
+    ck_assert(ctl[0] == 0.5f && ctl[1] == 1.0f);
+    gddr_clip_ctl(s, 2, 0.0, ctl); /* clipping off */
+    ck_assert(ctl[0] == 1.0f && ctl[1] == 1.0f);
+    gddr_clip_ctl(s, 2, 5.0, ctl); /* at the bound: not clipped (total > clip only) */
+    ck_assert(ctl[0] == 1.0f && ctl[1] == 1.0f);
+    gddr_clip_ctl(s, 2, 4.0, ctl);
+    ck_assert(ctl[0] == 0.8f && ctl[1] == 1.0f);
+    const double inf[2] = { 9.0, INFINITY }, nan_[2] = { NAN, 1.0 };
+    gddr_clip_ctl(inf, 2, 1.0, ctl);
+    ck_assert(ctl[0] == 1.0f && ctl[1] == 0.0f);
+    gddr_clip_ctl(nan_, 2, 0.0, ctl);
+    ck_assert(ctl[1] == 0.0f);
+    gddr_clip_ctl(NULL, 0, 1.0, ctl); /* no tensors: total 0, nothing to clip */
+    ck_assert(ctl[0] == 1.0f && ctl[1] == 1.0f);
+
+    const float v[3] = { 3.0f, 4.0f, 12.0f };
+    ck_assert(gddr_sumsq_cpu(v, 3) == 169.0);
+    ck_assert(gddr_nrm2_cpu(v, 3) == 13.0);
+    float x[1001];
+    fill_random(x, 1001, -3.0f, 3.0f);
+    double want = 0.0;
+    for (int i = 0; i < 1001; i++)
+        want += (double)x[i] * x[i];
+    ck_assert(fabs(gddr_sumsq_cpu(x, 1001) - want) <= 1e-13 * want);
+    x[500] = NAN;
+    ck_assert(isnan(gddr_sumsq_cpu(x, 1001)));
+}
+END_TEST
+
+/* ---- the CUDA plugin loader ------------------------------------------------ */
+
+/* The plugin files of this build, next to the programs (GDDR_BIN). */
+static void build_file(char *buf, size_t len, const char *rel)
+{
+    snprintf(buf, len, "%s/../%s", gt_bin_dir(), rel);
+}
+
+static int maps_contain(const char *what)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[1024];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f))
+        found = strstr(line, what) != NULL;
+    fclose(f);
+    return found;
+}
+
+/* Without a plugin every CUDA call refuses cleanly and says why; on a host
+ * without the NVIDIA driver nothing of CUDA is loaded, whatever is asked. */
+START_TEST(test_loader_without_plugin)
+{
+    char why[1024] = "";
+    int usable = gddr_cuda_available(why, sizeof why);
+    ck_assert_msg(why[0] != 0, "no reason given");
+    if (usable) {
+        printf("SKIP loader_without_plugin: a GPU is usable here (%s)\n", why);
+        return;
+    }
+#ifndef GDDR_HAVE_CUDA
+    ck_assert_msg(strstr(why, "built without CUDA") != NULL, "why: %s", why);
+#else
+    void *drv = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!drv)
+        drv = dlopen("libcuda.so.1", RTLD_LAZY);
+    if (drv) {
+        dlclose(drv);
+        printf("SKIP loader_without_plugin: an NVIDIA driver is installed (%s)\n", why);
+        return;
+    }
+    ck_assert_msg(strstr(why, "no NVIDIA driver") && strstr(why, "libcuda.so.1"), "why: %s", why);
+#endif
+    ck_assert_msg(!maps_contain("libcudart") && !maps_contain("libcublas"),
+                  "CUDA libraries were loaded on a host that cannot use them");
+    float h[4] = { 1, 2, 3, 4 };
+    ck_assert_int_eq(gddr_cuda_is_device_ptr(h), 0);
+    ck_assert_int_eq(gddr_cuda_is_device_ptr(NULL), 0);
+    void *p = h;
+    ck_assert_int_eq(gddr_cuda_malloc(&p, 64), GDDR_ENOTSUP);
+    ck_assert_ptr_null(p);
+    ck_assert_str_eq(gddr_cuda_errmsg(), why);
+    gddr_cuda_ctx *ctx = (gddr_cuda_ctx *)h;
+    ck_assert_int_eq(gddr_cuda_ctx_create(&ctx), GDDR_ENOTSUP);
+    ck_assert_ptr_null(ctx);
+    ck_assert_ptr_null(gddr_cuda_ctx_stream(ctx));
+    ck_assert_int_eq(gddr_cuda_free(NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_cuda_host_free(NULL), GDDR_OK);
+    size_t np, ns;
+    gddr_residual_args a = args_for(4, 2, 0.5f, 4, 0);
+    ck_assert_int_eq(gddr_residual_step_cuda(&a, NULL, NULL, NULL, NULL, NULL, &np, &ns, NULL),
+                     GDDR_ENOTSUP);
+    gddr_dc_args d = GDDR_DC_ARGS_INIT;
+    ck_assert_int_eq(gddr_dc_cuda(&d, NULL, NULL, NULL, NULL, NULL), GDDR_ENOTSUP);
+    ck_assert_int_eq(gddr_sumsq_cuda(NULL, NULL, 0, NULL), GDDR_ENOTSUP);
+    ck_assert_ptr_null(gddr__cuda_plugin_path());
+    ck_assert_msg(!maps_contain("libcudart"), "a refused call loaded cudart");
+}
+END_TEST
+
+/* Files that are not a plugin are refused with the reason; a plugin loads
+ * once, and a second, different one is refused. */
+START_TEST(test_loader_bad_files)
+{
+    char why[1024], path[1024];
+    ck_assert_int_eq(gddr__cuda_plugin_load("/nonexistent/libgddr-cuda.so", why, sizeof why),
+                     GDDR_ENOTSUP);
+    ck_assert_msg(strstr(why, "/nonexistent/libgddr-cuda.so: not found"), "why: %s", why);
+    build_file(path, sizeof path, "lib/libgddr-client.so");
+    ck_assert_int_eq(gddr__cuda_plugin_load(path, why, sizeof why), GDDR_ENOTSUP);
+    ck_assert_msg(strstr(why, "not a GDDR CUDA plugin"), "why: %s", why);
+    ck_assert_ptr_null(gddr__cuda_plugin_path());
+
+    build_file(path, sizeof path, "tests/libgddr-fakecuda.so");
+    ck_assert_int_eq(gddr__cuda_plugin_load(path, why, sizeof why), GDDR_OK);
+    ck_assert_str_eq(gddr__cuda_plugin_path(), path);
+    ck_assert_int_eq(gddr__cuda_plugin_load(path, why, sizeof why), GDDR_OK); /* the same: fine */
+    build_file(path, sizeof path, "lib/libgddr-cuda.so");
+    ck_assert_int_eq(gddr__cuda_plugin_load(path, why, sizeof why), GDDR_ESTATE);
+    ck_assert_msg(strstr(why, "another CUDA plugin is loaded"), "why: %s", why);
+    /* Calls now go through it: its device memory is recognised, a failing
+     * call leaves its message. */
+    ck_assert_int_eq(gddr_cuda_available(why, sizeof why), 1);
+    ck_assert_msg(strstr(why, "fake CUDA plugin"), "why: %s", why);
+    float *d = NULL, h[8] = { 0 };
+    ck_assert_int_eq(gddr_cuda_malloc((void **)&d, sizeof h), GDDR_OK);
+    ck_assert_int_eq(gddr_cuda_is_device_ptr(d), 1);
+    ck_assert_int_eq(gddr_cuda_is_device_ptr(h), 0);
+    ck_assert_int_eq(gddr_cuda_memcpy_d2h(d, h, sizeof h, NULL), GDDR_EINVAL); /* swapped */
+    ck_assert_msg(strstr(gddr_cuda_errmsg(), "is not device memory"), "errmsg: %s",
+                  gddr_cuda_errmsg());
+    ck_assert_int_eq(gddr_cuda_free(d), GDDR_OK);
+}
+END_TEST
+
+#ifdef GDDR_HAVE_CUDA
+/* The real plugin loads and reports through the same channel. Without a
+ * GPU (no driver) the CUDA runtime's own error must come back as the
+ * message of the failing call. */
+START_TEST(test_loader_real_plugin)
+{
+    char why[1024], path[1024];
+    build_file(path, sizeof path, "lib/libgddr-cuda.so");
+    int rc = gddr__cuda_plugin_load(path, why, sizeof why);
+    ck_assert_msg(rc == GDDR_OK, "%s: %s", path, why);
+    ck_assert(maps_contain("libcudart"));
+    if (gddr_cuda_available(why, sizeof why)) {
+        printf("plugin %s: %s\n", path, why);
+        return; /* a GPU: the gpu cases below use it */
+    }
+    ck_assert_msg(why[0] != 0, "no reason");
+    void *p = NULL;
+    rc = gddr_cuda_malloc(&p, 64);
+    ck_assert_int_eq(rc, GDDR_ECUDA);
+    ck_assert_msg(strstr(gddr_cuda_errmsg(), "cudaMalloc") != NULL, "errmsg: %s",
+                  gddr_cuda_errmsg());
+    gddr_cuda_ctx *ctx = NULL;
+    ck_assert_int_eq(gddr_cuda_ctx_create(&ctx), GDDR_ECUDA);
+    ck_assert_ptr_null(ctx);
+    ck_assert_msg(strstr(gddr_cuda_errmsg(), "cuda_rt.c:") != NULL, "errmsg: %s",
+                  gddr_cuda_errmsg());
+    printf("real plugin without a GPU: %s / %s\n", why, gddr_cuda_errmsg());
+}
+END_TEST
+#endif
+
 /* ---- GPU against the CPU twins ------------------------------------------- */
 
 #define CUDA_OK(call) ck_assert_int_eq((call), GDDR_OK)
@@ -788,6 +1112,128 @@ START_TEST(test_gpu_blas)
 }
 END_TEST
 
+
+/* Pass 1 and the clip kernel against their twins. */
+START_TEST(test_gpu_sumsq_clip)
+{
+    gddr_cuda_ctx *ctx = NULL;
+    CUDA_OK(gddr_cuda_ctx_create(&ctx));
+    void *st = gddr_cuda_ctx_stream(ctx);
+    const int nt = (int)(sizeof gsizes / sizeof gsizes[0]);
+    double *d_s = dev_alloc(nt * sizeof(double)), want[8], got[8];
+    float *d_ctl = dev_alloc(2 * sizeof(float));
+    for (int i = 0; i < nt; i++) {
+        const size_t n = gsizes[i];
+        float *x = xmalloc(n * 4);
+        fill_random(x, n, -2.0f, 2.0f);
+        float *d_x = dev_from(x, n * 4);
+        CUDA_OK(gddr_sumsq_cuda(ctx, d_x, n, d_s + i));
+        CUDA_OK(gddr_cuda_sync(st));
+        CUDA_OK(gddr_cuda_free(d_x));
+        want[i] = gddr_sumsq_cpu(x, n);
+        free(x);
+    }
+    to_host(got, d_s, nt * sizeof(double));
+    for (int i = 0; i < nt; i++)
+        ck_assert_msg(fabs(got[i] - want[i]) <= 1e-12 * want[i], "sumsq n=%zu: %.17g vs %.17g",
+                      gsizes[i], got[i], want[i]);
+    static const double clips[] = { 0.0, 1.0, 1e9 };
+    for (int k = 0; k < 3; k++) {
+        float ctl[2], gctl[2];
+        gddr_clip_ctl(got, nt, clips[k], ctl); /* the same sums on both sides */
+        CUDA_OK(gddr_clip_cuda(ctx, d_s, nt, clips[k], d_ctl));
+        CUDA_OK(gddr_cuda_sync(st));
+        to_host(gctl, d_ctl, sizeof gctl);
+        ck_assert_msg(memcmp(ctl, gctl, sizeof ctl) == 0, "clip %g: %.9g/%g vs %.9g/%g", clips[k],
+                      gctl[0], gctl[1], ctl[0], ctl[1]);
+    }
+    CUDA_OK(gddr_cuda_free(d_s));
+    CUDA_OK(gddr_cuda_free(d_ctl));
+    gddr_cuda_ctx_destroy(&ctx);
+}
+END_TEST
+
+/* Pass 2 against the CPU twin from the same state and plan: r, out and ms
+ * bit for bit, l1 within 1e-12 relative, nothing past any output touched,
+ * and nothing at all when ctl[1] == 0. */
+START_TEST(test_gpu_fused)
+{
+    const size_t G = KC_GUARD;
+    gddr_cuda_ctx *ctx = NULL;
+    CUDA_OK(gddr_cuda_ctx_create(&ctx));
+    void *st = gddr_cuda_ctx_stream(ctx);
+    for (size_t si = 0; si < sizeof gshapes / sizeof gshapes[0]; si++) {
+        const size_t n = gshapes[si].n;
+        const uint32_t chunk = gshapes[si].chunk;
+        const size_t nc = gddr_nchunks(n, chunk), nb = gddr_bitmap_bytes(nc);
+        for (size_t fi = 0; fi < sizeof fcases / sizeof fcases[0]; fi++) {
+            const fcase *k = &fcases[fi];
+            float *g = xmalloc(n * 4), *wn = xmalloc(n * 4), *wb = xmalloc(n * 4);
+            float *ms = xmalloc((n + G) * 4), *r = xmalloc((n + G) * 4);
+            float *out = xmalloc((n + G) * 4), *got = xmalloc((n + G) * 4);
+            uint32_t *age = calloc(nc, 4), *rank = xmalloc(nc * 4);
+            uint8_t *bm = xmalloc(nb);
+            ck_assert_ptr_nonnull(age);
+            fill_random(g, n, -2.0f, 2.0f), fill_random(wn, n, -1.0f, 1.0f);
+            fill_random(wb, n, -1.0f, 1.0f), fill_random(ms, n, 0.0f, 1.0f);
+            fill_random(r, n, -1.0f, 1.0f);
+            kc_fill_guard_f32(ms + n, G), kc_fill_guard_f32(r + n, G);
+            kc_fill_guard_f32(out, n + G);
+            float *d_g = dev_from(g, n * 4), *d_wn = dev_from(wn, n * 4), *d_wb = dev_from(wb, n * 4);
+            float *d_ms = dev_from(ms, (n + G) * 4), *d_r = dev_from(r, (n + G) * 4);
+            float *d_out = dev_from(out, (n + G) * 4);
+            double *d_l1 = dev_alloc(sizeof(double));
+            float *d_ctl = dev_alloc(2 * sizeof(float));
+            for (int go = 0; go < 2; go++) {
+                size_t np = n, ns = 0;
+                gddr_residual_args ra = args_for(n, chunk, 0.5f, 3, (uint64_t)si);
+                if (k->residual)
+                    CUDA_OK(gddr_residual_plan_cpu(&ra, age, bm, rank, &np, &ns));
+                uint32_t *d_rank = dev_from(rank, nc * 4);
+                const float ctl[2] = { k->scale, go ? 1.0f : 0.0f };
+                CUDA_OK(gddr_cuda_memcpy_h2d(d_ctl, ctl, sizeof ctl, NULL));
+                double l1 = -1.0, gl1 = -1.0;
+                CUDA_OK(gddr_cuda_memcpy_h2d(d_l1, &gl1, sizeof gl1, NULL));
+                gddr_dc_args da = { n, 0.1f, k->mode, k->adaptive, 0.9f, 1e-7f, 1.5f };
+                gddr_fused_args fa = { n, chunk, k->residual, k->dc, da };
+                gddr_fused_bufs hb = { g, wn, wb, k->adaptive ? ms : NULL, r, rank, out, &l1, ctl };
+                gddr_fused_bufs db = { d_g, d_wn, d_wb, k->adaptive ? d_ms : NULL, d_r, d_rank,
+                                       d_out, d_l1, d_ctl };
+                CUDA_OK(gddr_cuda_sync(NULL));
+                CUDA_OK(gddr_fused_cpu(&fa, &hb));
+                CUDA_OK(gddr_fused_cuda(ctx, &fa, &db));
+                CUDA_OK(gddr_cuda_sync(st));
+                const size_t nout = k->residual ? np : n;
+                size_t bad = 0;
+                to_host(got, d_out, (n + G) * 4);
+                bad += kc_compare_f32("out", got, out, nout, 0.0, 0.0, NULL) +
+                       kc_check_guard_f32("out tail", got + nout, n + G - nout);
+                to_host(got, d_r, (n + G) * 4);
+                bad += kc_compare_f32("r", got, r, n, 0.0, 0.0, NULL) +
+                       kc_check_guard_f32("r guard", got + n, G);
+                to_host(got, d_ms, (n + G) * 4);
+                bad += kc_compare_f32("ms", got, ms, n, 0.0, 0.0, NULL) +
+                       kc_check_guard_f32("ms guard", got + n, G);
+                to_host(&gl1, d_l1, sizeof gl1);
+                if (!k->residual || !go)
+                    bad += gl1 != -1.0; /* not written */
+                else
+                    bad += !(fabs(gl1 - l1) <= 1e-12 * l1);
+                ck_assert_msg(bad == 0, "n=%zu chunk=%u case %zu go=%d: %zu bad (l1 %.17g vs %.17g)",
+                              n, chunk, fi, go, bad, gl1, l1);
+                CUDA_OK(gddr_cuda_free(d_rank));
+            }
+            void *dp[] = { d_g, d_wn, d_wb, d_ms, d_r, d_out, d_l1, d_ctl };
+            for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++)
+                CUDA_OK(gddr_cuda_free(dp[i]));
+            free(g), free(wn), free(wb), free(ms), free(r), free(out), free(got), free(age);
+            free(rank), free(bm);
+        }
+    }
+    gddr_cuda_ctx_destroy(&ctx);
+}
+END_TEST
+
 /* ---- GPU availability ---------------------------------------------------- */
 
 static char gpu_why[256];
@@ -835,27 +1281,11 @@ static int gpu_probe(void)
 
 START_TEST(test_gpu_skipped)
 {
+    /* What a host without a usable GPU gets instead is tested by the
+     * loader cases above. */
     printf("SKIP gpu: %s\n", gpu_why);
     fflush(stdout);
-    /* A CPU-only build must still link every CUDA entry point and refuse
-     * them cleanly. */
-#ifndef GDDR_HAVE_CUDA
-    size_t np, ns;
-    gddr_residual_args a = args_for(4, 2, 0.5f, 4, 0);
-    ck_assert_int_eq(gddr_residual_step_cuda(&a, NULL, NULL, NULL, NULL, NULL, &np, &ns, NULL),
-                     GDDR_ENOTSUP);
-    ck_assert_int_eq(gddr_pack_cuda(NULL, 4, 2, NULL, NULL, &np, NULL), GDDR_ENOTSUP);
-    ck_assert_int_eq(gddr_unpack_cuda(NULL, NULL, 4, 2, 1.0f, 0, NULL, NULL), GDDR_ENOTSUP);
-    gddr_dc_args d = GDDR_DC_ARGS_INIT;
-    ck_assert_int_eq(gddr_dc_cuda(&d, NULL, NULL, NULL, NULL, NULL), GDDR_ENOTSUP);
-    ck_assert_int_eq(gddr_replay_cuda(NULL, NULL, 4, 0.5f, 0, NULL), GDDR_ENOTSUP);
-    gddr_cuda_ctx *ctx = (gddr_cuda_ctx *)&a;
-    ck_assert_int_eq(gddr_cuda_ctx_create(&ctx), GDDR_ENOTSUP);
-    ck_assert_ptr_null(ctx);
-    ck_assert_int_eq(gddr_cuda_is_device_ptr(&a), 0);
-    ck_assert_int_eq(gddr_cuda_free(NULL), GDDR_OK);
-    ck_assert(strstr(gpu_why, "built without CUDA") != NULL);
-#endif
+    ck_assert(gpu_why[0] != 0);
 }
 END_TEST
 
@@ -875,7 +1305,19 @@ Suite *suite_kernels(void)
     tcase_add_test(cpu, test_dc_hand);
     tcase_add_test(cpu, test_replay_installments);
     tcase_add_test(cpu, test_blas_cpu);
+    tcase_add_test(cpu, test_fused_cpu_equals_unfused);
+    tcase_add_test(cpu, test_fused_cpu_stop_writes_nothing);
+    tcase_add_test(cpu, test_clip_ctl_and_sumsq);
     suite_add_tcase(s, cpu);
+
+    TCase *loader = tcase_create("loader");
+    tcase_set_timeout(loader, 60);
+    tcase_add_test(loader, test_loader_without_plugin);
+    tcase_add_test(loader, test_loader_bad_files);
+#ifdef GDDR_HAVE_CUDA
+    tcase_add_test(loader, test_loader_real_plugin);
+#endif
+    suite_add_tcase(s, loader);
 
     TCase *gpu = tcase_create("gpu");
     if (gpu_probe()) {
@@ -886,6 +1328,8 @@ Suite *suite_kernels(void)
         tcase_add_test(gpu, test_gpu_dc);
         tcase_add_test(gpu, test_gpu_replay);
         tcase_add_test(gpu, test_gpu_blas);
+        tcase_add_test(gpu, test_gpu_sumsq_clip);
+        tcase_add_test(gpu, test_gpu_fused);
     } else {
         tcase_add_test(gpu, test_gpu_skipped);
     }

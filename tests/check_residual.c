@@ -10,6 +10,7 @@
  */
 #define _GNU_SOURCE
 #include <check.h>
+#include <dlfcn.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -721,16 +722,26 @@ END_TEST
 
 /* ---- 9. the device path (skips without a GPU) ---------------------------------------- */
 
+/* 1 when a GPU is usable (and says which plugin serves it); otherwise says
+ * why the case is skipped. */
+static int gpu_or_skip(const char *what)
+{
+    char why[256];
+    if (!gddr_cuda_available(why, sizeof why)) {
+        fprintf(stderr, "residual: %s skipped: %s\n", what, why);
+        return 0;
+    }
+    fprintf(stderr, "residual: %s on %s (plugin %s)\n", what, why, gddr__cuda_plugin_path());
+    return 1;
+}
+
 /* Device gradients give the same pushes as host gradients: the same final
  * w and residual, bitwise (the CUDA kernel's masks equal the CPU's and
  * u = r + g is one rounding). */
 START_TEST(test_device_step_matches_host)
 {
-    char why[256];
-    if (!gddr_cuda_available(why, sizeof why)) {
-        fprintf(stderr, "residual: device_step skipped: %s\n", why);
+    if (!gpu_or_skip("device_step"))
         return;
-    }
     enum { N = 3000, STEPS = 20 };
     float finals[2][N], resid[2][N];
     for (int pass = 0; pass < 2; pass++) {
@@ -776,6 +787,268 @@ START_TEST(test_device_step_matches_host)
 }
 END_TEST
 
+
+/* ---- 10. the device path on the CPU (tests/fake_cuda.c) ------------------------------- */
+
+/* The fake plugin serves "device" memory from the host and runs the CPU
+ * twins, so step.c's device orchestration -- the plan, the fused passes,
+ * the single wait, the copies, the error routing -- runs here without a
+ * GPU. It proves nothing about the CUDA kernels themselves (check_kernels
+ * compares those with the twins on a GPU). */
+static void load_fake_cuda(void)
+{
+    char path[1024], why[1024];
+    snprintf(path, sizeof path, "%s/../tests/libgddr-fakecuda.so", gt_bin_dir());
+    int rc = gddr__cuda_plugin_load(path, why, sizeof why);
+    ck_assert_msg(rc == GDDR_OK, "loading %s: %s", path, why);
+}
+
+static void *fake_sym(const char *name)
+{
+    void *f = dlsym(gddr__cuda_plugin_handle(), name);
+    ck_assert_msg(f != NULL, "the fake plugin lacks %s", name);
+    return f;
+}
+
+static int fake_syncs(void)
+{
+    int (*f)(void);
+    void *sym = fake_sym("gddr_fake_cuda_syncs");
+    memcpy(&f, &sym, sizeof f);
+    return f();
+}
+
+static void fake_fail(const char *call)
+{
+    void (*f)(const char *);
+    void *sym = fake_sym("gddr_fake_cuda_fail");
+    memcpy(&f, &sym, sizeof f);
+    f(call);
+}
+
+typedef struct dev_case {
+    const char *name;
+    double alpha, clip, dc_lambda;
+    int dc_adaptive, dc_mode;
+    int waits; /* stream waits per step from the second on */
+} dev_case;
+
+static const dev_case dev_cases[] = {
+    { "gddr", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2 },
+    { "gddr+clip", 0.4, 30.0, 0.0, 0, GDDR_DC_DIAG, 2 },
+    { "gddr+clip+dc-a", 0.4, 30.0, 0.01, 1, GDDR_DC_DIAG, 3 },
+    { "gddr+dc-identity", 0.5, 0.0, 0.02, 0, GDDR_DC_IDENTITY, 3 },
+    { "dense+clip", 0.0, 30.0, 0.0, 0, GDDR_DC_DIAG, 2 },
+    { "dense+dc", 0.0, 0.0, 0.01, 1, GDDR_DC_DIAG, 3 },
+};
+
+enum { DN = 3000, DSTEPS = 12, DNAN_STEP = 5 };
+
+/* One run: pass 0 hands host buffers, pass 1 "device" buffers. Step
+ * DNAN_STEP carries a NaN and must fail without changing anything. */
+static void dev_run(const dev_case *k, int pass, int fake, float *final, float *resid,
+                    uint32_t *ages, size_t *nages)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=256", "lr=0.5", "tau_dynamic=false", "tau_init=4", "mode=async");
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.timeout_ms = REPLY_WAIT_MS;
+    o.reconnect_timeout_ms = 1000;
+    o.delay_fraction = k->alpha;
+    o.seed = SEED;
+    o.clip_norm = k->clip;
+    o.dc_lambda = k->dc_lambda;
+    o.dc_adaptive = k->dc_adaptive;
+    o.dc_mode = k->dc_mode;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    static float w0[DN], g[DN], params[DN];
+    for (int i = 0; i < DN; i++)
+        w0[i] = (float)(i % 11) * 0.125f;
+    int id;
+    ck_assert_int_eq(gddr_register(c, "dev", w0, DN, &id, NULL), GDDR_OK);
+    float *dg = NULL, *dp = NULL;
+    if (pass) {
+        ck_assert_int_eq(gddr_cuda_malloc((void **)&dg, DN * 4), GDDR_OK);
+        ck_assert_int_eq(gddr_cuda_malloc((void **)&dp, DN * 4), GDDR_OK);
+    }
+    for (int step = 0; step < DSTEPS; step++) {
+        for (int i = 0; i < DN; i++)
+            g[i] = (float)((i * 3 + step) % 9 - 4) * 0.5f;
+        if (step == DNAN_STEP)
+            g[DN / 2] = NAN;
+        if (pass)
+            ck_assert_int_eq(gddr_cuda_memcpy_h2d(dg, g, DN * 4, NULL), GDDR_OK);
+        const float *gp[1] = { pass ? dg : g };
+        float *pp[1] = { pass ? dp : params };
+        float r_before[DN];
+        if (step == DNAN_STEP)
+            ck_assert_int_eq(gddr__residual_get(c, id, r_before), GDDR_OK);
+        int waits = pass && fake ? fake_syncs() : 0;
+        int rc = gddr_step(c, gp, pp);
+        if (step == DNAN_STEP) {
+            ck_assert_msg(rc == GDDR_ENONFINITE, "%s pass %d: NaN step gave %s", k->name, pass,
+                          gddr_strerror(rc));
+            ck_assert_msg(strstr(gddr_client_errmsg(c), "'dev' holds NaN"), "%s",
+                          gddr_client_errmsg(c));
+            float r_after[DN];
+            ck_assert_int_eq(gddr__residual_get(c, id, r_after), GDDR_OK);
+            assert_same_floats(r_after, r_before, DN, "residual after a refused NaN step");
+            continue;
+        }
+        ck_assert_msg(rc == GDDR_OK, "%s pass %d step %d: %s (%s)", k->name, pass, step,
+                      gddr_strerror(rc), gddr_client_errmsg(c));
+        if (pass && fake && step > 0)
+            ck_assert_msg(fake_syncs() - waits == k->waits, "%s step %d: %d stream waits, want %d",
+                          k->name, step, fake_syncs() - waits, k->waits);
+    }
+    if (pass)
+        ck_assert_int_eq(gddr_cuda_memcpy_d2h(params, dp, DN * 4, NULL), GDDR_OK);
+    memcpy(final, params, sizeof params);
+    ck_assert_int_eq(gddr__residual_get(c, id, resid), GDDR_OK);
+    ck_assert_int_eq(gddr__residual_age_get(c, id, ages, nages), GDDR_OK);
+    gddr_client_close(&c);
+    if (pass) {
+        ck_assert_int_eq(gddr_cuda_free(dg), GDDR_OK);
+        ck_assert_int_eq(gddr_cuda_free(dp), GDDR_OK);
+    }
+    stop_server(&s);
+}
+
+/* The device path gives what the host path gives, bit for bit: parameters,
+ * residual and chunk ages, with clipping, DC-ASGD (diag, identity,
+ * adaptive), GDDR and dense pushes, and a refused NaN step in the middle;
+ * and it waits for the stream once before the push (once more with
+ * DC-ASGD, whose gradient is checked before w' is pulled) plus once for the
+ * parameters. */
+/* Runs every case with host and with device gradients and compares:
+ * bitwise, or within tol_clip relative for the cases that clip. */
+static void dev_cases_vs_host(int fake, double tol_clip)
+{
+    for (size_t ci = 0; ci < sizeof dev_cases / sizeof dev_cases[0]; ci++) {
+        const dev_case *k = &dev_cases[ci];
+        static float fin[2][DN], res[2][DN];
+        static uint32_t ages[2][DN];
+        size_t na[2];
+        for (int pass = 0; pass < 2; pass++)
+            dev_run(k, pass, fake, fin[pass], res[pass], ages[pass], &na[pass]);
+        const double tol = k->clip > 0 ? tol_clip : 0.0;
+        char what[128];
+        for (int v = 0; v < 2; v++) {
+            const float *got = v ? res[1] : fin[1], *want = v ? res[0] : fin[0];
+            snprintf(what, sizeof what, "%s: %s, device vs host", k->name,
+                     v ? "residual" : "parameters");
+            if (tol == 0.0)
+                assert_same_floats(got, want, DN, what);
+            for (int i = 0; tol > 0.0 && i < DN; i++)
+                ck_assert_msg(fabs(got[i] - want[i]) <= tol * (1.0 + fabs(want[i])),
+                              "%s: element %d: %.9g vs %.9g", what, i, got[i], want[i]);
+        }
+        ck_assert_msg(na[0] == na[1] && memcmp(ages[0], ages[1], na[0] * sizeof ages[0][0]) == 0,
+                      "%s: ages differ", k->name);
+        /* Not vacuous: the run moved the parameters. */
+        ck_assert_msg(fin[0][1] != 0.125f, "%s: parameters never moved", k->name);
+    }
+}
+
+START_TEST(test_fake_device_matches_host)
+{
+    load_fake_cuda();
+    dev_cases_vs_host(1, 0.0);
+}
+END_TEST
+
+/* The same cases on a GPU through the real plugin, found by the loader's
+ * search. Bit for bit where no clipping happens; with clipping the GPU's
+ * sum of squares adds in another order than the CPU's, the factor may
+ * differ in its last bit, so values agree within 1e-5 relative there. */
+START_TEST(test_gpu_device_cases)
+{
+    if (gpu_or_skip("device_cases"))
+        dev_cases_vs_host(0, 1e-5);
+}
+END_TEST
+
+typedef struct log_capture {
+    char text[4096];
+    int errors;
+} log_capture;
+
+static void capture_log(void *user, int level, const char *msg)
+{
+    log_capture *l = user;
+    if (level == GDDR_LOG_ERROR)
+        l->errors++;
+    size_t used = strlen(l->text);
+    snprintf(l->text + used, sizeof l->text - used, "%d %s\n", level, msg);
+}
+
+/* A CUDA error inside the device step reaches the client: its error
+ * message and an error line in the client's own log name the tensor, the
+ * operation and what the plugin said; the step's plan is undone, and the
+ * next step runs. */
+START_TEST(test_fake_device_error_reaches_client)
+{
+    load_fake_cuda();
+    gt_server s;
+    START_SERVER(s, "chunk=256", "lr=0.5", "tau_dynamic=false", "tau_init=4");
+    static log_capture lc;
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.timeout_ms = REPLY_WAIT_MS;
+    o.delay_fraction = 0.4;
+    o.seed = SEED;
+    o.log = capture_log;
+    o.log_user = &lc;
+    o.log_level = GDDR_LOG_WARN;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    enum { N = 1000 };
+    static float w0[N], g[N];
+    int id;
+    ck_assert_int_eq(gddr_register(c, "layer7", w0, N, &id, NULL), GDDR_OK);
+    float *dg = NULL, *dp = NULL;
+    ck_assert_int_eq(gddr_cuda_malloc((void **)&dg, N * 4), GDDR_OK);
+    ck_assert_int_eq(gddr_cuda_malloc((void **)&dp, N * 4), GDDR_OK);
+    for (int i = 0; i < N; i++)
+        g[i] = (float)(i % 5) - 2.0f;
+    ck_assert_int_eq(gddr_cuda_memcpy_h2d(dg, g, N * 4, NULL), GDDR_OK);
+    const float *gp[1] = { dg };
+    float *pp[1] = { dp };
+
+    /* The first step fails creating the context. */
+    fake_fail("gddr_cuda_ctx_create");
+    ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_ECUDA);
+    ck_assert_msg(strstr(gddr_client_errmsg(c), "creating a CUDA stream") &&
+                      strstr(gddr_client_errmsg(c), "fake_cuda: gddr_cuda_ctx_create: injected"),
+                  "errmsg: %s", gddr_client_errmsg(c));
+    ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_OK);
+
+    uint32_t age0[8], age1[8];
+    size_t nch;
+    ck_assert_int_eq(gddr__residual_age_get(c, id, age0, &nch), GDDR_OK);
+    ck_assert_uint_eq(nch, 4);
+    lc.text[0] = 0, lc.errors = 0;
+    fake_fail("gddr_fused_cuda");
+    ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_ECUDA);
+    const char *em = gddr_client_errmsg(c);
+    ck_assert_msg(strstr(em, "'layer7'") && strstr(em, "the fused pass") &&
+                      strstr(em, "fake_cuda: gddr_fused_cuda: injected failure"),
+                  "errmsg: %s", em);
+    ck_assert_msg(lc.errors == 1 && strstr(lc.text, "fake_cuda: gddr_fused_cuda: injected failure"),
+                  "log (%d errors): %s", lc.errors, lc.text);
+    ck_assert_int_eq(gddr__residual_age_get(c, id, age1, &nch), GDDR_OK);
+    ck_assert_int_eq(memcmp(age0, age1, sizeof age0[0] * nch), 0); /* the plan was undone */
+    ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_OK);
+
+    gddr_client_close(&c);
+    ck_assert_int_eq(gddr_cuda_free(dg), GDDR_OK);
+    ck_assert_int_eq(gddr_cuda_free(dp), GDDR_OK);
+    stop_server(&s);
+}
+END_TEST
+
 /* ---- suite ---------------------------------------------------------------------------- */
 
 #define ADD_CASE(s, name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT)
@@ -793,5 +1066,8 @@ Suite *suite_residual(void)
     ADD_CASE(s, "pipeline_server_gone", test_pipeline_server_gone);
     GT_ADD_CASE(s, "experiment_quick", test_experiment_quick, EXPERIMENT_WAIT_MS / 1000 + 60);
     ADD_CASE(s, "device_step", test_device_step_matches_host);
+    ADD_CASE(s, "fake_device_matches_host", test_fake_device_matches_host);
+    ADD_CASE(s, "fake_device_error", test_fake_device_error_reaches_client);
+    ADD_CASE(s, "gpu_device_cases", test_gpu_device_cases);
     return s;
 }

@@ -118,7 +118,8 @@ struct gddr_client {
     gddr_client_counters k;
     char errmsg[512];
     struct pipeline *pipe; /* NULL unless gddr_step_submit was used */
-    void *cuda;            /* step.c: gddr_cuda_ctx of the device path, or NULL */
+    void *cuda;            /* step.c: the device path's state (CUDA context and per-step
+                            * buffers), or NULL */
     int ptr_kind;          /* step.c: 0 no step yet, 1 host, 2 device gradients */
     uint64_t dc_steps;     /* DC compensations done (bias correction of ms) */
     struct heartbeat *hb;  /* NULL unless heartbeat_ms > 0 */

@@ -40,10 +40,6 @@
 #include "blas.h"
 #include "client_int.h"
 
-#ifdef GDDR_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
-
 #define PIPE_SLOTS 2
 
 typedef struct pslot {
@@ -84,28 +80,6 @@ static void futex_wake_all(_Atomic uint32_t *word)
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, 0x7fffffff, NULL, NULL, 0);
 }
 
-/* ---- device helpers (compile to GDDR_ENOTSUP without CUDA) ------------------ */
-
-static int cuda_get_device(int *dev)
-{
-#ifdef GDDR_HAVE_CUDA
-    return cudaGetDevice(dev) == cudaSuccess ? GDDR_OK : GDDR_ECUDA;
-#else
-    *dev = 0;
-    return GDDR_ENOTSUP;
-#endif
-}
-
-static void cuda_set_device(int dev)
-{
-#ifdef GDDR_HAVE_CUDA
-    if (cudaSetDevice(dev) != cudaSuccess)
-        (void)cudaGetLastError();
-#else
-    (void)dev;
-#endif
-}
-
 /* ---- the library thread ----------------------------------------------------- */
 
 static void *pipe_main(void *arg)
@@ -113,7 +87,7 @@ static void *pipe_main(void *arg)
     struct pipeline *p = arg;
     gddr_client *c = p->c;
     if (p->device)
-        cuda_set_device(p->cuda_dev);
+        (void)gddr_cuda_set_device(p->cuda_dev); /* a failure shows in the step's own calls */
     uint32_t done = atomic_load_explicit(&p->completed, memory_order_relaxed);
     for (;;) {
         uint32_t sub = atomic_load_explicit(&p->submitted, memory_order_acquire);
@@ -174,9 +148,12 @@ static int pipe_create(gddr_client *c, int device, struct pipeline **out)
     p->c = c;
     p->nt = c->nt;
     p->device = device;
-    if (device && cuda_get_device(&p->cuda_dev) != GDDR_OK) {
-        free(p);
-        return GDDR_ECUDA;
+    if (device) {
+        int rc = gddr_cuda_get_device(&p->cuda_dev);
+        if (rc != GDDR_OK) {
+            free(p);
+            return rc;
+        }
     }
     atomic_init(&p->submitted, 0);
     atomic_init(&p->completed, 0);
@@ -261,7 +238,8 @@ int gddr_step_submit(gddr_client *c, const float *const *grads)
         int device = gddr_cuda_is_device_ptr(grads[0]);
         int rc = pipe_create(c, device, &p);
         if (rc != GDDR_OK)
-            return gddr__set_err(c, rc, "submit: cannot set up the step pipeline");
+            return gddr__set_err(c, rc, "submit: cannot set up the step pipeline%s%s",
+                                 device ? ": " : "", device ? gddr_cuda_errmsg() : "");
         c->pipe = p;
     }
     /* From here on the client may belong to the library thread: no
