@@ -38,7 +38,7 @@ static inline int chunk_held(const gddr_residual_args *a, uint64_t prefix, uint3
                              size_t c)
 {
     return age < a->tau &&
-           gddr__u32_to_uniform(gddr__hash_chunk(prefix, (uint32_t)c)) < a->alpha;
+           gddr__u32_to_uniform(gddr__hash_chunk(prefix, a->chunk0 + (uint32_t)c)) < a->alpha;
 }
 
 /* What the step and the plan share before their chunk loop: the checks of

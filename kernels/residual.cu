@@ -129,8 +129,8 @@ static void scratch_put(scratch *s, cudaStream_t st)
 
 /* ---- kernels ------------------------------------------------------------- */
 
-static __global__ void mask_kernel(size_t nchunks, uint64_t prefix, float alpha, uint32_t tau,
-                                   uint32_t *__restrict__ age, uint8_t *__restrict__ bitmap,
+static __global__ void mask_kernel(size_t nchunks, uint64_t prefix, uint32_t chunk0, float alpha,
+                                   uint32_t tau, uint32_t *__restrict__ age, uint8_t *__restrict__ bitmap,
                                    size_t nbytes, uint32_t *__restrict__ flag)
 {
     const unsigned lane = threadIdx.x & 31;
@@ -145,7 +145,7 @@ static __global__ void mask_kernel(size_t nchunks, uint64_t prefix, float alpha,
         if (c < nchunks) {
             const uint32_t a = age[c];
             const int hold =
-                a < tau && gddr__u32_to_uniform(gddr__hash_chunk(prefix, (uint32_t)c)) < alpha;
+                a < tau && gddr__u32_to_uniform(gddr__hash_chunk(prefix, chunk0 + (uint32_t)c)) < alpha;
             sent = !hold;
             age[c] = hold ? a + 1 : 0;
             flag[c] = (uint32_t)sent;
@@ -366,7 +366,7 @@ extern "C" int gddr_residual_step_cuda(const gddr_residual_args *a, const float 
         return rc;
     const uint64_t prefix = gddr__hash_prefix(a->seed, a->worker, a->key, a->step);
     mask_kernel<<<blocks_for((nchunks + 31) / 32 * 32), THREADS, 0, st>>>(
-        nchunks, prefix, a->alpha, a->tau, d_age, d_bitmap, gddr_bitmap_bytes(nchunks), s.flag);
+        nchunks, prefix, a->chunk0, a->alpha, a->tau, d_age, d_bitmap, gddr_bitmap_bytes(nchunks), s.flag);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         gddr__cuda_seterr("%s:%d: mask_kernel: %s", __FILE__, __LINE__,

@@ -36,6 +36,9 @@ typedef struct gddr_residual_args {
     uint32_t worker;
     uint32_t key;      /* gddr_key_hash(tensor name) */
     uint64_t step;
+    uint32_t chunk0;   /* index of chunk 0 in the whole tensor (a shard's piece of
+                        * a tensor split over servers; 0 otherwise): the mask
+                        * hashes the whole tensor's chunk index */
 } gddr_residual_args;
 
 /* Number of chunks of an n-float tensor; 0 when chunk is 0. */

@@ -66,7 +66,7 @@ static gddr_residual_args args_for(size_t n, uint32_t chunk, float alpha, uint32
                                    uint64_t step)
 {
     gddr_residual_args a = { n, chunk, alpha, tau, 0x5eedull, 3, gddr_key_hash("layer0.weight"),
-                             step };
+                             step, 0 };
     return a;
 }
 

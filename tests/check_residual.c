@@ -179,7 +179,7 @@ START_TEST(test_wire_size_of_sparse_push)
         gddr_client_counters_get(c, &after);
 
         /* What the client must have sent. */
-        gddr_residual_args a = { N, K, 0.5f, 4, SEED, 0, gddr_key_hash("ws"), (uint64_t)k };
+        gddr_residual_args a = { N, K, 0.5f, 4, SEED, 0, gddr_key_hash("ws"), (uint64_t)k, 0 };
         size_t np = 0, ns = 0;
         ck_assert_int_eq(gddr_residual_step_cpu(&a, g, r, age, packed, bm, &np, &ns), GDDR_OK);
         Gddr__Request rq = GDDR__REQUEST__INIT;

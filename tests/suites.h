@@ -16,7 +16,8 @@
     X(consistency)     \
     X(recovery)        \
     X(residual)        \
-    X(integrity)
+    X(integrity)       \
+    X(shard)
 
 #define GDDR__SUITE_DECL(name) Suite *suite_##name(void);
 GDDR_SUITES(GDDR__SUITE_DECL)

@@ -405,6 +405,8 @@ int gddr_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64_t *vers
 {
     if (!c)
         return GDDR_EINVAL;
+    if (c->shards)
+        return gddr__shards_wait(c, ticket, timeout_ms, version);
     op r;
     int rc = gddr__wait_op(c, ticket, timeout_ms, &r);
     if (rc == GDDR_OK && version)
@@ -558,6 +560,16 @@ int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
 {
     if (!opts || !out || !opts->server || !opts->server[0])
         return GDDR_EINVAL;
+    if (gddr__server_count(opts->server) > 1)
+        return gddr__shards_open(opts, out);
+    return gddr__client_open_shard(opts, 0, 0, out);
+}
+
+int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int shard_count,
+                            gddr_client **out)
+{
+    if (!opts || !out || !opts->server || !opts->server[0])
+        return GDDR_EINVAL;
     if (opts->timeout_ms <= 0 || opts->delay_fraction < 0 || opts->delay_fraction >= 1 ||
         opts->dc_lambda < 0 || opts->clip_norm < 0 || opts->replay_decay <= 0 ||
         opts->replay_decay > 1 || opts->dc_ms_decay < 0 || opts->dc_ms_decay >= 1)
@@ -569,6 +581,8 @@ int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
     c->o = *opts;
     snprintf(c->server, sizeof c->server, "%s", opts->server);
     c->o.server = c->server;
+    c->shard_index = shard_index;
+    c->shard_count = shard_count;
     if (opts->curve_server_key && opts->curve_server_key[0]) {
         if (strlen(opts->curve_server_key) != 40 || !opts->curve_key_file) {
             free(c);
@@ -643,6 +657,12 @@ void gddr_client_close(gddr_client **cp)
     if (!cp || !*cp)
         return;
     gddr_client *c = *cp;
+    if (c->shards) {
+        gddr__shards_close(c);
+        free(c);
+        *cp = NULL;
+        return;
+    }
     gddr__pipeline_stop(c);
     /* Before the bye: a heartbeat after it would bring the worker back. */
     gddr__heartbeat_stop(c);
@@ -691,12 +711,18 @@ int gddr_client_counters_get(const gddr_client *c, gddr_client_counters *out)
 {
     if (!c || !out)
         return GDDR_EINVAL;
+    if (c->shards) {
+        gddr__shards_counters(c, out);
+        return GDDR_OK;
+    }
     *out = c->k;
     return GDDR_OK;
 }
 
 uint64_t gddr_next_step(gddr_client *c)
 {
+    if (c->shards)
+        return gddr__shards_next_step(c);
     return ++c->step;
 }
 
@@ -741,6 +767,14 @@ int gddr_register(gddr_client *c, const char *key, const float *init, size_t n, 
 {
     if (!c || !key || !init || n == 0 || !id || strlen(key) >= 128)
         return c ? gddr__set_err(c, GDDR_EINVAL, "register: bad arguments") : GDDR_EINVAL;
+    if (c->shards)
+        return gddr__shards_register(c, key, init, n, id, version);
+    return gddr__register_piece(c, key, init, n, gddr_key_hash(key), 0, id, version);
+}
+
+int gddr__register_piece(gddr_client *c, const char *key, const float *init, size_t n,
+                         uint32_t keyhash, uint32_t chunk0, int *id, uint64_t *version)
+{
     if (c->pipe)
         return gddr__set_err(c, GDDR_ESTATE, "register: the step pipeline is running");
     for (int i = 0; i < c->nt; i++)
@@ -753,7 +787,8 @@ int gddr_register(gddr_client *c, const char *key, const float *init, size_t n, 
     ctensor *t = &c->t[c->nt];
     memset(t, 0, sizeof *t);
     snprintf(t->key, sizeof t->key, "%s", key);
-    t->keyhash = gddr_key_hash(key);
+    t->keyhash = keyhash;
+    t->chunk0 = chunk0;
     t->n = n;
     t->last_own = malloc(n * 4);
     t->g = malloc(n * 4);
@@ -824,6 +859,9 @@ static int pull_tracked(gddr_client *c, int id, float *out, uint64_t min_version
 
 int gddr_pull_async(gddr_client *c, int id, float *out, uint64_t min_version, gddr_ticket *ticket)
 {
+    if (c && c->shards)
+        return out && ticket ? gddr__shards_async(c, id, out, NULL, NULL, min_version, ticket)
+                             : gddr__set_err(c, GDDR_EINVAL, "pull: NULL buffer or ticket");
     int rc = check_id(c, id);
     if (rc != GDDR_OK)
         return rc;
@@ -863,6 +901,9 @@ static int pull_call(gddr_client *c, void *arg)
 
 int gddr_pull(gddr_client *c, int id, float *out, uint64_t min_version, uint64_t *version)
 {
+    if (c && c->shards)
+        return out ? gddr__shards_pull(c, id, out, min_version, version)
+                   : gddr__set_err(c, GDDR_EINVAL, "pull: NULL buffer");
     int rc = check_id(c, id);
     if (rc != GDDR_OK)
         return rc;
@@ -1018,6 +1059,9 @@ static void plain_push_args(gddr_client *c, int id, const float *grad, const gdd
 int gddr_push_async(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
                     gddr_ticket *ticket)
 {
+    if (c && c->shards)
+        return grad && ticket ? gddr__shards_async(c, id, NULL, grad, tags, 0, ticket)
+                              : gddr__set_err(c, GDDR_EINVAL, "push: NULL gradient or ticket");
     int rc = check_id(c, id);
     if (rc != GDDR_OK)
         return rc;
@@ -1069,6 +1113,9 @@ int gddr__push_wait(gddr_client *c, int i, const gddr__push_args *a, uint64_t *v
 int gddr_push_ex(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
                  uint64_t *version)
 {
+    if (c && c->shards)
+        return grad ? gddr__shards_push(c, id, grad, tags, version)
+                    : gddr__set_err(c, GDDR_EINVAL, "push: NULL gradient");
     int rc = check_id(c, id);
     if (rc != GDDR_OK)
         return rc;
@@ -1089,6 +1136,8 @@ int gddr_server_stats_get(gddr_client *c, gddr_server_stats *out)
 {
     if (!c || !out)
         return GDDR_EINVAL;
+    if (c->shards)
+        return gddr__shards_stats(c, out);
     Gddr__Request rq = GDDR__REQUEST__INIT;
     Gddr__StatsRequest s = GDDR__STATS_REQUEST__INIT;
     rq.body_case = GDDR__REQUEST__BODY_STATS;
@@ -1106,6 +1155,8 @@ int gddr_server_metrics_text(gddr_client *c, char **text)
     if (!c || !text)
         return GDDR_EINVAL;
     *text = NULL;
+    if (c->shards)
+        return gddr__shards_metrics(c, text);
     /* Asks for the Prometheus text and reads the reply by hand: it is the
      * only reply that carries a string the caller keeps. */
     Gddr__Request rq = GDDR__REQUEST__INIT;
@@ -1151,6 +1202,8 @@ int gddr_request_checkpoint(gddr_client *c)
 {
     if (!c)
         return GDDR_EINVAL;
+    if (c->shards)
+        return gddr__shards_checkpoint(c);
     Gddr__Request rq = GDDR__REQUEST__INIT;
     Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
     rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
@@ -1162,6 +1215,8 @@ int gddr_request_checkpoint(gddr_client *c)
 
 int gddr_tensor_version(const gddr_client *c, int id, uint64_t *version)
 {
+    if (c && c->shards)
+        return gddr__shards_version(c, id, version);
     if (!c || !version || id < 0 || id >= c->nt)
         return GDDR_EINVAL;
     *version = c->t[id].version;

@@ -76,6 +76,8 @@ typedef struct residual {
 typedef struct ctensor {
     char key[128];
     uint32_t keyhash;  /* names the tensor in the GDDR mask hash */
+    uint32_t chunk0;   /* this tensor's first chunk in the whole tensor (a piece of a
+                        * tensor split over servers, shard.c; else 0) */
     size_t n;
     uint32_t sid;      /* id on the server */
     uint64_t version;  /* of the last pull */
@@ -123,7 +125,49 @@ struct gddr_client {
     int ptr_kind;          /* step.c: 0 no step yet, 1 host, 2 device gradients */
     uint64_t dc_steps;     /* DC compensations done (bias correction of ms) */
     struct heartbeat *hb;  /* NULL unless heartbeat_ms > 0 */
+    int shard_index, shard_count; /* where this server sits in a sharded client's list
+                                   * (said in the hello; count 0: not sharded) */
+    struct gddr__shards *shards;  /* shard.c: set when this client is a router over
+                                   * one client per server; then nothing above is used
+                                   * but o, server, log, errmsg, info and k */
 };
+
+/* shard.c: several servers. */
+typedef struct gddr__shards gddr__shards;
+int gddr__server_count(const char *list);
+int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out);
+void gddr__shards_close(gddr_client *c);
+/* Opens one server's client of a sharded client (the hello says where it
+ * sits). */
+int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int shard_count,
+                            gddr_client **out);
+/* gddr_register of a piece: keyhash and chunk0 place it in its whole tensor. */
+int gddr__register_piece(gddr_client *c, const char *key, const float *init, size_t n,
+                         uint32_t keyhash, uint32_t chunk0, int *id, uint64_t *version);
+/* Where a tensor's pieces live: returns their count; off/len/shard per piece. */
+int gddr__shard_placement(const char *key, size_t n, int chunk, int S, size_t *off, size_t *len,
+                          int *shard);
+int gddr__shards_register(gddr_client *c, const char *key, const float *init, size_t n, int *id,
+                          uint64_t *version);
+int gddr__shards_pull(gddr_client *c, int id, float *out, uint64_t min_version, uint64_t *version);
+int gddr__shards_push(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
+                      uint64_t *version);
+int gddr__shards_async(gddr_client *c, int id, float *out, const float *grad,
+                       const gddr_push_tags *tags, uint64_t min_version, gddr_ticket *ticket);
+int gddr__shards_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64_t *version);
+int gddr__shards_step(gddr_client *c, const float *const *grads, const float *const *computed_on,
+                      const uint64_t *versions, float *const *params);
+int gddr__shards_submit(gddr_client *c, const float *const *grads);
+int gddr__shards_wait_step(gddr_client *c, float *const *params);
+int gddr__shards_checkpoint(gddr_client *c);
+uint64_t gddr__shards_next_step(gddr_client *c);
+int gddr__shards_version(const gddr_client *c, int id, uint64_t *version);
+void gddr__shards_counters(const gddr_client *c, gddr_client_counters *out);
+int gddr__shards_stats(gddr_client *c, gddr_server_stats *out);
+int gddr__shards_metrics(gddr_client *c, char **text);
+/* Prometheus texts of n servers as one, each sample labelled shard="I"
+ * (malloc'd; NULL on no memory). */
+char *gddr__metrics_merge(const char *const *texts, int n);
 
 /* client.c */
 int gddr__set_err(gddr_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

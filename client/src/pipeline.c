@@ -228,6 +228,8 @@ int gddr_step_submit(gddr_client *c, const float *const *grads)
 {
     if (!c || !grads)
         return GDDR_EINVAL;
+    if (c->shards)
+        return gddr__shards_submit(c, grads);
     struct pipeline *p = c->pipe;
     if (!p) {
         if (c->nt == 0)
@@ -287,6 +289,8 @@ int gddr_step_wait(gddr_client *c, float *const *params)
 {
     if (!c || !params)
         return GDDR_EINVAL;
+    if (c->shards)
+        return gddr__shards_wait_step(c, params);
     struct pipeline *p = c->pipe;
     if (!p || atomic_load_explicit(&p->submitted, memory_order_relaxed) == p->collected)
         return GDDR_ESTATE;

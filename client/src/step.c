@@ -438,7 +438,7 @@ static int dev_queue_tensor(gddr_client *c, int i, const float *w_bak, const gdd
     }
     gddr_residual_args ra = { t->n, (uint32_t)c->info.chunk, (float)c->o.delay_fraction,
                               (uint32_t)(t->tau > 0 ? t->tau : 1), c->o.seed,
-                              (uint32_t)c->info.rank, t->keyhash, c->step };
+                              (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0 };
     memcpy(d->age_before, r->age, r->nchunks * sizeof *r->age);
     d->planned = 1;
     int rc = gddr_residual_plan_cpu(&ra, r->age, r->bitmap, d->h_rank, &d->npacked, &d->nsent);
@@ -620,7 +620,7 @@ static int residual_pack(gddr_client *c, int i, const float *g, payload *p)
     gddr__orphan_replay(c, i, r->r);
     gddr_residual_args a = { t->n, (uint32_t)c->info.chunk, (float)c->o.delay_fraction,
                              (uint32_t)(t->tau > 0 ? t->tau : 1), c->o.seed,
-                             (uint32_t)c->info.rank, t->keyhash, c->step };
+                             (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0 };
     size_t npacked = 0, nsent = 0;
     rc = gddr_residual_step_cpu(&a, g, r->r, r->age, r->packed, r->bitmap, &npacked, &nsent);
     if (rc != GDDR_OK)
@@ -914,6 +914,9 @@ int gddr_step_from(gddr_client *c, const float *const *grads, const float *const
 {
     /* The library thread owns the client while pipelined steps are in
      * flight (no error text: c->errmsg belongs to that thread now). */
+    if (c && c->shards)
+        return grads && params ? gddr__shards_step(c, grads, computed_on, versions, params)
+                               : GDDR_EINVAL;
     if (c && gddr__pipeline_busy(c))
         return GDDR_ESTATE;
     return gddr__step_run(c, grads, computed_on, versions, params);
