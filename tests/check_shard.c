@@ -260,11 +260,197 @@ START_TEST(test_sync_three_equals_one)
 }
 END_TEST
 
+/* ---- a shard killed mid-run ------------------------------------------------------ */
+
+/* One worker (lr 1, gradients of 1, async) steps over servers A and B; a
+ * tensor split over both and a small one on each. It stops at two gates:
+ * after KSTEP1 steps B writes a checkpoint; after KSTEP2, B is killed with
+ * SIGKILL and restarted from that checkpoint; then it runs to KSTEPS. B
+ * loses exactly the updates between the checkpoint and the kill (its own
+ * interval), A nothing, and every step returns OK. */
+enum { KSTEP1 = 30, KSTEP2 = 45, KSTEPS = 90, KBIG = 400000 };
+
+typedef struct kill_arg {
+    const char *list;
+    pthread_barrier_t *gate;
+    int rc, failed_step;
+    char err[300];
+    char keys[2][16];   /* a small tensor on A and one on B */
+} kill_arg;
+
+static void *kill_worker(void *arg)
+{
+    kill_arg *a = arg;
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = a->list;
+    o.rank = 0;
+    o.world_size = 1;
+    o.timeout_ms = 2000;             /* notice the dead shard soon */
+    o.reconnect_timeout_ms = 120000; /* and wait for it long */
+    gddr_client *c = NULL;
+    float *w[3], *g[3];
+    size_t n[3] = { KBIG, 64, 64 };
+    const char *key[3] = { "big", a->keys[0], a->keys[1] };
+    if ((a->rc = gddr_client_open(&o, &c)) != GDDR_OK) {
+        snprintf(a->err, sizeof a->err, "open: %s", gddr_strerror(a->rc));
+        for (int k = 0; k < 4; k++)
+            pthread_barrier_wait(a->gate);
+        return NULL;
+    }
+    for (int k = 0; k < 3; k++) {
+        w[k] = calloc(n[k], 4);
+        g[k] = malloc(n[k] * 4);
+        for (size_t i = 0; i < n[k]; i++)
+            g[k][i] = 1.0f;
+        int id;
+        if (a->rc == GDDR_OK && (a->rc = gddr_register(c, key[k], w[k], n[k], &id, NULL)) != GDDR_OK)
+            snprintf(a->err, sizeof a->err, "register %s: %s", key[k], gddr_client_errmsg(c));
+    }
+    for (int s = 0; s < KSTEPS; s++) {
+        if (s == KSTEP1 || s == KSTEP2) {
+            pthread_barrier_wait(a->gate); /* here */
+            pthread_barrier_wait(a->gate); /* go on */
+        }
+        if (a->rc != GDDR_OK)
+            continue;
+        const float *gp[3] = { g[0], g[1], g[2] };
+        float *wp[3] = { w[0], w[1], w[2] };
+        if ((a->rc = gddr_step(c, gp, wp)) != GDDR_OK) {
+            a->failed_step = s;
+            snprintf(a->err, sizeof a->err, "step %d: %s", s, gddr_client_errmsg(c));
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        free(w[k]), free(g[k]);
+    gddr_client_close(&c);
+    return NULL;
+}
+
+/* Values and version of tensor key (n floats) on one server. */
+static uint64_t observe_one(const char *ep, const char *key, size_t n, float *out)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.observer = 1;
+    o.timeout_ms = 30000;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float *zero = calloc(n, 4);
+    int id;
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_register(c, key, zero, n, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(c, id, out, 0, &v), GDDR_OK);
+    free(zero);
+    gddr_client_close(&c);
+    return v;
+}
+
+static void assert_all(const float *v, size_t n, float want, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(v[i] == want, "%s: element %zu is %g, expected %g", what, i, (double)v[i],
+                      (double)want);
+}
+
+START_TEST(test_shard_killed)
+{
+    char dir[64], ckdir[128], loga[160], logb[160], logb2[160], ckset[200], listen[300];
+    gt_mk_tmpdir(dir, sizeof dir);
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt-b", dir);
+    snprintf(loga, sizeof loga, "%s/a.log", dir);
+    snprintf(logb, sizeof logb, "%s/b.log", dir);
+    snprintf(logb2, sizeof logb2, "%s/b-restart.log", dir);
+    snprintf(ckset, sizeof ckset, "checkpoint_dir=%s", ckdir);
+    gt_server A, B;
+    const char *seta[] = { "lr=1", "chunk=256", "worker_timeout_s=600", NULL };
+    const char *setb[] = { "lr=1", "chunk=256", "worker_timeout_s=600", ckset, NULL };
+    gt_start_logged(&A, loga, seta);
+    gt_start_logged(&B, logb, setb);
+    snprintf(listen, sizeof listen, "listen=%s", B.endpoint);
+    char list[700];
+    snprintf(list, sizeof list, "%s,%s", A.endpoint, B.endpoint);
+    kill_arg a = { list, NULL, GDDR_OK, -1, "", { "", "" } };
+    /* Small tensors whose key each server wins. */
+    size_t off[2], len[2];
+    int sh[2];
+    for (int k = 0, found = 0; found < 3; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "s%d", k);
+        gddr__shard_placement(key, 64, 256, 2, off, len, sh);
+        if (!(found & (1 << sh[0]))) {
+            snprintf(a.keys[sh[0]], sizeof a.keys[0], "%s", key);
+            found |= 1 << sh[0];
+        }
+    }
+    pthread_barrier_t gate;
+    pthread_barrier_init(&gate, NULL, 2);
+    a.gate = &gate;
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, kill_worker, &a), 0);
+
+    pthread_barrier_wait(&gate); /* KSTEP1 steps done: B writes a checkpoint */
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = B.endpoint;
+    o.observer = 1;
+    gddr_client *ob = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &ob), GDDR_OK);
+    ck_assert_int_eq(gddr_request_checkpoint(ob), GDDR_OK);
+    int64_t deadline = gt_now_ms() + WAIT_MS;
+    while (gt_server_metric(ob, "gddr_checkpoints_total") < 1 && gt_now_ms() < deadline)
+        usleep(20000);
+    ck_assert_msg(gt_server_metric(ob, "gddr_checkpoints_total") >= 1, "B wrote no checkpoint");
+    gddr_client_close(&ob);
+    pthread_barrier_wait(&gate);
+
+    pthread_barrier_wait(&gate); /* KSTEP2 steps done: B dies, the worker goes on */
+    int st = 0;
+    kill(B.pid, SIGKILL);
+    ck_assert_int_eq(gt_wait_pid(B.pid, WAIT_MS, &st), 1);
+    B.pid = 0;
+    pthread_barrier_wait(&gate);
+    const char *setb2[] = { setb[0], setb[1], setb[2], ckset, listen, NULL };
+    gt_start_logged(&B, logb2, setb2);
+    ck_assert_msg(gt_wait_for_text(logb2, "restored checkpoint", WAIT_MS) >= 0, "B restored nothing");
+
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&gate);
+    ck_assert_msg(a.rc == GDDR_OK, "the run did not complete: %s", a.err);
+
+    /* A lost nothing; B lost exactly its updates after the checkpoint. */
+    float *v = malloc(KBIG * 4);
+    const int lost = KSTEP2 - KSTEP1;
+    uint64_t ver = observe_one(A.endpoint, a.keys[0], 64, v);
+    ck_assert_uint_eq(ver, KSTEPS);
+    assert_all(v, 64, -(float)KSTEPS, "A's small tensor");
+    ver = observe_one(B.endpoint, a.keys[1], 64, v);
+    ck_assert_uint_eq(ver, KSTEPS - lost);
+    assert_all(v, 64, -(float)(KSTEPS - lost), "B's small tensor");
+    /* The split tensor: its first half on A, its second on B. */
+    size_t poff[2], plen[2];
+    int psh[2];
+    ck_assert_int_eq(gddr__shard_placement("big", KBIG, 256, 2, poff, plen, psh), 2);
+    ver = observe_one(A.endpoint, "big", plen[0], v);
+    ck_assert_uint_eq(ver, KSTEPS);
+    assert_all(v, plen[0], -(float)KSTEPS, "A's piece of the split tensor");
+    ver = observe_one(B.endpoint, "big", plen[1], v);
+    ck_assert_uint_eq(ver, KSTEPS - lost);
+    assert_all(v, plen[1], -(float)(KSTEPS - lost), "B's piece of the split tensor");
+    free(v);
+    printf("shard: B killed after step %d (checkpoint at %d) and restarted: run completed, A at %d, "
+           "B at %d (lost its %d updates since the checkpoint)\n",
+           KSTEP2, KSTEP1, KSTEPS, KSTEPS - lost, lost);
+    stop_server(&A);
+    stop_server(&B);
+    gt_rm_rf(dir);
+}
+END_TEST
+
 Suite *suite_shard(void)
 {
     Suite *s = suite_create("shard");
     GT_ADD_CASE(s, "placement", test_placement, 30);
     GT_ADD_CASE(s, "metrics_merge", test_metrics_merge, 30);
     GT_ADD_CASE(s, "sync_three_equals_one", test_sync_three_equals_one, 240);
+    GT_ADD_CASE(s, "shard_killed", test_shard_killed, 300);
     return s;
 }

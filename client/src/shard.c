@@ -270,6 +270,10 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out)
     int rc = h->sub && h->rc && h->th ? GDDR_OK : GDDR_ENOMEM;
     for (int s = 1; rc == GDDR_OK && s < S; s++) {
         struct shard_thread *a = malloc(sizeof *a);
+        if (a) {
+            a->c = c;
+            a->s = s;
+        }
         if (!a || pthread_create(&h->th[s - 1], NULL, shard_main, a) != 0) {
             free(a);
             /* the threads started so far are joined by shards_free */
@@ -277,8 +281,6 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out)
             rc = GDDR_ENOMEM;
             break;
         }
-        a->c = c;
-        a->s = s;
     }
     if (rc != GDDR_OK) {
         free(ep);
