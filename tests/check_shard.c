@@ -445,6 +445,86 @@ START_TEST(test_shard_killed)
 }
 END_TEST
 
+/* The calls besides gddr_step, across two servers: register, push and pull
+ * (blocking and by ticket) of a split and a whole tensor, versions, stats,
+ * metrics (every sample labelled by shard), checkpoints, counters. */
+START_TEST(test_api_across_shards)
+{
+    gt_server A, B;
+    START_SERVER(A, "lr=1", "chunk=256");
+    START_SERVER(B, "lr=1", "chunk=256");
+    char list[700];
+    snprintf(list, sizeof list, "%s, %s", A.endpoint, B.endpoint);
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = list;
+    o.rank = 0;
+    o.world_size = 1;
+    o.timeout_ms = 30000;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    enum { NB = 300000, NS = 10 };
+    float *w = calloc(NB, 4), *g = malloc(NB * 4), *out = malloc(NB * 4);
+    for (int i = 0; i < NB; i++)
+        g[i] = 1.0f;
+    int big, small;
+    uint64_t v = 99;
+    ck_assert_int_eq(gddr_register(c, "big", w, NB, &big, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 0);
+    ck_assert_int_eq(gddr_register(c, "small", w, NS, &small, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c, "small", w, NS, &small, NULL), GDDR_EINVAL);
+    ck_assert_int_eq(gddr_push(c, big, g, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 1);
+    gddr_ticket t1, t2, t3;
+    ck_assert_int_eq(gddr_push_async(c, big, g, NULL, &t1), GDDR_OK);
+    ck_assert_int_eq(gddr_push_async(c, small, g, NULL, &t2), GDDR_OK);
+    ck_assert_int_eq(gddr_wait(c, t1, 30000, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 2);
+    ck_assert_int_eq(gddr_wait(c, t2, 30000, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 1);
+    ck_assert_int_eq(gddr_wait(c, t2, 1000, NULL), GDDR_ENOTICKET);
+    ck_assert_int_eq(gddr_pull_async(c, big, out, 2, &t3), GDDR_OK);
+    ck_assert_int_eq(gddr_wait(c, t3, 30000, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 2);
+    assert_all(out, NB, -2.0f, "the split tensor after two pushes");
+    ck_assert_int_eq(gddr_pull(c, small, out, 0, &v), GDDR_OK);
+    assert_all(out, NS, -1.0f, "the whole tensor after one push");
+    ck_assert_int_eq(gddr_tensor_version(c, big, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 2);
+    ck_assert_int_eq(gddr_pull(c, 7, out, 0, NULL), GDDR_EINVAL);
+    /* Stats and metrics: both servers took part of the split tensor. */
+    gddr_server_stats st;
+    ck_assert_int_eq(gddr_server_stats_get(c, &st), GDDR_OK);
+    ck_assert_uint_eq(st.pushes, 2 * 2 + 1); /* two pushes of two pieces, one whole */
+    char *text = NULL;
+    ck_assert_int_eq(gddr_server_metrics_text(c, &text), GDDR_OK);
+    ck_assert_msg(strstr(text, "gddr_pushes_total{shard=\"0\"}") && strstr(text, "gddr_pushes_total{shard=\"1\"}"),
+                  "metrics: %.400s", text);
+    int help = 0;
+    for (const char *p = text; (p = strstr(p, "# HELP gddr_pushes_total ")); p++)
+        help++;
+    ck_assert_int_eq(help, 1);
+    for (const char *p = text; *p;) {
+        const char *e = strchr(p, '\n');
+        ck_assert_msg(p[0] == '#' || strstr(p, "shard=\"") < (e ? e : p + strlen(p)),
+                      "a sample without its shard: %.80s", p);
+        p = e ? e + 1 : p + strlen(p);
+    }
+    free(text);
+    ck_assert_int_eq(gddr_request_checkpoint(c), GDDR_OK); /* no checkpoint_dir: acknowledged */
+    gddr_client_counters k;
+    ck_assert_int_eq(gddr_client_counters_get(c, &k), GDDR_OK);
+    ck_assert_uint_eq(k.pushes, 5);
+    ck_assert_uint_ge(k.pulls, 3);
+    gddr_server_info info;
+    ck_assert_int_eq(gddr_client_info(c, &info), GDDR_OK);
+    ck_assert_int_eq(info.chunk, 256);
+    gddr_client_close(&c);
+    free(w), free(g), free(out);
+    stop_server(&A);
+    stop_server(&B);
+}
+END_TEST
+
 Suite *suite_shard(void)
 {
     Suite *s = suite_create("shard");
@@ -452,5 +532,6 @@ Suite *suite_shard(void)
     GT_ADD_CASE(s, "metrics_merge", test_metrics_merge, 30);
     GT_ADD_CASE(s, "sync_three_equals_one", test_sync_three_equals_one, 240);
     GT_ADD_CASE(s, "shard_killed", test_shard_killed, 300);
+    GT_ADD_CASE(s, "api_across_shards", test_api_across_shards, 120);
     return s;
 }
