@@ -1341,7 +1341,7 @@ START_TEST(test_bench_reports)
     gt_bin_path(bin, sizeof bin, "gddr-bench");
     /* The BENCH lines go to stderr: run it through a shell to merge them. */
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --sections pushpull,gddr,apply --sizes 4K,64K --reps 1 --budget-mb 1 2>&1",
+    snprintf(cmd, sizeof cmd, "'%s' --sections pushpull,gddr,apply,servers --sizes 4K,64K --reps 1 --budget-mb 1 2>&1",
              bin);
     char *sh[] = { "/bin/sh", "-c", cmd, NULL };
     int st = 0;
@@ -1350,7 +1350,7 @@ START_TEST(test_bench_reports)
     static const char *const want[] = { "BENCH section=pushpull bytes=4096 ",
                                         "BENCH section=pushpull bytes=65536 ",
                                         "BENCH section=gddr ", "BENCH section=apply ",
-                                        "BENCH section=validate " };
+                                        "BENCH section=validate ", "BENCH section=servers " };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const char *line = strstr(out, want[i]);
         ck_assert_msg(line, "no '%s' line in:\n%s", want[i], out);

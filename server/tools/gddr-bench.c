@@ -467,6 +467,41 @@ static void section_gddr(size_t bytes)
     stop(&gs);
 }
 
+/* One model over one server and over two (client/src/shard.c): `clients`
+ * clients, each pushing and pulling its own tensor of `bytes` (above the
+ * 1 MiB split threshold, so every tensor is split over both servers). On
+ * one host the two servers share its cores and loopback; what two hosts
+ * would give is computed, not measured: twice the one-server figure, the
+ * servers being the bound and each getting a host of its own. */
+static void section_servers(size_t bytes, int clients)
+{
+    proc one = { 0 }, a = { 0 }, b = { 0 };
+    char h[32], both[600];
+    start_gddr(&one, 2);
+    start_gddr(&a, 2);
+    start_gddr(&b, 2);
+    snprintf(both, sizeof both, "%s,%s", a.endpoint, b.endpoint);
+    int it = iters_for(bytes * (size_t)clients, budget_mb);
+    double m1[MAXV], m2[MAXV], q[MAXV];
+    for (int k = 0; k < reps; k++) {
+        m1[k] = run(K_GDDR, one.endpoint, clients, bytes / 4, it, 0, NULL);
+        m2[k] = run(K_GDDR, both, clients, bytes / 4, it, 0, NULL);
+        q[k] = m2[k] / m1[k];
+    }
+    double g1 = median(m1, reps), g2 = median(m2, reps), qm = median(q, reps);
+    printf("\n## servers: %d clients, a %s tensor each, push+pull (aggregate MB/s; median of %d)\n\n",
+           clients, human(bytes, h, sizeof h), reps);
+    printf("| servers | aggregate MB/s | vs 1 server |\n|---|---|---|\n");
+    printf("| 1 | %.0f | 1.00 |\n| 2, same host (measured) | %.0f | %.2f |\n", g1, g2, qm);
+    printf("| 2, two hosts (computed: 2 x the 1-server figure) | %.0f | 2.00 |\n", 2 * g1);
+    fprintf(stderr, "BENCH section=servers bytes=%zu clients=%d one_mbps=%.1f two_mbps=%.1f ratio=%.3f "
+                    "two_hosts_computed_mbps=%.1f\n", bytes, clients, g1, g2, qm, 2 * g1);
+    fflush(stdout);
+    stop(&one);
+    stop(&a);
+    stop(&b);
+}
+
 /* The apply pool on one push of n floats: GB/s of payload (bytes of g). */
 /* Apply-thread counts to try: 1, 2 and all cores (when more than 2). */
 static int thread_counts(int threads[3])
@@ -595,7 +630,7 @@ int main(int argc, char **argv)
     *strrchr(bin_dir, '/') = 0;
     snprintf(epfile, sizeof epfile, "/tmp/gddr-bench-%d.ep", (int)getpid());
     const char *sizes_s = "4K,64K,1M,16M,64M,256M", *clients_s = "4,16";
-    const char *sections = "pushpull,clients,gddr,apply,threads";
+    const char *sections = "pushpull,clients,gddr,apply,threads,servers";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             sizes_s = "4K,64K,1M";
@@ -614,7 +649,8 @@ int main(int argc, char **argv)
             budget_mb = atof(argv[++i]);
         } else {
             fprintf(stderr, "usage: gddr-bench [--quick] [--sizes 4K,1M,...] [--clients 4,16] [--reps N]\n"
-                            "                  [--sections pushpull,clients,gddr,apply,threads] [--budget-mb MB]\n");
+                            "                  [--sections pushpull,clients,gddr,apply,threads,servers]\n"
+                            "                  [--budget-mb MB]\n");
             return 2;
         }
     }
@@ -651,5 +687,7 @@ int main(int argc, char **argv)
         section_apply(budget_mb < 64 ? (size_t)16 << 20 : big);
     if (has(sections, "threads"))
         section_threads(budget_mb < 64 ? (size_t)16 << 20 : big);
+    if (has(sections, "servers"))
+        section_servers((size_t)4 << 20, 4);
     return 0;
 }
