@@ -1295,6 +1295,8 @@ START_TEST(test_metrics_text)
         "\ngddr_staleness_sum 0\n",
         "\ngddr_staleness_count 1\n",
         "\ngddr_tensor_version{tensor=\"m\"} 1\n",
+        "# TYPE gddr_shard_info gauge\n",
+        "\ngddr_shard_info{shard_index=\"0\",shard_count=\"1\"} 1\n", /* unsharded: 0 of 1 */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr(text, want[i]) != NULL, "metrics text lacks '%s'; text:\n%s", want[i],
@@ -1410,6 +1412,119 @@ START_TEST(test_sigterm_exits_zero)
 }
 END_TEST
 
+/* ---- 10. shard layout ------------------------------------------------------------- */
+
+/* A raw hello as `rank` of `world` (or as an observer) that says where the
+ * client's server list puts this server: shard idx of cnt (cnt 0: no
+ * layout, as an unsharded or older client). Returns the reply. */
+static Gddr__Reply *shard_hello(raw_conn *r, uint32_t rank, uint32_t world, int observer,
+                                uint32_t idx, uint32_t cnt)
+{
+    Gddr__Request rq;
+    Gddr__Hello h = GDDR__HELLO__INIT;
+    r->rank = rank;
+    raw_req(r, &rq);
+    rq.observer = observer;
+    h.world_size = world;
+    h.client = "shard layout test";
+    h.shard_index = idx;
+    h.shard_count = cnt;
+    rq.body_case = GDDR__REQUEST__BODY_HELLO;
+    rq.hello = &h;
+    raw_send(r, &rq, NULL, 0);
+    Gddr__Reply *rep = raw_recv(r, REPLY_WAIT_MS, NULL);
+    ck_assert_msg(rep != NULL, "hello claiming shard %u of %u: no reply", idx, cnt);
+    ck_assert_uint_eq(rep->req_id, rq.req_id);
+    return rep;
+}
+
+/* Accepted, and the reply says the server's own layout. */
+static void expect_shard_ok(raw_conn *r, uint32_t rank, int observer, uint32_t idx, uint32_t cnt,
+                            uint32_t server_idx, uint32_t server_cnt)
+{
+    Gddr__Reply *rep = shard_hello(r, rank, 4, observer, idx, cnt);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_HELLO,
+                  "hello claiming shard %u of %u refused: %s", idx, cnt,
+                  rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->message : "?");
+    ck_assert_uint_eq(rep->hello->shard_index, server_idx);
+    ck_assert_uint_eq(rep->hello->shard_count, server_cnt);
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+/* Refused for good (E_CONFIG, no retry hint) with a message holding both
+ * needles. */
+static void expect_shard_refused(raw_conn *r, uint32_t rank, int observer, uint32_t idx,
+                                 uint32_t cnt, const char *needle1, const char *needle2)
+{
+    Gddr__Reply *rep = shard_hello(r, rank, 4, observer, idx, cnt);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_ERROR,
+                  "hello claiming shard %u of %u was accepted", idx, cnt);
+    ck_assert_msg(rep->error->code == GDDR_ECONFIG, "hello claiming shard %u of %u: %s (%s)", idx,
+                  cnt, gddr_strerror((int)rep->error->code), rep->error->message);
+    ck_assert_uint_eq(rep->error->retry_ms, 0);
+    ck_assert_msg(strstr(rep->error->message, needle1) && strstr(rep->error->message, needle2),
+                  "refusal '%s' lacks '%s' or '%s'", rep->error->message, needle1, needle2);
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+/* A worker whose server list puts a server at another place than its
+ * shard_index of shard_count gets a clear refusal instead of a silently
+ * mixed model; a refused hello makes no worker. */
+START_TEST(test_shard_layout)
+{
+    gt_server s;
+    START_SERVER(s, "shard_index=1", "shard_count=3", "worker_timeout_s=3600");
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    expect_shard_refused(&r, 0, 0, 0, 2, "this server is shard 1 of 3", "puts it at 0 of 2");
+    expect_shard_refused(&r, 0, 0, 0, 3, "shard 1 of 3", "at 0 of 3");   /* the wrong place */
+    expect_shard_refused(&r, 0, 0, 1, 2, "shard 1 of 3", "at 1 of 2");   /* a shorter list */
+    expect_shard_refused(&r, 0, 0, 0, 0, "shard 1 of 3", "sharded over 3 servers"); /* no layout */
+    expect_shard_refused(&r, 0, 1, 2, 3, "shard 1 of 3", "at 2 of 3");   /* an observer's claim */
+    expect_shard_ok(&r, 0, 1, 0, 0, 1, 3); /* an observer without a claim reads this one shard */
+    expect_shard_ok(&r, 2, 0, 1, 3, 1, 3); /* the right place: worker 2 */
+    raw_close(&r);
+    /* Only the accepted hello made a worker (the metrics list every rank
+     * ever accepted); the refused ones as rank 0 changed nothing. */
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.observer = 1;
+    o.rank = 0;
+    o.world_size = 1;
+    gddr_client *obs;
+    ck_assert_int_eq(gddr_client_open(&o, &obs), GDDR_OK);
+    char *text = NULL;
+    ck_assert_int_eq(gddr_server_metrics_text(obs, &text), GDDR_OK);
+    ck_assert_msg(strstr(text, "\ngddr_shard_info{shard_index=\"1\",shard_count=\"3\"} 1\n"),
+                  "no shard gauge in:\n%s", text);
+    ck_assert_msg(strstr(text, "\ngddr_worker_pushes_total{rank=\"2\"} 0\n") &&
+                      !strstr(text, "gddr_worker_pushes_total{rank=\"0\"}"),
+                  "workers other than rank 2 in:\n%s", text);
+    free(text);
+    gddr_client_close(&obs);
+    /* A worker that lists only this server (no layout in its hello) fails
+     * at once with the server's sentence, not after its reconnect time. */
+    o.observer = 0;
+    o.reconnect_timeout_ms = 600000;
+    gddr_client *c = NULL;
+    int rc = gddr_client_open(&o, &c);
+    ck_assert_msg(rc == GDDR_ECONFIG, "a one-endpoint worker on shard 1 of 3: %s",
+                  gddr_strerror(rc));
+    ck_assert_ptr_null(c);
+    stop_server(&s);
+
+    /* An unsharded server is 0 of 1: a hello without a layout and one that
+     * says 0 of 1 are both taken; a list of two is not. */
+    START_SERVER(s, "worker_timeout_s=3600");
+    raw_open(&r, s.endpoint);
+    expect_shard_refused(&r, 0, 0, 0, 2, "this server is shard 0 of 1", "puts it at 0 of 2");
+    expect_shard_ok(&r, 0, 0, 0, 0, 0, 1);
+    expect_shard_ok(&r, 0, 0, 0, 1, 0, 1);
+    raw_close(&r);
+    stop_server(&s);
+}
+END_TEST
+
 /* ---- suite ------------------------------------------------------------------------ */
 
 #define ADD_CASE(s, name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT)
@@ -1429,6 +1544,7 @@ Suite *suite_server(void)
     ADD_CASE(s, "trainer", test_trainer_softmax);
     ADD_CASE(s, "staleness_histogram", test_staleness_histogram);
     ADD_CASE(s, "metrics", test_metrics_text);
+    ADD_CASE(s, "shard_layout", test_shard_layout);
     ADD_CASE(s, "sigterm", test_sigterm_exits_zero);
     ADD_CASE(s, "bench_reports", test_bench_reports);
     return s;
