@@ -3,6 +3,7 @@
 #   make            build everything under build/
 #   make check      install missing packages, build, run the Check suite
 #   make demo       install missing packages, build, train Fashion-MNIST
+#                   (SERVERS=2: the model sharded over two servers)
 #   make install PREFIX=/usr/local DESTDIR=
 #   make SANITIZER=address|undefined
 #   make WITH_CUDA=0  (force a CPU-only build)
@@ -222,9 +223,12 @@ check: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run-checks.sh
 
+# make demo SERVERS=2: the model sharded over two gddr-ps (needs the
+# client's server list, issue 10).
+SERVERS ?= 1
 demo: deps
 	@$(MAKE) --no-print-directory all
-	@scripts/demo.sh
+	@scripts/demo.sh --servers $(SERVERS)
 
 bench: all
 	@scripts/bench.sh
