@@ -4,6 +4,7 @@
 #   make check      install missing packages, build, run the Check suite
 #   make demo       install missing packages, build, train Fashion-MNIST
 #                   (SERVERS=2: the model sharded over two servers)
+#   make slurm-check  run scripts/slurm/gddr.sbatch on a one-node Slurm cluster
 #   make install PREFIX=/usr/local DESTDIR=
 #   make SANITIZER=address|undefined
 #   make WITH_CUDA=0  (force a CPU-only build)
@@ -104,7 +105,7 @@ BINS     := $(BUILD)/bin/gddr-ps $(BUILD)/bin/gddr-train $(BUILD)/bin/gddr-ctl \
 TESTBIN  := $(BUILD)/bin/gddr-tests
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
-.PHONY: all deps check demo install clean cuda-status bench
+.PHONY: all deps check demo install clean cuda-status bench slurm-check
 all: cuda-status $(LIB_A) $(LIB_SO) $(BINS) $(TESTBIN) $(BENCHES) $(BUILD)/gddr-client.pc
 
 cuda-status:
@@ -232,6 +233,11 @@ demo: deps
 
 bench: all
 	@scripts/bench.sh
+
+# scripts/slurm/gddr.sbatch on a throw-away one-node Slurm cluster (root;
+# installs slurm-wlm and munge when missing). Not part of `make check`.
+slurm-check: all
+	@scripts/slurm/test-slurm.sh $(SERVERS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \

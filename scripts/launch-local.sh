@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 BIN=${GDDR_BIN:-build/bin}
 me=launch-local
-sets=() result= keep=0
+sets=() result='' keep=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --set) sets+=(--set "$2"); shift 2 ;;
