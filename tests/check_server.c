@@ -1486,13 +1486,7 @@ START_TEST(test_shard_layout)
     raw_close(&r);
     /* Only the accepted hello made a worker (the metrics list every rank
      * ever accepted); the refused ones as rank 0 changed nothing. */
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    o.server = s.endpoint;
-    o.observer = 1;
-    o.rank = 0;
-    o.world_size = 1;
-    gddr_client *obs;
-    ck_assert_int_eq(gddr_client_open(&o, &obs), GDDR_OK);
+    gddr_client *obs = open_observer_on(s.endpoint, REPLY_WAIT_MS);
     char *text = NULL;
     ck_assert_int_eq(gddr_server_metrics_text(obs, &text), GDDR_OK);
     ck_assert_msg(strstr(text, "\ngddr_shard_info{shard_index=\"1\",shard_count=\"3\"} 1\n"),
@@ -1504,7 +1498,10 @@ START_TEST(test_shard_layout)
     gddr_client_close(&obs);
     /* A worker that lists only this server (no layout in its hello) fails
      * at once with the server's sentence, not after its reconnect time. */
-    o.observer = 0;
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 1;
     o.reconnect_timeout_ms = 600000;
     gddr_client *c = NULL;
     int rc = gddr_client_open(&o, &c);

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "gddr/gddr.h"
+#include "prom.h"
 
 #define MAX_SERVERS 256
 
@@ -77,15 +78,7 @@ static int add_endpoints(srv *s, int *n, const char *list)
  * absent. */
 static double metric_of(const char *text, const char *name)
 {
-    size_t nl = strlen(name);
-    for (const char *p = text; p && *p;) {
-        if (strncmp(p, name, nl) == 0 && p[nl] == ' ')
-            return strtod(p + nl + 1, NULL);
-        p = strchr(p, '\n');
-        if (p)
-            p++;
-    }
-    return 0;
+    return gddr__prom_sample(text, name, 0);
 }
 
 static int fetch_metrics(srv *s)
