@@ -3,6 +3,8 @@
 #   make            build everything under build/
 #   make check      install missing packages, build, run the Check suite
 #   make demo       install missing packages, build, train Fashion-MNIST
+#                   (SERVERS=2: the model sharded over two servers)
+#   make slurm-check  run scripts/slurm/gddr.sbatch on a one-node Slurm cluster
 #   make install PREFIX=/usr/local DESTDIR=
 #   make SANITIZER=address|undefined
 #   make WITH_CUDA=0  (force a CPU-only build)
@@ -118,7 +120,7 @@ BINS     := $(BUILD)/bin/gddr-ps $(BUILD)/bin/gddr-train $(BUILD)/bin/gddr-ctl \
 TESTBIN  := $(BUILD)/bin/gddr-tests
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
-.PHONY: all deps check demo install clean cuda-status bench
+.PHONY: all deps check demo install clean cuda-status bench slurm-check
 all: cuda-status $(LIB_A) $(LIB_SO) $(PLUGIN_SO) $(FAKE_SO) $(BINS) $(TESTBIN) $(BENCHES) \
      $(BUILD)/gddr-client.pc
 
@@ -254,12 +256,20 @@ check: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run-checks.sh
 
+# make demo SERVERS=2: the model sharded over two gddr-ps (needs the
+# client's server list, issue 10).
+SERVERS ?= 1
 demo: deps
 	@$(MAKE) --no-print-directory all
-	@scripts/demo.sh
+	@scripts/demo.sh --servers $(SERVERS)
 
 bench: all
 	@scripts/bench.sh
+
+# scripts/slurm/gddr.sbatch on a throw-away one-node Slurm cluster (root;
+# installs slurm-wlm and munge when missing). Not part of `make check`.
+slurm-check: all
+	@scripts/slurm/test-slurm.sh $(SERVERS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \

@@ -3,6 +3,9 @@
 # that are missing. Safe to run again and again: when everything is there it
 # prints one line and touches nothing (no apt-get update, no sudo).
 #
+#   scripts/install-deps.sh           what building, `make check` and the demo need
+#   scripts/install-deps.sh --slurm   and Slurm with munge (make slurm-check)
+#
 # CUDA is optional and never installed here: the Makefile finds nvcc by
 # itself and builds the CPU kernels when there is none.
 set -euo pipefail
@@ -27,6 +30,15 @@ pkgs=(
     python3-protobuf      # the protocol test decodes and encodes gddr.proto
     protobuf-compiler     # protoc --python_out, run by the protocol test
 )
+
+# --slurm: also what scripts/slurm/test-slurm.sh needs (a one-node Slurm
+# cluster); not part of the default list, so `make check` does not pay for it.
+if [ "${1:-}" = --slurm ]; then
+    pkgs+=(
+        slurm-wlm             # slurmctld, slurmd, sbatch/srun/scontrol
+        munge                 # Slurm's authentication daemon
+    )
+fi
 
 # The checkpoint code computes CRC32C itself (SSE4.2 or a table), so
 # libcrc32c is not needed; Debian 12 has no libcrc32c-dev anyway. Should the

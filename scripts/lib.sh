@@ -2,20 +2,50 @@
 # lib.sh -- shell helpers the demo and experiment scripts share; source it.
 #
 # stop_server   SIGTERM the gddr-ps in $server_pid, SIGKILL after 5 s, reap it
+# stop_pid PID  the same for any process this shell started
+# wait_file FILE SECONDS
+#               wait (bounded) until FILE exists and is not empty; 1 if it never did
+# eval_args [gddr-train args...]
+#               of a trainer's arguments, those that shape or find the model
+#               (--workload, --hidden, --data, --synthetic, --config), one a
+#               line, for server_eval
 # field K LINE  the value of K=... in a RESULT line
 # server_eval EP WORKLOAD [gddr-train args...]
 #               the RESULT line of the model the server holds now: an observer
 #               pulls it and evaluates it on the test set (changes nothing;
 #               run it after the workers are done, before stopping the server)
 
-stop_server() {
-  if [ -n "${server_pid:-}" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$server_pid" 2>/dev/null || true
+stop_pid() {
+  local pid=$1
+  [ -n "$pid" ] || return 0
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
   fi
-  [ -n "${server_pid:-}" ] && wait "$server_pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+}
+
+stop_server() {
+  stop_pid "${server_pid:-}"
   server_pid=
+}
+
+wait_file() {
+  local f=$1 i
+  for ((i = 0; i < $2 * 10; i++)); do [ -s "$f" ] && return 0; sleep 0.1; done
+  [ -s "$f" ]
+}
+
+eval_args() {
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --workload|--hidden|--data|--synthetic|--config)
+        if [ $# -ge 2 ]; then printf '%s\n%s\n' "$1" "$2"; shift; fi ;;
+      --workload=*|--hidden=*|--data=*|--synthetic=*|--config=*) printf '%s\n' "$1" ;;
+    esac
+    shift
+  done
 }
 
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<< "$2"; }

@@ -43,6 +43,10 @@ const gddr__conf_key gddr_ps_conf_table[] = {
       "bound on the residual snapshots held for all workers; 0 = the expected workers times the model size" },
     { "server", "allow_register", GDDR_CONF_BOOL, OFF(allow_register), "true", 0, 0, NULL, 1,
       "workers may register new tensors; false freezes the set (existing ones still answer)" },
+    { "server", "shard_index", GDDR_CONF_INT, OFF(shard_index), "0", 0, 65535, NULL, 0,
+      "which shard of a sharded model this server holds, 0-based (below shard_count)" },
+    { "server", "shard_count", GDDR_CONF_INT, OFF(shard_count), "1", 1, 65536, NULL, 0,
+      "servers the model is sharded over; a worker's server list must put this one at shard_index" },
 
     { "consistency", "mode", GDDR_CONF_ENUM, OFF(mode), "async", 0, 0, mode_names, 0,
       "async (apply each push), sync (apply the mean once per step) or ssp (bounded staleness)" },
@@ -136,6 +140,11 @@ int gddr_ps_config_validate(const gddr_ps_config *cfg, const char *path, char *e
     if (cfg->curve_secret_key_file[0] && !cfg->authorized_keys[0]) {
         snprintf(err, errlen, "%s: key 'curve_secret_key_file': set authorized_keys too (CURVE without an allowlist lets any key in)",
                  where);
+        return -1;
+    }
+    if (cfg->shard_index >= cfg->shard_count) {
+        snprintf(err, errlen, "%s: key 'shard_index': %lld is not below shard_count %lld (shards are 0 to %lld)",
+                 where, cfg->shard_index, cfg->shard_count, cfg->shard_count - 1);
         return -1;
     }
     if (strncmp(cfg->listen, "tcp://", 6) && strncmp(cfg->listen, "ipc://", 6) &&

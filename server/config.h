@@ -22,6 +22,8 @@ typedef struct gddr_ps_config {
     long long max_parked_pulls;
     long long max_snapshot_bytes;
     int allow_register;
+    long long shard_index;
+    long long shard_count;
     /* [consistency] */
     int mode;
     long long workers;

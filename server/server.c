@@ -339,6 +339,8 @@ static void send_hello_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id)
     hr.tau = (uint32_t)ps->cfg.tau_init;
     hr.max_message_bytes = (uint64_t)ps->cfg.max_message_bytes;
     hr.async_warmup_steps = (uint32_t)ps->cfg.async_warmup_steps;
+    hr.shard_index = (uint32_t)ps->cfg.shard_index;
+    hr.shard_count = (uint32_t)ps->cfg.shard_count;
     r.body_case = GDDR__REPLY__BODY_HELLO;
     r.hello = &hr;
     ps_send_reply(ps, ident, &r, NULL, 0);
@@ -782,6 +784,32 @@ static const char *body_name(int body)
     return "a request";
 }
 
+/* A hello whose server list puts this server at another place than its
+ * shard_index of shard_count would mix parts of different models (or of
+ * one model cut differently): refuse it for good (no retry hint). A hello
+ * without a layout (shard_count 0: one endpoint, or an older client) is
+ * "0 of 1", except that an observer may read any single shard. */
+static int shard_layout_ok(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq)
+{
+    const Gddr__Hello *h = rq->hello;
+    long long idx = ps->cfg.shard_index, cnt = ps->cfg.shard_count;
+    if (h->shard_count == 0) {
+        if (cnt == 1 || rq->observer)
+            return 1;
+        ps_reject(ps, ident, rq->req_id, GDDR_ECONFIG,
+                  "this server is shard %lld of %lld: the model is sharded over %lld servers; "
+                  "list all %lld endpoints, in shard order",
+                  idx, cnt, cnt, cnt);
+        return 0;
+    }
+    if (h->shard_index == idx && h->shard_count == cnt)
+        return 1;
+    ps_reject(ps, ident, rq->req_id, GDDR_ECONFIG,
+              "this server is shard %lld of %lld, the client's list puts it at %u of %u", idx, cnt,
+              h->shard_index, h->shard_count);
+    return 0;
+}
+
 /* One well-formed request of the right protocol version. */
 static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Request *rq)
 {
@@ -799,6 +827,12 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
             ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "rank %u is not below max_workers %lld",
                       rq->rank, ps->cfg.max_workers);
             ps_log_refusal(ps, "refused a hello as rank %u: not below max_workers", rq->rank);
+            return;
+        }
+        if (!shard_layout_ok(ps, ident, rq)) {
+            ps_log_refusal(ps, "refused a hello %s %u: its server list does not match this "
+                               "server's shard layout", rq->observer ? "from an observer, rank" : "as rank",
+                           rq->rank);
             return;
         }
         if (!rq->observer && ps_worker_hello(ps, ident, rq, session, key) != GDDR_OK) {
@@ -970,9 +1004,13 @@ int gddr_ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path,
 
 int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
 {
-    gddr_log(GDDR_LOG_INFO, "listening on %s (mode %s, %lld apply threads, epoch %016llx)",
+    char shard[64] = "";
+    if (ps->cfg.shard_count > 1)
+        snprintf(shard, sizeof shard, ", shard %lld of %lld", ps->cfg.shard_index,
+                 ps->cfg.shard_count);
+    gddr_log(GDDR_LOG_INFO, "listening on %s (mode %s, %lld apply threads%s, epoch %016llx)",
              ps->endpoint, ps->cfg.mode == 0 ? "async" : ps->cfg.mode == 1 ? "sync" : "ssp",
-             ps->cfg.threads, (unsigned long long)ps->epoch);
+             ps->cfg.threads, shard, (unsigned long long)ps->epoch);
     if (ready)
         ready(ps);
     int64_t last_check = gddr__now_ms(), last_sweep = last_check;

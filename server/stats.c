@@ -164,6 +164,9 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_checkpoint_requests_total %llu\n", (unsigned long long)ps->ckpt_requests);
     sb_printf(&b, "# HELP gddr_checkpoint_requests_joined_total Requests that joined a checkpoint in flight or due.\n# TYPE gddr_checkpoint_requests_joined_total counter\n"
                   "gddr_checkpoint_requests_joined_total %llu\n", (unsigned long long)ps->ckpt_joined);
+    sb_printf(&b, "# HELP gddr_shard_info This server's place in a sharded model (shard_index of shard_count; 0 of 1: the whole model).\n# TYPE gddr_shard_info gauge\n"
+                  "gddr_shard_info{shard_index=\"%lld\",shard_count=\"%lld\"} 1\n",
+              ps->cfg.shard_index, ps->cfg.shard_count);
     return b.p;
 }
 

@@ -311,6 +311,8 @@ START_TEST(test_cross_key)
                       NULL);
     expect_file_error("[consistency]\nworkers = 2\nsync_quorum = 3\n", 0, "'sync_quorum'", NULL);
     expect_file_error("[server]\nlisten = udp://127.0.0.1:5555\n", 0, "'listen'", NULL);
+    expect_file_error("[server]\nshard_index = 2\nshard_count = 2\n", 0, "'shard_index'", "shard_count 2");
+    expect_file_error("[server]\nshard_index = 1\n", 0, "'shard_index'", NULL);
     /* The boundaries themselves are valid. */
     gddr_ps_config cfg;
     char err[512] = "";

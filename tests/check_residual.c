@@ -294,17 +294,9 @@ START_TEST(test_sync_sparse_reduction)
      * observer pulls. */
     gddr_client_close(&c1);
     gddr_client_close(&c0);
-    {
-        gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-        o.server = s.endpoint;
-        o.rank = 0;
-        o.world_size = 1;
-        o.observer = 1;
-        o.timeout_ms = REPLY_WAIT_MS;
-        ck_assert_int_eq(gddr_client_open(&o, &c0), GDDR_OK);
-        ck_assert_int_eq(gddr_register(c0, "sp", w0, N, &ids, NULL), GDDR_OK);
-        ck_assert_int_eq(gddr_register(c0, "dn", w0, N, &idd, NULL), GDDR_OK);
-    }
+    c0 = open_observer_on(s.endpoint, REPLY_WAIT_MS);
+    ck_assert_int_eq(gddr_register(c0, "sp", w0, N, &ids, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c0, "dn", w0, N, &idd, NULL), GDDR_OK);
     raw_conn r0, r1;
     raw_open(&r0, s.endpoint);
     raw_open(&r1, s.endpoint);

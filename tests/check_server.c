@@ -1295,6 +1295,8 @@ START_TEST(test_metrics_text)
         "\ngddr_staleness_sum 0\n",
         "\ngddr_staleness_count 1\n",
         "\ngddr_tensor_version{tensor=\"m\"} 1\n",
+        "# TYPE gddr_shard_info gauge\n",
+        "\ngddr_shard_info{shard_index=\"0\",shard_count=\"1\"} 1\n", /* unsharded: 0 of 1 */
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
         ck_assert_msg(strstr(text, want[i]) != NULL, "metrics text lacks '%s'; text:\n%s", want[i],
@@ -1410,6 +1412,286 @@ START_TEST(test_sigterm_exits_zero)
 }
 END_TEST
 
+/* ---- 10. shard layout ------------------------------------------------------------- */
+
+/* A raw hello as `rank` of `world` (or as an observer) that says where the
+ * client's server list puts this server: shard idx of cnt (cnt 0: no
+ * layout, as an unsharded or older client). Returns the reply. */
+static Gddr__Reply *shard_hello(raw_conn *r, uint32_t rank, uint32_t world, int observer,
+                                uint32_t idx, uint32_t cnt)
+{
+    Gddr__Request rq;
+    Gddr__Hello h = GDDR__HELLO__INIT;
+    r->rank = rank;
+    raw_req(r, &rq);
+    rq.observer = observer;
+    h.world_size = world;
+    h.client = "shard layout test";
+    h.shard_index = idx;
+    h.shard_count = cnt;
+    rq.body_case = GDDR__REQUEST__BODY_HELLO;
+    rq.hello = &h;
+    raw_send(r, &rq, NULL, 0);
+    Gddr__Reply *rep = raw_recv(r, REPLY_WAIT_MS, NULL);
+    ck_assert_msg(rep != NULL, "hello claiming shard %u of %u: no reply", idx, cnt);
+    ck_assert_uint_eq(rep->req_id, rq.req_id);
+    return rep;
+}
+
+/* Accepted, and the reply says the server's own layout. */
+static void expect_shard_ok(raw_conn *r, uint32_t rank, int observer, uint32_t idx, uint32_t cnt,
+                            uint32_t server_idx, uint32_t server_cnt)
+{
+    Gddr__Reply *rep = shard_hello(r, rank, 4, observer, idx, cnt);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_HELLO,
+                  "hello claiming shard %u of %u refused: %s", idx, cnt,
+                  rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->message : "?");
+    ck_assert_uint_eq(rep->hello->shard_index, server_idx);
+    ck_assert_uint_eq(rep->hello->shard_count, server_cnt);
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+/* Refused for good (E_CONFIG, no retry hint) with a message holding both
+ * needles. */
+static void expect_shard_refused(raw_conn *r, uint32_t rank, int observer, uint32_t idx,
+                                 uint32_t cnt, const char *needle1, const char *needle2)
+{
+    Gddr__Reply *rep = shard_hello(r, rank, 4, observer, idx, cnt);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_ERROR,
+                  "hello claiming shard %u of %u was accepted", idx, cnt);
+    ck_assert_msg(rep->error->code == GDDR_ECONFIG, "hello claiming shard %u of %u: %s (%s)", idx,
+                  cnt, gddr_strerror((int)rep->error->code), rep->error->message);
+    ck_assert_uint_eq(rep->error->retry_ms, 0);
+    ck_assert_msg(strstr(rep->error->message, needle1) && strstr(rep->error->message, needle2),
+                  "refusal '%s' lacks '%s' or '%s'", rep->error->message, needle1, needle2);
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+/* A worker whose server list puts a server at another place than its
+ * shard_index of shard_count gets a clear refusal instead of a silently
+ * mixed model; a refused hello makes no worker. */
+START_TEST(test_shard_layout)
+{
+    gt_server s;
+    START_SERVER(s, "shard_index=1", "shard_count=3", "worker_timeout_s=3600");
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    expect_shard_refused(&r, 0, 0, 0, 2, "this server is shard 1 of 3", "puts it at 0 of 2");
+    expect_shard_refused(&r, 0, 0, 0, 3, "shard 1 of 3", "at 0 of 3");   /* the wrong place */
+    expect_shard_refused(&r, 0, 0, 1, 2, "shard 1 of 3", "at 1 of 2");   /* a shorter list */
+    expect_shard_refused(&r, 0, 0, 0, 0, "shard 1 of 3", "sharded over 3 servers"); /* no layout */
+    expect_shard_refused(&r, 0, 1, 2, 3, "shard 1 of 3", "at 2 of 3");   /* an observer's claim */
+    expect_shard_ok(&r, 0, 1, 0, 0, 1, 3); /* an observer without a claim reads this one shard */
+    expect_shard_ok(&r, 2, 0, 1, 3, 1, 3); /* the right place: worker 2 */
+    raw_close(&r);
+    /* Only the accepted hello made a worker (the metrics list every rank
+     * ever accepted); the refused ones as rank 0 changed nothing. */
+    gddr_client *obs = open_observer_on(s.endpoint, REPLY_WAIT_MS);
+    char *text = NULL;
+    ck_assert_int_eq(gddr_server_metrics_text(obs, &text), GDDR_OK);
+    ck_assert_msg(strstr(text, "\ngddr_shard_info{shard_index=\"1\",shard_count=\"3\"} 1\n"),
+                  "no shard gauge in:\n%s", text);
+    ck_assert_msg(strstr(text, "\ngddr_worker_pushes_total{rank=\"2\"} 0\n") &&
+                      !strstr(text, "gddr_worker_pushes_total{rank=\"0\"}"),
+                  "workers other than rank 2 in:\n%s", text);
+    free(text);
+    gddr_client_close(&obs);
+    /* A worker that lists only this server (no layout in its hello) fails
+     * at once with the server's sentence, not after its reconnect time. */
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 1;
+    o.reconnect_timeout_ms = 600000;
+    gddr_client *c = NULL;
+    int rc = gddr_client_open(&o, &c);
+    ck_assert_msg(rc == GDDR_ECONFIG, "a one-endpoint worker on shard 1 of 3: %s",
+                  gddr_strerror(rc));
+    ck_assert_ptr_null(c);
+    stop_server(&s);
+
+    /* An unsharded server is 0 of 1: a hello without a layout and one that
+     * says 0 of 1 are both taken; a list of two is not. */
+    START_SERVER(s, "worker_timeout_s=3600");
+    raw_open(&r, s.endpoint);
+    expect_shard_refused(&r, 0, 0, 0, 2, "this server is shard 0 of 1", "puts it at 0 of 2");
+    expect_shard_ok(&r, 0, 0, 0, 0, 0, 1);
+    expect_shard_ok(&r, 0, 0, 0, 1, 0, 1);
+    raw_close(&r);
+    stop_server(&s);
+}
+END_TEST
+
+/* Worker 0 on one shard (server list position idx of cnt): registers a
+ * tensor and pushes `pushes` times. */
+static void shard_worker_pushes(const char *ep, uint32_t idx, uint32_t cnt, int pushes)
+{
+    raw_conn r;
+    raw_open(&r, ep);
+    expect_shard_ok(&r, 0, 0, idx, cnt, idx, cnt);
+    float v[4] = { 1, 2, 3, 4 }, g[4] = { 1, 1, 1, 1 };
+    uint64_t rid;
+    Gddr__Reply *rep = raw_init(&r, "w", v, 4, 16, 4, &rid);
+    ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_INIT);
+    uint32_t id = rep->init->id;
+    gddr__reply__free_unpacked(rep, NULL);
+    for (int k = 0; k < pushes; k++) {
+        r.step++;
+        raw_expect_push_ok(&r, raw_push(&r, id, g, 4, 16, NULL, 0, (uint64_t)k, (uint64_t)k, 2.0f),
+                           "a push to one shard");
+    }
+    raw_close(&r);
+}
+
+/* The column of `name` in a whitespace-separated header line, or -1. */
+static int column_of(const char *header, const char *name)
+{
+    char *copy = strdup(header), *save = NULL;
+    int col = 0, found = -1;
+    for (char *t = strtok_r(copy, " \n", &save); t; t = strtok_r(NULL, " \n", &save), col++)
+        if (strcmp(t, name) == 0) {
+            found = col;
+            break;
+        }
+    free(copy);
+    return found;
+}
+
+/* Token `col` of the line of text that starts with `start`, into out. */
+static void token_of_line(const char *text, const char *start, int col, char *out, size_t len)
+{
+    const char *p = text;
+    while (p && strncmp(p, start, strlen(start)) != 0) {
+        p = strchr(p, '\n');
+        if (p)
+            p++;
+    }
+    ck_assert_msg(p != NULL, "no line starting with '%s' in:\n%s", start, text);
+    char *line = strndup(p, strcspn(p, "\n")), *save = NULL;
+    char *t = strtok_r(line, " ", &save);
+    for (int k = 0; t && k < col; k++)
+        t = strtok_r(NULL, " ", &save);
+    ck_assert_msg(t != NULL, "line '%s' has no column %d", line, col);
+    snprintf(out, len, "%s", t);
+    free(line);
+}
+
+/* Runs gddr-ctl with args and returns its output (exit status 0 asserted). */
+static char *run_ctl(char *const *args)
+{
+    char bin[512], err[256] = "", *out = NULL;
+    char *argv[16];
+    int a = 0, st = 0;
+    gt_bin_path(bin, sizeof bin, "gddr-ctl");
+    argv[a++] = bin;
+    for (int k = 0; args[k] && a < 15; k++)
+        argv[a++] = args[k];
+    argv[a] = NULL;
+    int rc = gt_run_capture(argv, 30000, 0, &out, &st, err, sizeof err);
+    ck_assert_msg(rc == 0, "gddr-ctl: %s", err);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gddr-ctl %s failed:\n%s", args[2], out);
+    return out;
+}
+
+/* The merged text of several servers is one valid exposition: every sample
+ * carries shard="0" or shard="1", no series appears twice, each family's
+ * HELP and TYPE appear once and its samples follow them, together. */
+static void assert_merged_metrics(const char *text)
+{
+    assert_prometheus_syntax(text);
+    char *copy = strdup(text), *save = NULL;
+    char **series = calloc(4096, sizeof *series), **fams = calloc(512, sizeof *fams);
+    int ns = 0, nfam = 0;
+    char cur[128] = "";
+    for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (strncmp(line, "# TYPE ", 7) == 0) {
+            snprintf(cur, sizeof cur, "%.*s", (int)strcspn(line + 7, " "), line + 7);
+            for (int k = 0; k < nfam; k++)
+                ck_assert_msg(strcmp(fams[k], cur) != 0, "TYPE of %s twice", cur);
+            ck_assert_int_lt(nfam, 512);
+            fams[nfam++] = strdup(cur);
+            continue;
+        }
+        if (line[0] == '#')
+            continue;
+        size_t nl = strcspn(line, "{ ");
+        ck_assert_msg(strncmp(line, cur, strlen(cur)) == 0 && cur[0],
+                      "sample '%s' is not under its family's TYPE (last TYPE: %s)", line, cur);
+        ck_assert_msg(strncmp(line + nl, "{shard=\"0\"", 10) == 0 ||
+                          strncmp(line + nl, "{shard=\"1\"", 10) == 0,
+                      "sample without a shard label: '%s'", line);
+        size_t sl = strcspn(line, " ");
+        if (line[nl] == '{')
+            sl = (size_t)(strchr(line, '}') - line) + 1;
+        char *key = strndup(line, sl);
+        for (int k = 0; k < ns; k++)
+            ck_assert_msg(strcmp(series[k], key) != 0, "series %s appears twice", key);
+        ck_assert_int_lt(ns, 4096);
+        series[ns++] = key;
+    }
+    ck_assert_int_gt(ns, 20);
+    for (int k = 0; k < ns; k++)
+        free(series[k]);
+    for (int k = 0; k < nfam; k++)
+        free(fams[k]);
+    free(series);
+    free(fams);
+    free(copy);
+}
+
+/* gddr-ctl over the two servers of a sharded model: status sums the
+ * counters, metrics merges the texts with a shard label. */
+START_TEST(test_ctl_several_servers)
+{
+    gt_server s0, s1;
+    START_SERVER(s0, "shard_index=0", "shard_count=2", "lr=0.5");
+    START_SERVER(s1, "shard_index=1", "shard_count=2", "lr=0.5");
+    shard_worker_pushes(s0.endpoint, 0, 2, 2);
+    shard_worker_pushes(s1.endpoint, 1, 2, 3);
+    char list[600];
+    snprintf(list, sizeof list, "%s, %s", s0.endpoint, s1.endpoint);
+
+    char *a1[] = { "-s", list, "metrics", NULL };
+    char *text = run_ctl(a1);
+    assert_merged_metrics(text);
+    static const char *const want[] = {
+        "\ngddr_pushes_total{shard=\"0\"} 2\n",
+        "\ngddr_pushes_total{shard=\"1\"} 3\n",
+        "\ngddr_tensor_version{shard=\"1\",tensor=\"w\"} 3\n",
+        "\ngddr_shard_info{shard=\"1\",shard_index=\"1\",shard_count=\"2\"} 1\n",
+        "\ngddr_staleness_bucket{shard=\"0\",le=\"+Inf\"} 2\n",
+    };
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+        ck_assert_msg(strstr(text, want[k]), "merged metrics lack '%s':\n%s", want[k], text);
+    free(text);
+
+    /* The same servers named by two -s, in the other order: the labels are
+     * the shards the servers say they are, not their places in the list. */
+    char *a2[] = { "-s", s1.endpoint, "-s", s0.endpoint, "metrics", NULL };
+    text = run_ctl(a2);
+    assert_merged_metrics(text);
+    ck_assert_msg(strstr(text, "\ngddr_pushes_total{shard=\"1\"} 3\n"), "%s", text);
+    free(text);
+
+    char *a3[] = { "-s", list, "status", NULL };
+    text = run_ctl(a3);
+    const char *hdr = strstr(text, "shard ");
+    ck_assert_msg(hdr == text, "status does not start with its header:\n%s", text);
+    char val[64];
+    token_of_line(text, "total ", column_of(hdr, "pushes"), val, sizeof val);
+    ck_assert_str_eq(val, "5");
+    token_of_line(text, "total ", column_of(hdr, "updates"), val, sizeof val);
+    ck_assert_str_eq(val, "5");
+    token_of_line(text, "1/2 ", column_of(hdr, "pushes"), val, sizeof val);
+    ck_assert_str_eq(val, "3");
+    token_of_line(text, "0/2 ", column_of(hdr, "endpoint"), val, sizeof val);
+    ck_assert_str_eq(val, s0.endpoint);
+    free(text);
+    stop_server(&s0);
+    stop_server(&s1);
+}
+END_TEST
+
 /* ---- suite ------------------------------------------------------------------------ */
 
 #define ADD_CASE(s, name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT)
@@ -1429,6 +1711,8 @@ Suite *suite_server(void)
     ADD_CASE(s, "trainer", test_trainer_softmax);
     ADD_CASE(s, "staleness_histogram", test_staleness_histogram);
     ADD_CASE(s, "metrics", test_metrics_text);
+    ADD_CASE(s, "shard_layout", test_shard_layout);
+    ADD_CASE(s, "ctl_several_servers", test_ctl_several_servers);
     ADD_CASE(s, "sigterm", test_sigterm_exits_zero);
     ADD_CASE(s, "bench_reports", test_bench_reports);
     return s;

@@ -25,6 +25,7 @@
 
 #include "gddr/gddr.h"
 #include "harness.h"
+#include "prom.h"
 
 static inline void gt_mk_tmpdir(char *buf, size_t len)
 {
@@ -152,15 +153,7 @@ static inline void gt_start_logged(gt_server *s, const char *logpath, const char
  * absent. */
 static inline double gt_metric_of(const char *text, const char *name)
 {
-    size_t nl = strlen(name);
-    for (const char *p = text; p && *p;) {
-        if (strncmp(p, name, nl) == 0 && p[nl] == ' ')
-            return strtod(p + nl + 1, NULL);
-        p = strchr(p, '\n');
-        if (p)
-            p++;
-    }
-    return NAN;
+    return gddr__prom_sample(text, name, NAN);
 }
 
 /* One metric of the server c talks to (a fresh metrics request). */

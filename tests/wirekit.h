@@ -92,6 +92,21 @@ static inline void raw_hello(raw_conn *r, uint32_t rank, uint32_t world)
     r->rank = rank;
 }
 
+/* An observer client of ep (never counted as a worker), or fails the test. */
+static inline gddr_client *open_observer_on(const char *ep, int timeout_ms)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = 0;
+    o.world_size = 1;
+    o.observer = 1;
+    o.timeout_ms = timeout_ms;
+    gddr_client *c = NULL;
+    int rc = gddr_client_open(&o, &c);
+    ck_assert_msg(rc == GDDR_OK, "observer on %s: %s", ep, gddr_strerror(rc));
+    return c;
+}
+
 static inline gddr_server_stats get_stats(gddr_client *c)
 {
     gddr_server_stats st;

@@ -1,86 +1,420 @@
-/* gddr-ctl -- ask a running gddr-ps for its status or a checkpoint.
+/* gddr-ctl -- ask running gddr-ps servers for their status or a checkpoint.
  *
- *   gddr-ctl [-s ENDPOINT] status        counters and staleness
- *   gddr-ctl [-s ENDPOINT] metrics       the Prometheus text
- *   gddr-ctl [-s ENDPOINT] checkpoint    write a checkpoint now
+ *   gddr-ctl [-s ENDPOINTS]... status        counters and staleness
+ *   gddr-ctl [-s ENDPOINTS]... metrics       the Prometheus text
+ *   gddr-ctl [-s ENDPOINTS]... checkpoint    write a checkpoint now
+ *
+ * ENDPOINTS is one endpoint or a comma-separated list (the servers of a
+ * sharded model, in shard order: the syntax of the client's `server`
+ * option); -s may also be given several times, and GDDR_SERVER holds the
+ * list when there is no -s. With several servers, `status` prints one row
+ * per server and a total (sums; live workers and staleness max are the
+ * largest), and `metrics` merges the servers' texts into one valid
+ * exposition: each family's HELP and TYPE once, then its samples from every
+ * server, each with a label shard="I" (I: the server's shard_index, from
+ * its gddr_shard_info gauge).
  *
  * For a server with CURVE, set GDDR_CURVE_SERVER_KEY (its public key) and
  * GDDR_CURVE_KEY_FILE (a key file whose public key is authorized).
  *
- * It talks to the server through libgddr-client with rank 0 and a world
- * of 0 workers, so it never changes what a sync step waits for.
+ * It talks to each server through libgddr-client, one client (one
+ * endpoint) per server, as an observer: it never changes what a sync step
+ * waits for, and an observer may talk to any one shard.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gddr/gddr.h"
+#include "prom.h"
+
+#define MAX_SERVERS 256
+
+typedef struct srv {
+    char *ep;
+    gddr_client *c;
+    char *metrics;         /* the Prometheus text (status and metrics) */
+    int shard, shards;     /* what its gddr_shard_info says; -1: not said */
+    gddr_server_stats st;
+    gddr_server_info info;
+} srv;
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: gddr-ctl [-s ENDPOINT[,ENDPOINT...]]... status|metrics|checkpoint\n"
+                    "       (or set GDDR_SERVER=ENDPOINT[,ENDPOINT...])\n");
+}
+
+/* Splits a comma-separated list into s[*n...]; 0, or -1 on an empty item
+ * or too many servers. */
+static int add_endpoints(srv *s, int *n, const char *list)
+{
+    const char *p = list;
+    for (;;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        while (len && (*p == ' ' || *p == '\t'))
+            p++, len--;
+        while (len && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+            len--;
+        if (!len) {
+            fprintf(stderr, "gddr-ctl: an empty endpoint in '%s'\n", list);
+            return -1;
+        }
+        if (*n >= MAX_SERVERS) {
+            fprintf(stderr, "gddr-ctl: more than %d servers\n", MAX_SERVERS);
+            return -1;
+        }
+        s[*n].ep = strndup(p, len);
+        s[*n].shard = s[*n].shards = -1;
+        (*n)++;
+        if (!end)
+            return 0;
+        p = end + 1;
+    }
+}
+
+/* The value of the unlabelled sample `name` in a Prometheus text; 0 when
+ * absent. */
+static double metric_of(const char *text, const char *name)
+{
+    return gddr__prom_sample(text, name, 0);
+}
+
+static int fetch_metrics(srv *s)
+{
+    int rc = gddr_server_metrics_text(s->c, &s->metrics);
+    if (rc != GDDR_OK)
+        return rc;
+    const char *p = strstr(s->metrics, "\ngddr_shard_info{shard_index=\"");
+    if (p && sscanf(p, "\ngddr_shard_info{shard_index=\"%d\",shard_count=\"%d\"}", &s->shard,
+                    &s->shards) != 2)
+        s->shard = s->shards = -1;
+    return GDDR_OK;
+}
+
+static const char *mode_name(int mode)
+{
+    return mode == GDDR_MODE_SYNC ? "sync" : mode == GDDR_MODE_SSP ? "ssp" : "async";
+}
+
+/* The shard label of server i: the index it says, else its place in the
+ * list (a server from before sharding says none). */
+static int shard_label(const srv *s, int i)
+{
+    return s[i].shard >= 0 ? s[i].shard : i;
+}
+
+/* Whether the list is a whole layout: server i says it is shard i of n. */
+static int check_layout(const srv *s, int n)
+{
+    int ok = 1;
+    for (int i = 0; i < n; i++)
+        if (s[i].shard >= 0 && (s[i].shard != i || s[i].shards != n)) {
+            fprintf(stderr, "gddr-ctl: note: %s is shard %d of %d, but is at %d of the %d listed\n",
+                    s[i].ep, s[i].shard, s[i].shards, i, n);
+            ok = 0;
+        }
+    return ok;
+}
+
+/* ---- status ---------------------------------------------------------------- */
+
+static void status_one(const srv *s)
+{
+    const gddr_server_stats *st = &s->st;
+    printf("epoch          %016llx\nmode           %s\nlive workers   %d\n"
+           "pushes         %llu\npulls          %llu\nrejected       %llu\n"
+           "updates        %llu\nstaleness      mean %.3f, ema %.3f, max %llu\ntau            %d\n",
+           (unsigned long long)st->epoch, mode_name(s->info.mode), st->live_workers,
+           (unsigned long long)st->pushes, (unsigned long long)st->pulls,
+           (unsigned long long)st->rejected, (unsigned long long)st->versions_total,
+           st->staleness_mean, st->staleness_ema, (unsigned long long)st->staleness_max, st->tau);
+    printf("staleness hist");
+    for (int b = 0; b < 17; b++)
+        printf(" %llu", (unsigned long long)st->staleness_hist[b]);
+    printf("\nbytes          received %.0f, sent %.0f\n",
+           metric_of(s->metrics, "gddr_bytes_received_total"),
+           metric_of(s->metrics, "gddr_bytes_sent_total"));
+    if (s->shard >= 0)
+        printf("shard          %d of %d\n", s->shard, s->shards);
+}
+
+/* One row per server and a total: counters summed, live workers and the
+ * staleness max the largest (every worker talks to every shard), the
+ * staleness mean weighted by pushes. */
+static void status_many(const srv *s, int n)
+{
+    int epw = 8;
+    for (int i = 0; i < n; i++)
+        if ((int)strlen(s[i].ep) > epw)
+            epw = (int)strlen(s[i].ep);
+    const char *hdr = "%-7s %-*s %-5s %4s %10s %10s %8s %10s %12s %12s %5s %10s %9s\n";
+    printf(hdr, "shard", epw, "endpoint", "mode", "live", "pushes", "pulls", "rejected", "updates",
+           "bytes_in", "bytes_out", "tau", "stale_mean", "stale_max");
+    const char *row = "%-7s %-*s %-5s %4d %10llu %10llu %8llu %10llu %12.0f %12.0f %5s %10.3f %9llu\n";
+    gddr_server_stats t;
+    memset(&t, 0, sizeof t);
+    double bin = 0, bout = 0, stale_sum = 0;
+    int tau_lo = 0, tau_hi = 0, mixed = 0;
+    for (int i = 0; i < n; i++) {
+        const gddr_server_stats *st = &s[i].st;
+        char shard[32], tau[16];
+        if (s[i].shard >= 0)
+            snprintf(shard, sizeof shard, "%d/%d", s[i].shard, s[i].shards);
+        else
+            snprintf(shard, sizeof shard, "?");
+        snprintf(tau, sizeof tau, "%d", st->tau);
+        double in = metric_of(s[i].metrics, "gddr_bytes_received_total");
+        double out = metric_of(s[i].metrics, "gddr_bytes_sent_total");
+        printf(row, shard, epw, s[i].ep, mode_name(s[i].info.mode), st->live_workers,
+               (unsigned long long)st->pushes, (unsigned long long)st->pulls,
+               (unsigned long long)st->rejected, (unsigned long long)st->versions_total, in, out,
+               tau, st->staleness_mean, (unsigned long long)st->staleness_max);
+        t.pushes += st->pushes;
+        t.pulls += st->pulls;
+        t.rejected += st->rejected;
+        t.versions_total += st->versions_total;
+        if (st->live_workers > t.live_workers)
+            t.live_workers = st->live_workers;
+        if (st->staleness_max > t.staleness_max)
+            t.staleness_max = st->staleness_max;
+        for (int b = 0; b < 17; b++)
+            t.staleness_hist[b] += st->staleness_hist[b];
+        stale_sum += st->staleness_mean * (double)st->pushes;
+        bin += in;
+        bout += out;
+        if (i == 0 || st->tau < tau_lo)
+            tau_lo = st->tau;
+        if (i == 0 || st->tau > tau_hi)
+            tau_hi = st->tau;
+        if (s[i].info.mode != s[0].info.mode)
+            mixed = 1;
+    }
+    char tau[32];
+    if (tau_lo == tau_hi)
+        snprintf(tau, sizeof tau, "%d", tau_lo);
+    else
+        snprintf(tau, sizeof tau, "%d-%d", tau_lo, tau_hi);
+    printf(row, "total", epw, "all", mixed ? "mixed" : mode_name(s[0].info.mode), t.live_workers,
+           (unsigned long long)t.pushes, (unsigned long long)t.pulls,
+           (unsigned long long)t.rejected, (unsigned long long)t.versions_total, bin, bout, tau,
+           t.pushes ? stale_sum / (double)t.pushes : 0.0, (unsigned long long)t.staleness_max);
+    printf("staleness hist (all servers)");
+    for (int b = 0; b < 17; b++)
+        printf(" %llu", (unsigned long long)t.staleness_hist[b]);
+    printf("\n");
+}
+
+/* ---- metrics --------------------------------------------------------------- */
+
+/* The metric name a line is about: "# HELP name ..." / "# TYPE name ..." or
+ * a sample "name{...} v" / "name v". Returns its length; *name points at it. */
+static size_t line_name(const char *line, const char **name)
+{
+    const char *p = line;
+    if (strncmp(p, "# HELP ", 7) == 0 || strncmp(p, "# TYPE ", 7) == 0)
+        p += 7;
+    *name = p;
+    return strcspn(p, " {\n");
+}
+
+typedef struct family {
+    const char *name;
+    size_t len;
+    const char *help, *type; /* lines (up to '\n') from the first server that has them */
+} family;
+
+static int find_family(family *f, int nf, const char *name, size_t len)
+{
+    for (int i = 0; i < nf; i++)
+        if (f[i].len == len && strncmp(f[i].name, name, len) == 0)
+            return i;
+    return -1;
+}
+
+/* Prints a sample line with shard="I" as its first label. */
+static void print_labelled(const char *line, size_t len, int shard)
+{
+    size_t nl = strcspn(line, " {\n");
+    if (nl < len && line[nl] == '{') {
+        int empty = nl + 1 < len && line[nl + 1] == '}';
+        printf("%.*s{shard=\"%d\"%s%.*s\n", (int)nl, line, shard, empty ? "" : ",",
+               (int)(len - nl - 1), line + nl + 1);
+    } else {
+        printf("%.*s{shard=\"%d\"}%.*s\n", (int)nl, line, shard, (int)(len - nl), line + nl);
+    }
+}
+
+/* Which family each line of a text belongs to: the one its last HELP or
+ * TYPE named (a histogram's _bucket, _sum and _count lines follow their
+ * family's TYPE), else the sample's own name. Adds new families to f. */
+static int collect_families(const char *text, family *f, int *nf, int cap)
+{
+    int cur = -1;
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "\n");
+        if (len && (p[0] != '#' || strncmp(p, "# HELP ", 7) == 0 || strncmp(p, "# TYPE ", 7) == 0)) {
+            const char *name;
+            size_t nlen = line_name(p, &name);
+            int meta = p[0] == '#';
+            if (meta || cur < 0) {
+                cur = find_family(f, *nf, name, nlen);
+                if (cur < 0) {
+                    if (*nf >= cap)
+                        return -1;
+                    cur = (*nf)++;
+                    memset(&f[cur], 0, sizeof f[cur]);
+                    f[cur].name = name;
+                    f[cur].len = nlen;
+                }
+                if (strncmp(p, "# HELP ", 7) == 0 && !f[cur].help)
+                    f[cur].help = p;
+                if (strncmp(p, "# TYPE ", 7) == 0 && !f[cur].type)
+                    f[cur].type = p;
+            }
+        }
+        p += len;
+        if (*p)
+            p++;
+    }
+    return 0;
+}
+
+/* Prints the samples of family fi in text, labelled with shard. */
+static void print_family_samples(const char *text, const family *f, int nf, int fi, int shard)
+{
+    int cur = -1;
+    for (const char *p = text; *p;) {
+        size_t len = strcspn(p, "\n");
+        if (len && p[0] != '#') {
+            const char *name;
+            size_t nlen = line_name(p, &name);
+            if (cur < 0)
+                cur = find_family((family *)f, nf, name, nlen);
+            if (cur == fi)
+                print_labelled(p, len, shard);
+        } else if (strncmp(p, "# HELP ", 7) == 0 || strncmp(p, "# TYPE ", 7) == 0) {
+            const char *name;
+            size_t nlen = line_name(p, &name);
+            cur = find_family((family *)f, nf, name, nlen);
+        }
+        p += len;
+        if (*p)
+            p++;
+    }
+}
+
+static int metrics_many(const srv *s, int n)
+{
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < i; j++)
+            if (shard_label(s, i) == shard_label(s, j)) {
+                fprintf(stderr, "gddr-ctl: %s and %s both are shard %d: their series would clash\n",
+                        s[j].ep, s[i].ep, shard_label(s, i));
+                return 1;
+            }
+    enum { CAP = 1024 };
+    family *f = calloc(CAP, sizeof *f);
+    int nf = 0;
+    if (!f)
+        return 1;
+    for (int i = 0; i < n; i++)
+        if (collect_families(s[i].metrics, f, &nf, CAP) < 0) {
+            fprintf(stderr, "gddr-ctl: more than %d metric families\n", CAP);
+            free(f);
+            return 1;
+        }
+    for (int k = 0; k < nf; k++) {
+        if (f[k].help)
+            printf("%.*s\n", (int)strcspn(f[k].help, "\n"), f[k].help);
+        if (f[k].type)
+            printf("%.*s\n", (int)strcspn(f[k].type, "\n"), f[k].type);
+        for (int i = 0; i < n; i++)
+            print_family_samples(s[i].metrics, f, nf, k, shard_label(s, i));
+    }
+    free(f);
+    return 0;
+}
+
+/* ---- main ------------------------------------------------------------------ */
 
 int main(int argc, char **argv)
 {
-    const char *server = getenv("GDDR_SERVER");
-    int i = 1;
-    if (i + 1 < argc && (strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--server") == 0)) {
-        server = argv[i + 1];
+    srv *s = calloc(MAX_SERVERS, sizeof *s);
+    int n = 0, i = 1;
+    if (!s)
+        return 1;
+    while (i + 1 < argc && (strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--server") == 0)) {
+        if (add_endpoints(s, &n, argv[i + 1]) < 0)
+            return 2;
         i += 2;
     }
-    if (i >= argc || !server) {
-        fprintf(stderr, "usage: gddr-ctl [-s ENDPOINT] status|metrics|checkpoint\n"
-                        "       (or set GDDR_SERVER=ENDPOINT)\n");
+    const char *env = getenv("GDDR_SERVER");
+    if (n == 0 && env && env[0] && add_endpoints(s, &n, env) < 0)
+        return 2;
+    if (i + 1 != argc || n == 0) {
+        usage();
         return 2;
     }
     const char *cmd = argv[i];
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    o.server = server;
-    o.rank = 0;
-    o.world_size = 1;
-    o.timeout_ms = 3000;
-    o.observer = 1;
-    /* A server with CURVE: its public key and our key file. */
-    o.curve_server_key = getenv("GDDR_CURVE_SERVER_KEY");
-    o.curve_key_file = getenv("GDDR_CURVE_KEY_FILE");
-    gddr_client *c;
-    int rc = gddr_client_open(&o, &c);
-    if (rc != GDDR_OK) {
-        fprintf(stderr, "gddr-ctl: cannot reach %s: %s\n", server, gddr_strerror(rc));
-        return 1;
-    }
-    if (strcmp(cmd, "status") == 0) {
-        gddr_server_stats s;
-        gddr_server_info info;
-        gddr_client_info(c, &info);
-        rc = gddr_server_stats_get(c, &s);
-        if (rc == GDDR_OK) {
-            printf("epoch          %016llx\nmode           %s\nlive workers   %d\n"
-                   "pushes         %llu\npulls          %llu\nrejected       %llu\n"
-                   "updates        %llu\nstaleness      mean %.3f, ema %.3f, max %llu\ntau            %d\n",
-                   (unsigned long long)s.epoch,
-                   info.mode == GDDR_MODE_SYNC ? "sync" : info.mode == GDDR_MODE_SSP ? "ssp" : "async",
-                   s.live_workers, (unsigned long long)s.pushes, (unsigned long long)s.pulls,
-                   (unsigned long long)s.rejected, (unsigned long long)s.versions_total,
-                   s.staleness_mean, s.staleness_ema, (unsigned long long)s.staleness_max, s.tau);
-            printf("staleness hist");
-            for (int b = 0; b < 17; b++)
-                printf(" %llu", (unsigned long long)s.staleness_hist[b]);
-            printf("\n");
-        }
-    } else if (strcmp(cmd, "metrics") == 0) {
-        char *text = NULL;
-        rc = gddr_server_metrics_text(c, &text);
-        if (rc == GDDR_OK)
-            fputs(text, stdout);
-        free(text);
-    } else if (strcmp(cmd, "checkpoint") == 0) {
-        rc = gddr_request_checkpoint(c);
-        if (rc == GDDR_OK)
-            printf("checkpoint requested\n");
-    } else {
+    if (strcmp(cmd, "status") && strcmp(cmd, "metrics") && strcmp(cmd, "checkpoint")) {
         fprintf(stderr, "gddr-ctl: unknown command '%s'\n", cmd);
-        gddr_client_close(&c);
+        usage();
         return 2;
     }
-    if (rc != GDDR_OK)
-        fprintf(stderr, "gddr-ctl: %s: %s\n", gddr_strerror(rc), gddr_client_errmsg(c));
-    gddr_client_close(&c);
-    return rc == GDDR_OK ? 0 : 1;
+    int failed = 0;
+    for (int k = 0; k < n; k++) {
+        gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+        o.server = s[k].ep;
+        o.rank = 0;
+        o.world_size = 1;
+        o.timeout_ms = 3000;
+        o.observer = 1;
+        /* A server with CURVE: its public key and our key file. */
+        o.curve_server_key = getenv("GDDR_CURVE_SERVER_KEY");
+        o.curve_key_file = getenv("GDDR_CURVE_KEY_FILE");
+        int rc = gddr_client_open(&o, &s[k].c);
+        if (rc == GDDR_OK && strcmp(cmd, "checkpoint") == 0) {
+            rc = gddr_request_checkpoint(s[k].c);
+            if (rc == GDDR_OK && n > 1)
+                printf("checkpoint requested: %s\n", s[k].ep);
+            else if (rc == GDDR_OK)
+                printf("checkpoint requested\n");
+        } else if (rc == GDDR_OK) {
+            gddr_client_info(s[k].c, &s[k].info);
+            rc = fetch_metrics(&s[k]);
+            if (rc == GDDR_OK && strcmp(cmd, "status") == 0)
+                rc = gddr_server_stats_get(s[k].c, &s[k].st);
+        } else {
+            fprintf(stderr, "gddr-ctl: cannot reach %s: %s\n", s[k].ep, gddr_strerror(rc));
+            failed = 1;
+            continue;
+        }
+        if (rc != GDDR_OK) {
+            fprintf(stderr, "gddr-ctl: %s: %s: %s\n", s[k].ep, gddr_strerror(rc),
+                    gddr_client_errmsg(s[k].c));
+            failed = 1;
+        }
+    }
+    if (!failed && strcmp(cmd, "status") == 0) {
+        if (n == 1) {
+            status_one(&s[0]);
+        } else {
+            status_many(s, n);
+            check_layout(s, n);
+        }
+    } else if (!failed && strcmp(cmd, "metrics") == 0) {
+        if (n == 1)
+            fputs(s[0].metrics, stdout);
+        else
+            failed = metrics_many(s, n);
+    }
+    for (int k = 0; k < n; k++) {
+        gddr_client_close(&s[k].c);
+        free(s[k].metrics);
+        free(s[k].ep);
+    }
+    free(s);
+    return failed ? 1 : 0;
 }

@@ -110,6 +110,46 @@ def test_hello_refused(pb, server, connect):
     assert stats(pb, c).live_workers <= 2
 
 
+def test_hello_shard_layout(pb, server, connect):
+    """A sharded model: each server is shard_index of shard_count. A hello
+    says where the client's server list puts this server; another place, or
+    no layout at all on a server that is one of several, is refused for good
+    (E_CONFIG, no retry) with both layouts named, and makes no worker."""
+    srv = server(chunk=4, shard_index=1, shard_count=3)
+
+    def shard_hello(c, idx, cnt, world=2):
+        return c.call(pb.Hello(world_size=world, client="test_wire.py",
+                               shard_index=idx, shard_count=cnt))
+
+    c = connect(srv, rank=0)
+    for idx, cnt, says in [(0, 2, "puts it at 0 of 2"), (0, 3, "puts it at 0 of 3"),
+                           (0, 0, "sharded over 3 servers")]:
+        r = shard_hello(c, idx, cnt)
+        expect_error(pb, r, pb.E_CONFIG)
+        assert "this server is shard 1 of 3" in r.body.message, r
+        assert says in r.body.message, r
+    expect_error(pb, register(pb, c, "w", W6), pb.E_WORKER)  # still no worker
+    r = shard_hello(c, 1, 3)
+    assert r.kind == "hello", r
+    assert (r.body.shard_index, r.body.shard_count) == (1, 3)
+    assert register(pb, c, "w", W6).kind == "init"
+    # An observer without a layout may read this one shard; with a wrong one not.
+    o = connect(srv, observer=True)
+    r = shard_hello(o, 0, 0)
+    assert r.kind == "hello" and (r.body.shard_index, r.body.shard_count) == (1, 3), r
+    expect_error(pb, shard_hello(o, 0, 3), pb.E_CONFIG)
+    text = stats(pb, o, prometheus=True).prometheus
+    assert '\ngddr_shard_info{shard_index="1",shard_count="3"} 1\n' in text
+    # An unsharded server is shard 0 of 1 and says so.
+    one = server(chunk=4)
+    c = connect(one, rank=0)
+    r = hello(pb, c)
+    assert r.kind == "hello" and (r.body.shard_index, r.body.shard_count) == (0, 1), r
+    r = shard_hello(c, 0, 2)
+    expect_error(pb, r, pb.E_CONFIG)
+    assert "this server is shard 0 of 1, the client's list puts it at 0 of 2" in r.body.message
+
+
 def test_rank_held_by_another_session(pb, server, connect):
     srv = server(chunk=4)
     a = worker(pb, connect, srv, rank=0, world=2)
@@ -686,6 +726,7 @@ def test_worked_example(pb, server, connect):
 
     r = c.call(pb.Hello(world_size=1, client="doc-example/1"))
     assert r.kind == "hello" and r.body.chunk == 4 and r.body.workers == 1
+    assert (r.body.shard_index, r.body.shard_count) == (0, 1)
     epoch = r.header.epoch
 
     r = c.call(pb.InitTensor(key="w", n=6, payload_bytes=24), [f32(W6)])

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# launch-local.sh -- one model sharded over S gddr-ps, trained by W gddr-train
+# workers, all on this host.
+#
+#   scripts/launch-local.sh [options] S W [gddr-train args...]
+#
+#   --set KEY=VALUE   a gddr-ps setting for every server (repeatable); the
+#                     default is workers=W
+#   --result FILE     write the RESULT line of the servers' final model there
+#   --keep            keep the scratch folder (logs, endpoint files, checkpoints)
+#
+# Server i runs with shard_index=i, shard_count=S on an OS-chosen loopback
+# port (written to an endpoint file), checkpoints in the scratch folder. The
+# workers get the endpoints joined by commas, in shard order, as --server.
+# Then: progress, a summary per worker, `gddr-ctl status` over all servers,
+# and the model the servers keep, evaluated by an observer. Everything
+# started here is stopped on exit, Ctrl-C included.
+#
+# S > 1 needs a libgddr-client that takes a list of servers (issue 10's
+# client side); S = 1 is one endpoint and works with any.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+BIN=${GDDR_BIN:-build/bin}
+me=launch-local
+sets=() result='' keep=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --set) sets+=(--set "$2"); shift 2 ;;
+    --result) result=$2; shift 2 ;;
+    --keep) keep=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) break ;;
+  esac
+done
+if [ $# -lt 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ && $2 =~ ^[1-9][0-9]*$ ]]; then
+  echo "usage: $me [--set KEY=VALUE]... [--result FILE] [--keep] SERVERS WORKERS [gddr-train args...]" >&2
+  exit 2
+fi
+servers=$1 workers=$2
+shift 2
+train_args=("$@")
+mapfile -t ev < <(eval_args "$@")
+
+tmp=$(mktemp -d /tmp/gddr-launch.XXXXXX)
+ps_pids=() pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do stop_pid "$p"; done
+  for p in "${ps_pids[@]}"; do stop_pid "$p"; done
+  if [ "$keep" = 1 ]; then echo "$me: kept $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+start=$(date +%s.%N)
+for ((i = 0; i < servers; i++)); do
+  mkdir -p "$tmp/ckpt$i"
+  "$BIN/gddr-ps" --listen 'tcp://127.0.0.1:*' --endpoint-file "$tmp/endpoint$i" \
+    --set shard_index="$i" --set shard_count="$servers" --set checkpoint_dir="$tmp/ckpt$i" \
+    --set workers="$workers" ${sets[@]+"${sets[@]}"} 2> "$tmp/server$i.log" &
+  ps_pids+=($!)
+done
+eps=()
+for ((i = 0; i < servers; i++)); do
+  if ! wait_file "$tmp/endpoint$i" 10; then
+    echo "$me: gddr-ps $i did not start:" >&2
+    cat "$tmp/server$i.log" >&2
+    exit 1
+  fi
+  eps+=("$(cat "$tmp/endpoint$i")")
+done
+EPS=$(IFS=,; echo "${eps[*]}")
+echo "== $servers gddr-ps ($EPS); $workers workers: gddr-train ${train_args[*]}"
+
+for ((r = 0; r < workers; r++)); do
+  "$BIN/gddr-train" --server "$EPS" --rank "$r" --world "$workers" --progress 1 \
+    ${train_args[@]+"${train_args[@]}"} > "$tmp/worker$r.log" 2>&1 &
+  pids+=($!)
+done
+# Progress: the newest line of every worker, once a second.
+while :; do
+  running=0
+  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && running=1; done
+  [ "$running" = 1 ] || break
+  sleep 1
+  for ((r = 0; r < workers; r++)); do
+    line=$(grep -E '^\[rank' "$tmp/worker$r.log" | tail -n 1 || true)
+    [ -n "$line" ] && echo "  $line"
+  done
+done
+fail=0
+for ((r = 0; r < workers; r++)); do
+  wait "${pids[$r]}" || { echo "$me: worker $r failed:" >&2; tail -n 20 "$tmp/worker$r.log" >&2; fail=1; }
+done
+pids=()
+[ "$fail" = 0 ] || exit 1
+elapsed=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo "?")
+"$BIN/gddr-ctl" -s "$EPS" status > "$tmp/status" 2>&1 || true
+# What counts: the model the servers keep, after every worker flushed and left.
+final=$(server_eval "$EPS" softmax ${ev[@]+"${ev[@]}"})
+[ -z "$result" ] || echo "$final" > "$result"
+
+echo
+echo "== summary (per worker: the parameters it pulled after its last step)"
+printf '%-6s %-10s %-7s %-14s %-14s %-10s\n' rank test_acc steps bytes_pushed bytes_pulled staleness
+for ((r = 0; r < workers; r++)); do
+  res=$(grep '^RESULT' "$tmp/worker$r.log" | tail -n 1)
+  printf '%-6s %-10s %-7s %-14s %-14s %-10s\n' "$r" "$(field test_accuracy "$res")" \
+    "$(field steps "$res")" "$(field bytes_pushed "$res")" "$(field bytes_pulled "$res")" \
+    "$(field mean_staleness "$res")"
+done
+echo
+sed 's/^/  servers: /' "$tmp/status"
+echo "  wall time: ${elapsed} s"
+echo
+echo "== the servers' final model (version $(field version "$final")): test accuracy $(field test_accuracy "$final")"
