@@ -213,7 +213,7 @@ START_TEST(test_sync_three_equals_one)
     for (int s = 0; s < 3; s++) {
         char idx[32], cnt[32] = "shard_count=3";
         snprintf(idx, sizeof idx, "shard_index=%d", s);
-        START_SERVER(s3[s], SYNC_SETS); (void)idx, (void)cnt; /* TODO shard keys */
+        START_SERVER(s3[s], SYNC_SETS, idx, cnt);
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", s ? ", " : "", s3[s].endpoint);
     }
     float *wa[SW][3], *wb[SW][3], *sa[3], *sb[3];
@@ -362,8 +362,8 @@ START_TEST(test_shard_killed)
     snprintf(logb2, sizeof logb2, "%s/b-restart.log", dir);
     snprintf(ckset, sizeof ckset, "checkpoint_dir=%s", ckdir);
     gt_server A, B;
-    const char *seta[] = { "lr=1", "chunk=256", "worker_timeout_s=600", NULL };
-    const char *setb[] = { "lr=1", "chunk=256", "worker_timeout_s=600", ckset, NULL };
+    const char *seta[] = { "lr=1", "chunk=256", "shard_count=2", "shard_index=0", NULL };
+    const char *setb[] = { "lr=1", "chunk=256", "shard_count=2", "shard_index=1", ckset, NULL };
     gt_start_logged(&A, loga, seta);
     gt_start_logged(&B, logb, setb);
     snprintf(listen, sizeof listen, "listen=%s", B.endpoint);
@@ -408,7 +408,7 @@ START_TEST(test_shard_killed)
     ck_assert_int_eq(gt_wait_pid(B.pid, WAIT_MS, &st), 1);
     B.pid = 0;
     pthread_barrier_wait(&gate);
-    const char *setb2[] = { setb[0], setb[1], setb[2], ckset, listen, NULL };
+    const char *setb2[] = { setb[0], setb[1], setb[2], setb[3], ckset, listen, NULL };
     gt_start_logged(&B, logb2, setb2);
     ck_assert_msg(gt_wait_for_text(logb2, "restored checkpoint", WAIT_MS) >= 0, "B restored nothing");
 
@@ -451,16 +451,23 @@ END_TEST
 START_TEST(test_api_across_shards)
 {
     gt_server A, B;
-    START_SERVER(A, "lr=1", "chunk=256");
-    START_SERVER(B, "lr=1", "chunk=256");
+    START_SERVER(A, "lr=1", "chunk=256", "shard_count=2", "shard_index=0");
+    START_SERVER(B, "lr=1", "chunk=256", "shard_count=2", "shard_index=1");
     char list[700];
-    snprintf(list, sizeof list, "%s, %s", A.endpoint, B.endpoint);
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
     o.server = list;
     o.rank = 0;
     o.world_size = 1;
     o.timeout_ms = 30000;
+    o.reconnect_timeout_ms = 2000;
     gddr_client *c = NULL;
+    /* The list in the wrong order, or one server alone: refused at once. */
+    snprintf(list, sizeof list, "%s, %s", B.endpoint, A.endpoint);
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_ECONFIG);
+    ck_assert_ptr_null(c);
+    snprintf(list, sizeof list, "%s", B.endpoint);
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_ECONFIG);
+    snprintf(list, sizeof list, "%s, %s", A.endpoint, B.endpoint);
     ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
     enum { NB = 300000, NS = 10 };
     float *w = calloc(NB, 4), *g = malloc(NB * 4), *out = malloc(NB * 4);

@@ -466,6 +466,11 @@ static int hello(gddr_client *c, int timeout_ms, uint32_t *retry_ms)
     Gddr__Hello h = GDDR__HELLO__INIT;
     h.world_size = (uint32_t)c->o.world_size;
     h.client = "libgddr-client/" GDDR_VERSION;
+    /* One server of a sharded client's list says where it sits (the
+     * server refuses a list in another order with E_CONFIG); a plain
+     * client says nothing (count 0). */
+    h.shard_index = (uint32_t)c->shard_index;
+    h.shard_count = (uint32_t)c->shard_count;
     rq.body_case = GDDR__REQUEST__BODY_HELLO;
     rq.hello = &h;
     uint64_t tk;
@@ -562,11 +567,11 @@ int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
         return GDDR_EINVAL;
     if (gddr__server_count(opts->server) > 1)
         return gddr__shards_open(opts, out);
-    return gddr__client_open_shard(opts, 0, 0, out);
+    return gddr__client_open_shard(opts, 0, 0, out, NULL, 0);
 }
 
 int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int shard_count,
-                            gddr_client **out)
+                            gddr_client **out, char *err, size_t errlen)
 {
     if (!opts || !out || !opts->server || !opts->server[0])
         return GDDR_EINVAL;
@@ -636,6 +641,8 @@ int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int s
     if (rc != GDDR_OK) {
         gddr__logf(&c->log, GDDR_LOG_ERROR, "cannot open a session with %s: %s", c->server,
                    c->errmsg);
+        if (err && errlen)
+            snprintf(err, errlen, "%s", c->errmsg);
         gddr_client_close(&c);
         return rc;
     }

@@ -140,7 +140,7 @@ void gddr__shards_close(gddr_client *c);
 /* Opens one server's client of a sharded client (the hello says where it
  * sits). */
 int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int shard_count,
-                            gddr_client **out);
+                            gddr_client **out, char *err, size_t errlen);
 /* gddr_register of a piece: keyhash and chunk0 place it in its whole tensor. */
 int gddr__register_piece(gddr_client *c, const char *key, const float *init, size_t n,
                          uint32_t keyhash, uint32_t chunk0, int *id, uint64_t *version);

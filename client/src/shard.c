@@ -63,6 +63,8 @@ typedef struct sgroup {    /* a ticket of the router: one per piece */
 struct gddr__shards {
     int S;
     gddr_client **sub;
+    char (*ep)[512];       /* the endpoints, in shard order */
+    char (*why)[512];      /* why a shard could not be opened */
     stensor *t;
     int nt;
     sgroup *groups;
@@ -132,8 +134,9 @@ static int fan(gddr_client *c, int (*fn)(gddr_client *, int, void *), void *arg)
     pthread_mutex_unlock(&h->mu);
     for (int s = 0; s < h->S; s++)
         if (h->rc[s] != GDDR_OK)
-            return gddr__set_err(c, h->rc[s], "shard %d (%s): %s", s, h->sub[s]->server,
-                                 gddr_client_errmsg(h->sub[s]));
+            return gddr__set_err(c, h->rc[s], "shard %d (%s): %s", s, h->ep[s],
+                                 h->sub[s] ? gddr_client_errmsg(h->sub[s])
+                                 : h->why[s][0] ? h->why[s] : gddr_strerror(h->rc[s]));
     return GDDR_OK;
 }
 
@@ -177,19 +180,13 @@ int gddr__server_count(const char *list)
     return n;
 }
 
-struct open_arg {
-    const gddr_client_opts *o;
-    char (*ep)[512];
-};
-
 static int open_one(gddr_client *c, int s, void *arg)
 {
-    struct open_arg *a = arg;
     gddr__shards *h = c->shards;
-    gddr_client_opts o = *a->o;
-    o.server = a->ep[s];
+    gddr_client_opts o = *(const gddr_client_opts *)arg;
+    o.server = h->ep[s];
     o.clip_norm = 0; /* the router clips by the global norm */
-    return gddr__client_open_shard(&o, s, h->S, &h->sub[s]);
+    return gddr__client_open_shard(&o, s, h->S, &h->sub[s], h->why[s], sizeof h->why[s]);
 }
 
 static void shards_free(gddr_client *c)
@@ -221,6 +218,8 @@ static void shards_free(gddr_client *c)
     free(h->th);
     free(h->rc);
     free(h->sub);
+    free(h->ep);
+    free(h->why);
     free(h);
     c->shards = NULL;
 }
@@ -253,6 +252,7 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out)
         return S < 2 && ep && c && h ? GDDR_EINVAL : GDDR_ENOMEM;
     }
     c->shards = h;
+    h->ep = ep;
     c->o = *opts;
     snprintf(c->server, sizeof c->server, "%s", opts->server);
     c->o.server = c->server;
@@ -263,11 +263,12 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out)
     h->S = S;
     h->sub = calloc((size_t)S, sizeof *h->sub);
     h->rc = calloc((size_t)S, sizeof *h->rc);
+    h->why = calloc((size_t)S, sizeof *h->why);
     h->th = calloc((size_t)S, sizeof *h->th);
     pthread_mutex_init(&h->mu, NULL);
     pthread_cond_init(&h->go, NULL);
     pthread_cond_init(&h->done, NULL);
-    int rc = h->sub && h->rc && h->th ? GDDR_OK : GDDR_ENOMEM;
+    int rc = h->sub && h->rc && h->why && h->th ? GDDR_OK : GDDR_ENOMEM;
     for (int s = 1; rc == GDDR_OK && s < S; s++) {
         struct shard_thread *a = malloc(sizeof *a);
         if (a) {
@@ -283,14 +284,11 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out)
         }
     }
     if (rc != GDDR_OK) {
-        free(ep);
         shards_free(c);
         free(c);
         return rc;
     }
-    struct open_arg oa = { opts, ep };
-    rc = fan(c, open_one, &oa);
-    free(ep);
+    rc = fan(c, open_one, (void *)opts);
     /* Every server must agree on what a chunk and a step are. */
     for (int s = 1; rc == GDDR_OK && s < S; s++) {
         gddr_server_info a = h->sub[0]->info, b = h->sub[s]->info;
