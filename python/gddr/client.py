@@ -140,9 +140,9 @@ class Ticket:
         self.version = None
 
     def wait(self, timeout_ms=None):
-        """Waits up to timeout_ms (None: the client's timeout); raises
-        gddr.Timeout when the reply did not come (the request is still in
-        flight: wait again, or give up on it)."""
+        """Waits up to timeout_ms (None: the client's timeout) and returns
+        the version; raises gddr.Timeout when the reply did not come in
+        time (the library then forgets the request: send it again)."""
         return self.client.wait(self, timeout_ms)
 
     def __repr__(self):
@@ -361,18 +361,19 @@ class Client:
             return ticket
 
     def wait(self, ticket, timeout_ms=None):
-        """gddr_wait: the version the reply carried."""
+        """gddr_wait: the version the reply carried. Whatever the outcome,
+        the ticket is collected: after an error (gddr.Timeout included,
+        whose late reply the library drops) waiting again raises
+        gddr.UnknownTicket, and a push must be sent again to count."""
         if ticket.done:
             return ticket.version
         with self._lock:
             v = ctypes.c_uint64()
             rc = _lib.wait(self._handle(), ticket.ticket, -1 if timeout_ms is None else timeout_ms,
                            ctypes.byref(v))
-            if rc != 3:  # GDDR_ETIMEDOUT: still in flight, the library may still write `out`
-                self._pending.pop(ticket.ticket, None)
-                ticket.done = rc == 0
+            self._pending.pop(ticket.ticket, None)
             self._check(rc, "wait for %s %r" % (ticket.kind, ticket.tensor.name))
-            ticket.version = v.value
+            ticket.done, ticket.version = True, v.value
             return v.value
 
     # ---- steps --------------------------------------------------------------
