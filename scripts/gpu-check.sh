@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one script to run on a machine with an NVIDIA GPU (e.g. through the
 # device tool): builds with nvcc, runs every kernel and the client's device
-# path against their CPU twins, then the kernel benchmarks (GB/s and the
-# ratio to device-to-device memcpy). Output also goes to $OUT/ when set.
+# path against their CPU twins, the Python package's device path, then the
+# kernel benchmarks (GB/s and the ratio to device-to-device memcpy). Output
+# also goes to $OUT/ when set.
 #
 #   scripts/gpu-check.sh            # a few minutes on an H200
 set -uo pipefail
@@ -18,6 +19,18 @@ status=0
 # GPU-vs-CPU cases (bit-identical masks, values within tolerance, guard
 # elements untouched) and the device-pointer step against the host step.
 timeout 600 build/bin/gddr-tests kernels residual 2>&1 | tee "$out/tests.log" || status=1
+# The Python package's device path: raw device pointers through
+# Client.step_ptrs (test_cuda.py, needs python3-numpy) and a CUDA torch
+# model through gddr.torch (test_torch.py; Debian's python3-torch is a
+# CPU build, so that case says why it skipped unless a CUDA torch is there).
+if /usr/bin/python3 -c 'import numpy, pytest' 2>/dev/null; then
+  timeout 300 /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_cuda.py \
+    python/tests/test_torch.py -k 'cuda or device' 2>&1 | tee "$out/python.log" || status=1
+  tail -n 3 "$out/python.log" | sed 's/^/python: /' >> "$out/summary.txt"
+else
+  echo "gpu-check: python3-numpy or python3-pytest missing: the Python device path was not run" |
+    tee -a "$out/summary.txt"
+fi
 timeout 600 build/bin/bench_kernels 2>&1 | tee "$out/bench.log" || status=1
 grep -E "^[0-9]+%|SKIP|:F:|:E:" "$out/tests.log" | tee -a "$out/summary.txt"
 echo "gpu-check: exit $status; logs in $out" | tee -a "$out/summary.txt"

@@ -178,7 +178,7 @@ def run_worker(args):
                   "(mode %s, delay_fraction %g, loaded in %.1f s)"
                   % (rank, "synthetic data" if args.synthetic else "Fashion-MNIST", steps,
                      args.batch, len(ps.named), sum(p.numel() for _, p in ps.named), c.mode,
-                     c.options["delay_fraction"], loaded), flush=True)
+                     args.delay_fraction or 0, loaded), flush=True)
         gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
         order, pos = None, len(ytr)
         loss_ema, t_train, last_print = None, time.monotonic(), time.monotonic()

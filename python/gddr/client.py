@@ -186,7 +186,7 @@ class Client:
         if rc != 0:
             raise from_code(rc, err.value.decode(errors="replace") or strerror(rc))
         self = cls.__new__(cls)
-        self._setup(handle, opts)
+        self._setup(handle, None)
         return self
 
     @staticmethod
@@ -214,7 +214,9 @@ class Client:
         self._tensors = []
         self._by_name = {}
         self._pending = {}  # ticket -> Ticket, whose array the library may still write
-        self.options = {k: _opt_value(opts, k) for k in OPTIONS}
+        # The options given (None from an INI file: the library read them
+        # and keeps them to itself).
+        self.options = {k: _opt_value(opts, k) for k in OPTIONS} if opts is not None else None
         self.has_cuda = _lib.HAS_CUDA
         info = self.info()
         self.rank, self.mode = info["rank"], info["mode"]
