@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib.sh
 BIN=${GDDR_BIN:-build/bin}
 PY=/usr/bin/python3   # Debian's: it has python3-numpy and python3-torch
-workers=4 epochs=3 mode=async lr=0.05 momentum=0.5 alpha=0 min_acc=0.89
+workers=4 epochs=3 mode=sync lr=0.05 momentum=0.9 alpha=0 min_acc=0.89
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
