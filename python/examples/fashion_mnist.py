@@ -196,7 +196,8 @@ def run_worker(args):
                 # runs the schedule, lr falling linearly to decay * lr.
                 k = 1.0 - (1.0 - args.decay) * s / steps
                 for _, p in ps.named:
-                    p.grad.mul_(k)
+                    if p.grad is not None:
+                        p.grad.mul_(k)
             ps.step()
             v = loss.item()
             loss_ema = v if loss_ema is None else 0.98 * loss_ema + 0.02 * v
