@@ -5,7 +5,7 @@
 #   make demo       install missing packages, build, train Fashion-MNIST
 #                   (SERVERS=2: the model sharded over two servers)
 #   make slurm-check  run scripts/slurm/gddr.sbatch on a one-node Slurm cluster
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=   (the gddr Python package too)
 #   make SANITIZER=address|undefined
 #   make WITH_CUDA=0  (force a CPU-only build)
 #
@@ -18,6 +18,10 @@ PREFIX    ?= /usr/local
 DESTDIR   ?=
 SANITIZER ?=
 VERSION   := 0.1.0
+# The gddr Python package installs where this python3 looks for PREFIX's
+# packages (Debian: PREFIX/lib/python3.X/dist-packages); empty = skip it.
+PYTHON    ?= /usr/bin/python3
+PYTHON_SITE ?= $(shell $(PYTHON) -c 'import sys; print("$(PREFIX)/lib/python%d.%d/dist-packages" % sys.version_info[:2])' 2>/dev/null)
 
 CUDA_HOME ?= /usr/local/cuda
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
@@ -284,6 +288,15 @@ endif
 	install -m 644 client/include/gddr/*.h $(DESTDIR)$(PREFIX)/include/gddr/
 	install -m 644 $(BUILD)/gddr-client.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
 	install -m 644 config/*.ini config/*.service $(DESTDIR)$(PREFIX)/share/gddr/
+ifneq ($(PYTHON_SITE),)
+	install -d $(DESTDIR)$(PYTHON_SITE)/gddr $(DESTDIR)$(PREFIX)/share/gddr/examples
+	install -m 644 python/gddr/*.py $(DESTDIR)$(PYTHON_SITE)/gddr/
+	printf '"""Written by make install: where it put libgddr-client."""\nLIBDIR = "%s"\n' \
+	  '$(PREFIX)/lib' > $(DESTDIR)$(PYTHON_SITE)/gddr/_install.py
+	install -m 755 python/examples/*.py $(DESTDIR)$(PREFIX)/share/gddr/examples/
+else
+	@echo "install: $(PYTHON) not found: the gddr Python package is not installed"
+endif
 
 clean:
 	rm -rf $(BUILD)

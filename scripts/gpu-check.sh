@@ -12,7 +12,10 @@
 #   4. runs the residual suite: the device step found through the plugin
 #      search (next to the programs: build/bin/../lib) against the host
 #      step, bit for bit, and the device path on the stand-in plugin;
-#   5. runs bench_kernels: GB/s of every kernel and of the fused passes
+#   5. runs the Python package's device path (raw device pointers through
+#      gddr.Client.step_ptrs, and a CUDA torch model when a CUDA torch is
+#      installed; Debian's is a CPU build, so that case says it skipped);
+#   6. runs bench_kernels: GB/s of every kernel and of the fused passes
 #      against device-to-device copies of the same bytes.
 #
 #   scripts/gpu-check.sh            # output also in $OUT/ (default /tmp/gddr-gpu-check)
@@ -76,6 +79,17 @@ if grep -q "SKIP gpu" "$out/kernels.log" || grep -q "device_step skipped\|device
   say "the GPU cases were SKIPPED: $(grep -h "SKIP gpu\|device_step skipped" "$out"/kernels.log "$out"/residual.log | head -n 2)"
 fi
 grep -h "plugin \|device_step" "$out/kernels.log" "$out/residual.log" | head -n 4 | tee -a "$out/summary.txt"
+# The Python package's device path: raw device pointers through
+# Client.step_ptrs (test_cuda.py, needs python3-numpy) and a CUDA torch
+# model through gddr.torch (test_torch.py; Debian's python3-torch is a CPU
+# build, so that case says why it skipped unless a CUDA torch is there).
+if /usr/bin/python3 -c 'import numpy, pytest' 2>/dev/null; then
+  step python 300 /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_cuda.py \
+    python/tests/test_torch.py -k 'cuda or device'
+  tail -n 3 "$out/python.log" | sed 's/^/python: /' >> "$out/summary.txt"
+else
+  say "python3-numpy or python3-pytest missing: the Python device path was not run"
+fi
 step bench 300 build/bin/bench_kernels 1 16 64
 grep -A 16 "^GPU" "$out/bench.log" | tee -a "$out/summary.txt"
 if grep -q "FAIL" "$out/bench.log"; then

@@ -24,7 +24,9 @@ pkgs=(
     libsystemd-dev        # sd_notify: READY=1 and the watchdog
     zlib1g-dev            # gzip-compressed IDX files
     dataset-fashion-mnist # the demo's data set
-    python3               # helper scripts
+    python3               # the gddr package, the protocol test, the Python demo
+    python3-numpy         # the gddr package's arrays
+    python3-torch         # gddr.torch and the Python demo (CPU build)
     python3-pytest        # runs the protocol test (tests/protocol)
     python3-zmq           # the protocol test's own ZeroMQ socket
     python3-protobuf      # the protocol test decodes and encodes gddr.proto

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs the checks from the repository root: the install check, the protocol
-# test (tests/protocol: the wire spoken from Python without libgddr-client)
-# and the Check suite (build/bin/gddr-tests).
+# test (tests/protocol: the wire spoken from Python without libgddr-client),
+# the Python package's tests (python/tests: gddr and gddr.torch over
+# libgddr-client) and the Check suite (build/bin/gddr-tests).
 #
 # Usage: scripts/run-checks.sh [suite...]
 #   no suite     everything
 #   protocol     the protocol test (may be named with Check suites)
+#   python       the Python package's tests (likewise)
 #   other names  those Check suites only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,20 +16,31 @@ export GDDR_BIN="${GDDR_BIN:-build/bin}"
 export CK_DEFAULT_TIMEOUT="${CK_DEFAULT_TIMEOUT:-60}"
 status=0
 protocol=0
+python=0
 suites=()
 for s in "$@"; do
-  if [ "$s" = protocol ]; then protocol=1; else suites+=("$s"); fi
+  case "$s" in
+    protocol) protocol=1 ;;
+    python) python=1 ;;
+    *) suites+=("$s") ;;
+  esac
 done
 # The install check and the protocol test first, so that Check's summary
 # line closes the output.
 if [ $# -eq 0 ]; then
   scripts/test-install.sh || status=$?
   protocol=1
+  python=1
 fi
 if [ "$protocol" -eq 1 ]; then
   # Debian's python3 explicitly: it has python3-zmq, python3-protobuf and
   # python3-pytest (a python3 earlier in PATH may be another build).
   timeout 600 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/protocol || status=$?
+fi
+if [ "$python" -eq 1 ]; then
+  # The package loads the library of this build ($GDDR_BIN/../lib); -rs
+  # prints why a test was skipped (no torch, no GPU).
+  timeout 600 /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests || status=$?
 fi
 if [ $# -eq 0 ] || [ "${#suites[@]}" -gt 0 ]; then
   timeout 1200 "$GDDR_BIN/gddr-tests" ${suites[@]+"${suites[@]}"} || status=$?

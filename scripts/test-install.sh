@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs GDDR into a scratch DESTDIR, builds client/examples/minimal.c with
 # nothing but pkg-config against it, and trains it through the installed
-# gddr-ps. Proves `make install` gives users a library they can link.
+# gddr-ps; then the installed gddr Python package does the same. Proves
+# `make install` gives users a library they can link and a package they
+# can import.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage=$(mktemp -d /tmp/gddr-install.XXXXXX)
@@ -54,4 +56,27 @@ for _ in $(seq 100); do [ -s "$stage/ep" ] && break; sleep 0.1; done
 out=$(timeout 60 "$stage/minimal" "$(cat "$stage/ep")")
 echo "$out"
 grep -q 'max |w - 3| = ' <<< "$out"
-echo "test-install: OK (installed, linked with pkg-config, trained through the installed gddr-ps)"
+# The Python package: installed where python3 looks under PREFIX, and
+# pointing at PREFIX/lib (here under DESTDIR, hence GDDR_LIB).
+site=$(find "$prefix/lib" -maxdepth 3 -type d -name dist-packages | head -n 1)
+[ -f "$site/gddr/__init__.py" ] || { echo "test-install: FAIL: the gddr package was not installed" >&2; exit 1; }
+grep -q "LIBDIR = \"/usr/local/lib\"" "$site/gddr/_install.py" ||
+  { echo "test-install: FAIL: gddr/_install.py does not name /usr/local/lib" >&2; exit 1; }
+pyout=$(cd "$stage" && PYTHONPATH="$site" GDDR_LIB="$prefix/lib" timeout 60 /usr/bin/python3 - "$(cat "$stage/ep")" <<'PY'
+import sys
+import numpy as np
+import gddr
+assert "/dist-packages/gddr/" in gddr.__file__, gddr.__file__  # the installed copy
+with gddr.Client(sys.argv[1], rank=0, world_size=1) as c:
+    w = np.zeros(1000, np.float32)
+    c.register("minimal.py.w", w)
+    c.pull("minimal.py.w", w)
+    for _ in range(100):
+        c.step([w - np.float32(3.0)], [w])
+print("minimal.py: %s, max |w - 3| = %.3g" % (gddr.library_path, float(np.abs(w - 3).max())))
+assert np.abs(w - 3).max() < 1e-3
+PY
+)
+echo "$pyout"
+grep -q "^minimal.py: $prefix/lib/libgddr-client.so" <<< "$pyout"
+echo "test-install: OK (installed, linked with pkg-config, trained through the installed gddr-ps from C and Python)"

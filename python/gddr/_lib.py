@@ -1,0 +1,216 @@
+"""_lib.py -- loads libgddr-client and declares the C API of gddr.h for
+ctypes: the structs mirror the header field by field (python/tests checks
+sizes and offsets against a C compiler), and every function gets its
+argument and return types, so a wrong call fails in Python rather than in
+the library.
+
+Where the library comes from, first found wins:
+
+  1. $GDDR_LIB: the path of libgddr-client.so (a file), or a folder holding it
+  2. next to this package (a copy placed beside gddr/)
+  3. the build tree this package sits in (python/gddr -> build/lib), when
+     run from a checkout after `make`
+  4. where `make install` put it (PREFIX/lib, recorded in _install.py)
+  5. the dynamic loader's own search (libgddr-client.so.0: ldconfig, LD_LIBRARY_PATH)
+"""
+
+import ctypes
+import os
+from pathlib import Path
+
+# ---- structs (gddr.h) ---------------------------------------------------------
+
+LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
+
+class ClientOpts(ctypes.Structure):
+    """gddr_client_opts, field for field (same order, same C types)."""
+
+    _fields_ = [
+        ("server", ctypes.c_char_p),
+        ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
+        ("timeout_ms", ctypes.c_int),
+        ("reconnect_timeout_ms", ctypes.c_int),
+        ("clip_norm", ctypes.c_double),
+        ("dc_lambda", ctypes.c_double),
+        ("dc_mode", ctypes.c_int),
+        ("dc_adaptive", ctypes.c_int),
+        ("dc_ms_decay", ctypes.c_double),
+        ("delay_fraction", ctypes.c_double),
+        ("seed", ctypes.c_uint64),
+        ("residual_checkpoint_steps", ctypes.c_int),
+        ("replay_decay", ctypes.c_double),
+        ("async_pipeline", ctypes.c_int),
+        ("log", LOG_FN),
+        ("log_user", ctypes.c_void_p),
+        ("log_level", ctypes.c_int),
+        ("observer", ctypes.c_int),
+        ("curve_server_key", ctypes.c_char_p),
+        ("curve_key_file", ctypes.c_char_p),
+        ("heartbeat_ms", ctypes.c_int),
+    ]
+
+
+class ServerInfo(ctypes.Structure):
+    _fields_ = [
+        ("epoch", ctypes.c_uint64),
+        ("mode", ctypes.c_int),
+        ("tau", ctypes.c_int),
+        ("chunk", ctypes.c_int),
+        ("workers", ctypes.c_int),
+        ("rank", ctypes.c_int),
+    ]
+
+
+class PushTags(ctypes.Structure):
+    _fields_ = [
+        ("birth_version", ctypes.c_uint64),
+        ("base_version", ctypes.c_uint64),
+        ("has_birth", ctypes.c_int),
+    ]
+
+
+class ClientCounters(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "steps", "pushes", "pulls", "bytes_pushed", "bytes_pulled", "values_pushed",
+        "reconnects", "staleness_sum", "orphans_received", "tau_sum", "tau_count", "step_ns")]
+
+
+class ServerStats(ctypes.Structure):
+    _fields_ = [
+        ("pushes", ctypes.c_uint64),
+        ("pulls", ctypes.c_uint64),
+        ("rejected", ctypes.c_uint64),
+        ("versions_total", ctypes.c_uint64),
+        ("staleness_mean", ctypes.c_double),
+        ("staleness_ema", ctypes.c_double),
+        ("staleness_max", ctypes.c_uint64),
+        ("staleness_hist", ctypes.c_uint64 * 17),
+        ("worker_staleness_mean", ctypes.c_double),
+        ("worker_pushes", ctypes.c_uint64),
+        ("tau", ctypes.c_int),
+        ("live_workers", ctypes.c_int),
+        ("mode", ctypes.c_int),
+        ("epoch", ctypes.c_uint64),
+    ]
+
+
+def struct_dict(s):
+    """A ctypes struct as a plain dict (arrays become lists)."""
+    out = {}
+    for name, _ in s._fields_:
+        v = getattr(s, name)
+        out[name] = list(v) if isinstance(v, ctypes.Array) else v
+    return out
+
+
+# ---- finding the library ------------------------------------------------------
+
+SONAME = "libgddr-client.so.0"
+NAMES = ("libgddr-client.so", SONAME)
+
+
+def _in_dir(d):
+    for name in NAMES:
+        p = Path(d) / name
+        if p.is_file():
+            return p
+    return None
+
+
+def candidates():
+    """Where the library is looked for, in order (paths that exist only)."""
+    here = Path(__file__).resolve().parent
+    found = []
+    env = os.environ.get("GDDR_LIB")
+    if env:
+        p = Path(env)
+        found.append(p if p.is_file() else _in_dir(p))
+        if found[-1] is None:
+            raise OSError("GDDR_LIB=%s is neither libgddr-client.so nor a folder holding it" % env)
+        return found
+    for d in (here, here.parent, here.parent.parent / "build" / "lib"):
+        p = _in_dir(d)
+        if p:
+            found.append(p)
+    try:
+        from . import _install  # written by `make install`
+        p = _in_dir(_install.LIBDIR)
+        if p:
+            found.append(p)
+    except ImportError:
+        pass
+    return found
+
+
+def load():
+    tried = []
+    for p in candidates():
+        try:
+            return ctypes.CDLL(str(p)), str(p)
+        except OSError as e:
+            tried.append("%s: %s" % (p, e))
+    try:
+        return ctypes.CDLL(SONAME), SONAME
+    except OSError as e:
+        tried.append("%s: %s" % (SONAME, e))
+    raise OSError("gddr: cannot load libgddr-client (build it with `make`, install it with "
+                  "`make install`, or set GDDR_LIB to its path); tried:\n  " + "\n  ".join(tried))
+
+
+lib, path = load()
+
+# ---- prototypes ---------------------------------------------------------------
+
+_c = ctypes
+_P = _c.c_void_p            # gddr_client * (opaque)
+_FP = _c.POINTER(_c.c_float)
+_U64P = _c.POINTER(_c.c_uint64)
+
+
+def _proto(name, restype, *argtypes):
+    f = getattr(lib, name)
+    f.restype = restype
+    f.argtypes = list(argtypes)
+    return f
+
+
+strerror = _proto("gddr_strerror", _c.c_char_p, _c.c_int)
+opts_init = _proto("gddr_client_opts_init", None, _c.POINTER(ClientOpts))
+client_open = _proto("gddr_client_open", _c.c_int, _c.POINTER(ClientOpts), _c.POINTER(_P))
+client_open_ini = _proto("gddr_client_open_ini", _c.c_int, _c.c_char_p, _c.POINTER(ClientOpts),
+                         _c.POINTER(_P), _c.c_char_p, _c.c_size_t)
+client_close = _proto("gddr_client_close", None, _c.POINTER(_P))
+client_errmsg = _proto("gddr_client_errmsg", _c.c_char_p, _P)
+client_info = _proto("gddr_client_info", _c.c_int, _P, _c.POINTER(ServerInfo))
+register = _proto("gddr_register", _c.c_int, _P, _c.c_char_p, _P, _c.c_size_t,
+                  _c.POINTER(_c.c_int), _U64P)
+pull = _proto("gddr_pull", _c.c_int, _P, _c.c_int, _P, _c.c_uint64, _U64P)
+push = _proto("gddr_push", _c.c_int, _P, _c.c_int, _P, _U64P)
+push_ex = _proto("gddr_push_ex", _c.c_int, _P, _c.c_int, _P, _c.POINTER(PushTags), _U64P)
+pull_async = _proto("gddr_pull_async", _c.c_int, _P, _c.c_int, _P, _c.c_uint64, _U64P)
+push_async = _proto("gddr_push_async", _c.c_int, _P, _c.c_int, _P, _c.POINTER(PushTags), _U64P)
+wait = _proto("gddr_wait", _c.c_int, _P, _c.c_uint64, _c.c_int, _U64P)
+# Pointer arrays are passed as arrays of void * (host or CUDA device addresses).
+step = _proto("gddr_step", _c.c_int, _P, _c.POINTER(_P), _c.POINTER(_P))
+step_submit = _proto("gddr_step_submit", _c.c_int, _P, _c.POINTER(_P))
+step_wait = _proto("gddr_step_wait", _c.c_int, _P, _c.POINTER(_P))
+metrics_text = _proto("gddr_server_metrics_text", _c.c_int, _P, _c.POINTER(_c.c_void_p))
+request_checkpoint = _proto("gddr_request_checkpoint", _c.c_int, _P)
+next_step = _proto("gddr_next_step", _c.c_uint64, _P)
+tensor_version = _proto("gddr_tensor_version", _c.c_int, _P, _c.c_int, _U64P)
+counters_get = _proto("gddr_client_counters_get", _c.c_int, _P, _c.POINTER(ClientCounters))
+stats_get = _proto("gddr_server_stats_get", _c.c_int, _P, _c.POINTER(ServerStats))
+
+# gddr_server_metrics_text's string is malloc'd by the library: free() it
+# with the C library's free (the same allocator in one process).
+libc = ctypes.CDLL(None)
+libc.free.argtypes = [_c.c_void_p]
+libc.free.restype = None
+
+# The library was built with CUDA when cudart is among its dependencies:
+# dlsym on its handle searches them too (and only them, not what torch or
+# anyone else loaded). Only such a build understands device pointers; a
+# CPU-only build would read them as host memory.
+HAS_CUDA = hasattr(lib, "cudaGetDevice")
