@@ -142,14 +142,23 @@ static void stop(proc *p)
 
 static char epfile[256];
 
-static void start_gddr(proc *p, int threads)
+/* A gddr-ps with `threads` apply threads, shard `index` of `count`. */
+static void start_shard(proc *p, int threads, int index, int count)
 {
-    char bin[4200], th[64];
+    char bin[4200], th[64], si[64], sc[64];
     snprintf(bin, sizeof bin, "%s/gddr-ps", bin_dir);
     snprintf(th, sizeof th, "threads=%d", threads);
+    snprintf(si, sizeof si, "shard_index=%d", index);
+    snprintf(sc, sizeof sc, "shard_count=%d", count);
     char *argv[] = { bin, "--listen", "tcp://127.0.0.1:*", "--endpoint-file", epfile, "--set",
-                     "log_level=error", "--set", th, "--set", "lr=0", NULL };
+                     "log_level=error", "--set", th, "--set", "lr=0", "--set", si, "--set", sc,
+                     NULL };
     spawn(p, argv, epfile);
+}
+
+static void start_gddr(proc *p, int threads)
+{
+    start_shard(p, threads, 0, 1);
 }
 
 static void start_raw(proc *p)
@@ -478,8 +487,8 @@ static void section_servers(size_t bytes, int clients)
     proc one = { 0 }, a = { 0 }, b = { 0 };
     char h[32], both[600];
     start_gddr(&one, 2);
-    start_gddr(&a, 2);
-    start_gddr(&b, 2);
+    start_shard(&a, 2, 0, 2);
+    start_shard(&b, 2, 1, 2);
     snprintf(both, sizeof both, "%s,%s", a.endpoint, b.endpoint);
     int it = iters_for(bytes * (size_t)clients, budget_mb);
     double m1[MAXV], m2[MAXV], q[MAXV];
