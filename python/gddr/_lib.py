@@ -49,6 +49,7 @@ class ClientOpts(ctypes.Structure):
         ("curve_server_key", ctypes.c_char_p),
         ("curve_key_file", ctypes.c_char_p),
         ("heartbeat_ms", ctypes.c_int),
+        ("part_bytes", ctypes.c_uint64),
     ]
 
 

@@ -66,7 +66,8 @@ def test_defaults_round_trip(c_peer):
             want[k] = v
     d = gddr.default_options()
     assert d["timeout_ms"] == int(want["timeout_ms"]) == 5000
-    assert d["seed"] == int(want["seed"]) == 0x9E3779B97F4A7C15
+    assert d["seed"] == int(want["seed"]) == 12345  # the INI's default too
+    assert d["part_bytes"] == 4 << 20
     assert d["heartbeat_ms"] == int(want["heartbeat_ms"]) == 2000
     assert repr(d["dc_ms_decay"]) == repr(float(want["dc_ms_decay"]))
     assert d["delay_fraction"] == 0.0 and d["observer"] == 0 and d["async_pipeline"] == 1
