@@ -674,6 +674,18 @@ START_TEST(test_client_ini)
     ck_assert_int_eq(z.heartbeat_ms, d.heartbeat_ms);
     ck_assert(z.delay_fraction == d.delay_fraction);
 
+    /* servers (a sharded model) wins over server. */
+    char path1[] = "/tmp/gddr-client-XXXXXX";
+    int fd1 = mkstemp(path1);
+    ck_assert_int_ge(fd1, 0);
+    const char *two = "[client]\nserver = tcp://127.0.0.1:3\nservers = tcp://127.0.0.1:1, tcp://127.0.0.1:2\n";
+    ck_assert_int_eq(write(fd1, two, strlen(two)), (ssize_t)strlen(two));
+    close(fd1);
+    int rc1 = gddr__opts_from_ini(path1, &z, sbuf, sizeof sbuf, err, sizeof err);
+    unlink(path1);
+    ck_assert_msg(rc1 == GDDR_OK, "err: %s", err);
+    ck_assert_str_eq(z.server, "tcp://127.0.0.1:1, tcp://127.0.0.1:2");
+
     char path[] = "/tmp/gddr-client-XXXXXX";
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);

@@ -11,7 +11,7 @@
 #include "conf.h"
 
 typedef struct client_conf {
-    char server[GDDR_CONF_STRMAX];
+    char server[GDDR_CONF_STRMAX], servers[GDDR_CONF_STRMAX];
     long long rank, world_size, timeout_ms, reconnect_timeout_ms, residual_checkpoint_steps;
     double clip_norm, dc_lambda, dc_ms_decay, delay_fraction, replay_decay;
     int dc_mode, dc_adaptive, log_level;
@@ -26,7 +26,10 @@ static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 #define OFF(f) offsetof(client_conf, f)
 const gddr__conf_key gddr__client_conf_table[] = {
     { "client", "server", GDDR_CONF_STRING, OFF(server), "tcp://127.0.0.1:5555", 0, 0, NULL, 0,
-      "endpoint of gddr-ps" },
+      "endpoint of gddr-ps (or several, comma-separated, in shard order)" },
+    { "client", "servers", GDDR_CONF_STRING, OFF(servers), "", 0, 0, NULL, 0,
+      "a model sharded over several gddr-ps: their endpoints, comma-separated, in shard order "
+      "(wins over server)" },
     { "client", "rank", GDDR_CONF_INT, OFF(rank), "-1", -1, 65535, NULL, 0,
       "worker rank; -1 = GDDR_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK or RANK" },
     { "client", "world_size", GDDR_CONF_INT, OFF(world_size), "0", 0, 65536, NULL, 0,
@@ -77,7 +80,7 @@ int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, siz
     if (gddr__conf_defaults(gddr__client_conf_table, &cc, err, errlen) < 0 ||
         gddr__conf_load(gddr__client_conf_table, &cc, path, err, errlen) < 0)
         return GDDR_ECONFIG;
-    snprintf(strbuf, buflen, "%s", cc.server);
+    snprintf(strbuf, buflen, "%s", cc.servers[0] ? cc.servers : cc.server);
     o->server = strbuf;
     o->rank = (int)cc.rank;
     o->world_size = (int)cc.world_size;
