@@ -81,20 +81,8 @@ for ((r = 0; r < workers; r++)); do
   pids+=($!)
 done
 # Progress: the newest line of every worker, once a second.
-while :; do
-  running=0
-  for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && running=1; done
-  [ "$running" = 1 ] || break
-  sleep 1
-  for ((r = 0; r < workers; r++)); do
-    line=$(grep -E '^\[rank' "$tmp/worker$r.log" | tail -n 1 || true)
-    [ -n "$line" ] && echo "  $line"
-  done
-done
 fail=0
-for ((r = 0; r < workers; r++)); do
-  wait "${pids[$r]}" || { echo "$me: worker $r failed:" >&2; tail -n 20 "$tmp/worker$r.log" >&2; fail=1; }
-done
+wait_workers "$me" "$tmp" 1 "${pids[@]}" || fail=1
 pids=()
 [ "$fail" = 0 ] || exit 1
 elapsed=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo "?")

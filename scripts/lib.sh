@@ -48,6 +48,29 @@ eval_args() {
   done
 }
 
+# wait_workers NAME DIR SECONDS PID...: while the workers run, prints the
+# newest "[rank" line of each (DIR/workerR.log) every SECONDS; then waits
+# for each and shows the log tail of any that failed. Status 1 if one did.
+wait_workers() {
+  local name=$1 dir=$2 every=$3 p r line running fail=0
+  shift 3
+  local wp=("$@")
+  while :; do
+    running=0
+    for p in "${wp[@]}"; do kill -0 "$p" 2>/dev/null && running=1; done
+    [ "$running" = 1 ] || break
+    sleep "$every"
+    for ((r = 0; r < ${#wp[@]}; r++)); do
+      line=$(grep -E '^\[rank' "$dir/worker$r.log" | tail -n 1 || true)
+      [ -n "$line" ] && echo "  $line"
+    done
+  done
+  for ((r = 0; r < ${#wp[@]}; r++)); do
+    wait "${wp[$r]}" || { echo "$name: worker $r failed:" >&2; tail -n 20 "$dir/worker$r.log" >&2; fail=1; }
+  done
+  return "$fail"
+}
+
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<< "$2"; }
 
 server_eval() {

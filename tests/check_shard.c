@@ -152,8 +152,8 @@ out:
     return NULL;
 }
 
-/* The server side of a run, as an observer sees it (versions and values). */
-static void observe_all(const char *ep, float *out[3], uint64_t ver[3])
+/* Values and version of tensor key (n floats) on one server. */
+static uint64_t observe_one(const char *ep, const char *key, size_t n, float *out)
 {
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
     o.server = ep;
@@ -161,16 +161,24 @@ static void observe_all(const char *ep, float *out[3], uint64_t ver[3])
     o.timeout_ms = 30000;
     gddr_client *c = NULL;
     ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float *zero = calloc(n, 4);
+    int id;
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_register(c, key, zero, n, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(c, id, out, 0, &v), GDDR_OK);
+    free(zero);
+    gddr_client_close(&c);
+    return v;
+}
+
+/* The server side of a run, as an observer sees it (versions and values). */
+static void observe_all(const char *ep, float *out[3], uint64_t ver[3])
+{
     for (int k = 0; k < 3; k++) {
         char key[16];
         snprintf(key, sizeof key, "t%d", k);
-        int id;
-        float *zero = calloc(SN[k], 4);
-        ck_assert_int_eq(gddr_register(c, key, zero, SN[k], &id, NULL), GDDR_OK);
-        free(zero);
-        ck_assert_int_eq(gddr_pull(c, id, out[k], 0, &ver[k]), GDDR_OK);
+        ver[k] = observe_one(ep, key, SN[k], out[k]);
     }
-    gddr_client_close(&c);
 }
 
 static void run_sync(const char *ep, float *out[SW][3], float *srv[3], uint64_t ver[3])
@@ -324,25 +332,6 @@ static void *kill_worker(void *arg)
         free(w[k]), free(g[k]);
     gddr_client_close(&c);
     return NULL;
-}
-
-/* Values and version of tensor key (n floats) on one server. */
-static uint64_t observe_one(const char *ep, const char *key, size_t n, float *out)
-{
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    o.server = ep;
-    o.observer = 1;
-    o.timeout_ms = 30000;
-    gddr_client *c = NULL;
-    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
-    float *zero = calloc(n, 4);
-    int id;
-    uint64_t v = 0;
-    ck_assert_int_eq(gddr_register(c, key, zero, n, &id, NULL), GDDR_OK);
-    ck_assert_int_eq(gddr_pull(c, id, out, 0, &v), GDDR_OK);
-    free(zero);
-    gddr_client_close(&c);
-    return v;
 }
 
 static void assert_all(const float *v, size_t n, float want, const char *what)
