@@ -49,24 +49,7 @@ def pytest_report_header(config):
 def server(tmp_path):
     """server(**keys) -> a running gddr-ps with --set key=value for each
     (worker_timeout_s 600 unless given: no worker dies of a slow machine)."""
-    started = []
-
-    def start(**keys):
-        keys.setdefault("worker_timeout_s", 600)
-        sets = ["%s=%s" % (k, str(v).lower() if isinstance(v, bool) else v)
-                for k, v in keys.items()]
-        s = protocol.Server(tmp_path / ("ps%d" % len(started)), sets)
-        started.append(s)
-        return s
-
-    yield start
-    bad = []
-    for s in started:
-        rc = s.stop()
-        if rc != 0:
-            bad.append("gddr-ps exited with %s:\n%s" % (rc, s.log_text()))
-    if bad:
-        pytest.fail("\n".join(bad))
+    yield from protocol.servers(tmp_path)
 
 
 @pytest.fixture

@@ -129,10 +129,10 @@ def pb(tmp_path_factory):
     return mod
 
 
-@pytest.fixture
-def server(tmp_path):
-    """server(**keys) starts a gddr-ps with --set key=value for each
-    (worker_timeout_s defaults to 600 here)."""
+def servers(tmp_path):
+    """The body of the `server` fixture, shared with python/tests: yields
+    start(**keys), which starts a gddr-ps with --set key=value for each
+    (worker_timeout_s defaults to 600 here), and stops them all after."""
     started = []
 
     def start(**keys):
@@ -152,6 +152,12 @@ def server(tmp_path):
             bad.append("gddr-ps exited with %s:\n%s" % (rc, s.log_text()))
     if bad:
         pytest.fail("\n".join(bad))
+
+
+@pytest.fixture
+def server(tmp_path):
+    """server(**keys) starts a gddr-ps with --set key=value for each."""
+    yield from servers(tmp_path)
 
 
 @pytest.fixture
