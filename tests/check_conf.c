@@ -655,6 +655,7 @@ START_TEST(test_client_ini)
     ck_assert_int_eq(o.heartbeat_ms, d.heartbeat_ms);
     ck_assert_uint_eq(o.seed, d.seed);
     ck_assert_uint_eq(o.part_bytes, d.part_bytes);
+    ck_assert_int_eq(o.accumulate_steps, d.accumulate_steps);
 
     /* A file that sets nothing but the server gives the library's defaults
      * (the table's defaults and GDDR_CLIENT_OPTS_INIT agree). */

@@ -1204,6 +1204,91 @@ START_TEST(test_parts_bit_exact)
 }
 END_TEST
 
+/* Gradient accumulation (accumulate_steps = k): k calls of gddr_step are
+ * one push of their mean, tagged with the version the first was computed
+ * on; the calls before the k-th send nothing and leave the parameters. */
+START_TEST(test_accumulate_steps)
+{
+    gt_server s;
+    START_SERVER(s, "lr=1", "workers=2");
+    enum { N = 8 };
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.timeout_ms = 30000;
+    o.accumulate_steps = 4;
+    gddr_client *a = open_opts(o, s.endpoint, 0, 2);
+    gddr_client *b = open_worker(s.endpoint, 1, 2, 0);
+    float w[N] = { 0 }, g[N], one[N];
+    int ida, idb;
+    ck_assert_int_eq(gddr_register(a, "acc", w, N, &ida, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(b, "acc", w, N, &idb, NULL), GDDR_OK);
+    for (int i = 0; i < N; i++)
+        one[i] = 0.5f;
+    const float gs[4] = { 1, 2, 3, 6 }; /* mean 3, exact */
+    const float *gp[1] = { g };
+    float *wp[1] = { w };
+    float seen[N];
+    for (int k = 0; k < 4; k++) {
+        for (int i = 0; i < N; i++)
+            g[i] = gs[k], w[i] = 7.0f; /* a sentinel: the first three calls leave it */
+        ck_assert_int_eq(gddr_step(a, gp, wp), GDDR_OK);
+        if (k < 3) {
+            for (int i = 0; i < N; i++)
+                ck_assert_msg(w[i] == 7.0f, "call %d changed the parameters", k + 1);
+            ck_assert_uint_eq(observe(s.endpoint, "acc", seen, N), k == 0 ? 0u : 2u);
+            /* Meanwhile the other worker moves the tensor on (2 versions
+             * after the first call): the accumulated push is that stale. */
+            if (k == 0) {
+                ck_assert_int_eq(gddr_push(b, idb, one, NULL), GDDR_OK);
+                ck_assert_int_eq(gddr_push(b, idb, one, NULL), GDDR_OK);
+            }
+        }
+    }
+    /* -0.5 -0.5 (b) - 3 (a's mean) */
+    for (int i = 0; i < N; i++)
+        ck_assert_msg(w[i] == -4.0f, "after the 4th call w[%d] = %g, expected -4", i, (double)w[i]);
+    ck_assert_uint_eq(observe(s.endpoint, "acc", seen, N), 3);
+    gddr_server_stats st;
+    ck_assert_int_eq(gddr_server_stats_get(a, &st), GDDR_OK);
+    ck_assert_uint_eq(st.worker_pushes, 1);
+    ck_assert_msg(st.worker_staleness_mean == 2.0, "the accumulated push's staleness: %g, expected 2",
+                  st.worker_staleness_mean);
+    gddr_client_counters kc;
+    gddr_client_counters_get(a, &kc);
+    ck_assert_uint_eq(kc.pushes, 1);
+    gddr_client_close(&a);
+    gddr_client_close(&b);
+
+    /* With GDDR (alpha 0.5, k 2): mass is conserved. 12 calls of ones are 6
+     * pushes of ones; with the flush at close the server has all of it. */
+    gddr_client_opts og = GDDR_CLIENT_OPTS_INIT;
+    og.timeout_ms = 30000;
+    og.accumulate_steps = 2;
+    og.delay_fraction = 0.5;
+    enum { NG = 4096 };
+    float *wg = calloc(NG, 4), *gg = malloc(NG * 4), *sv = malloc(NG * 4);
+    for (int i = 0; i < NG; i++)
+        gg[i] = 1.0f;
+    gt_server s2;
+    START_SERVER(s2, "lr=1", "chunk=64");
+    gddr_client *c = open_opts(og, s2.endpoint, 0, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "accg", wg, NG, &id, NULL), GDDR_OK);
+    const float *ggp[1] = { gg };
+    float *wgp[1] = { wg };
+    for (int k = 0; k < 12; k++)
+        ck_assert_int_eq(gddr_step(c, ggp, wgp), GDDR_OK);
+    gddr_client_close(&c);
+    observe(s2.endpoint, "accg", sv, NG);
+    for (int i = 0; i < NG; i++)
+        ck_assert_msg(sv[i] == -6.0f, "GDDR + accumulation: w[%d] = %g, expected -6", i, (double)sv[i]);
+    printf("integrity: accumulate_steps 4 = one push of the mean (staleness 2, as tagged at the first "
+           "call); with GDDR 0.5 and k 2, 12 calls left -6 everywhere\n");
+    free(wg), free(gg), free(sv);
+    stop_server(&s);
+    stop_server(&s2);
+}
+END_TEST
+
 /* Parked pulls are capped per connection. */
 START_TEST(test_parked_pulls_capped)
 {
@@ -1651,6 +1736,7 @@ Suite *suite_integrity(void)
     ADD("parked_pulls_capped", test_parked_pulls_capped);
     ADD("overlapped_applies_exact", test_overlapped_applies_exact);
     ADD("parts_bit_exact", test_parts_bit_exact);
+    ADD("accumulate_steps", test_accumulate_steps);
     ADD("bogus_grad_norm_tau_recovers", test_bogus_grad_norm_tau_recovers);
     ADD("server_starts_late", test_server_starts_late);
     ADD("sigterm_during_startup", test_sigterm_during_startup);

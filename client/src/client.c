@@ -702,6 +702,7 @@ void gddr_client_close(gddr_client **cp)
     }
     free(c->t);
     free(c->ops);
+    free(c->acc_birth);
     free(c);
     *cp = NULL;
 }
@@ -784,6 +785,11 @@ int gddr__register_piece(gddr_client *c, const char *key, const float *init, siz
 {
     if (c->pipe)
         return gddr__set_err(c, GDDR_ESTATE, "register: the step pipeline is running");
+    if (c->acc_calls)
+        return gddr__set_err(c, GDDR_ESTATE, "register: %d accumulated gradients are not pushed yet",
+                             c->acc_calls);
+    free(c->acc_birth); /* sized by the tensor count: made again at the next step */
+    c->acc_birth = NULL;
     for (int i = 0; i < c->nt; i++)
         if (strcmp(c->t[i].key, key) == 0)
             return gddr__set_err(c, GDDR_EINVAL, "tensor '%s' is already registered as id %d", key, i);

@@ -97,6 +97,7 @@ typedef struct ctensor {
     residual res;
     int tau;
     int orphan_done;   /* an orphan of this tensor was fully replayed; not yet reported */
+    float *accum;      /* accumulate_steps: the sum of the gradients so far (NULL until used) */
     struct gddr__dtensor *dev; /* step.c: device-side GDDR state (NULL until a
                                 * step is given CUDA device pointers) */
 } ctensor;
@@ -125,6 +126,8 @@ struct gddr_client {
     int ptr_kind;          /* step.c: 0 no step yet, 1 host, 2 device gradients */
     uint64_t dc_steps;     /* DC compensations done (bias correction of ms) */
     struct heartbeat *hb;  /* NULL unless heartbeat_ms > 0 */
+    int acc_calls;         /* accumulate_steps: gradients in the buffers now */
+    uint64_t *acc_birth;   /* their birth versions: those of the first one */
     int shard_index, shard_count; /* where this server sits in a sharded client's list
                                    * (said in the hello; count 0: not sharded) */
     struct gddr__shards *shards;  /* shard.c: set when this client is a router over

@@ -17,7 +17,7 @@ typedef struct client_conf {
     int dc_mode, dc_adaptive, log_level;
     long long seed;
     char curve_server_key[GDDR_CONF_STRMAX], curve_key_file[GDDR_CONF_STRMAX];
-    long long heartbeat_ms, part_bytes;
+    long long heartbeat_ms, part_bytes, accumulate_steps;
 } client_conf;
 
 static const char *const dc_modes[] = { "diag", "identity", NULL };
@@ -66,6 +66,8 @@ const gddr__conf_key gddr__client_conf_table[] = {
       "a library thread tells the server this worker is alive this often; 0 = off" },
     { "client", "part_bytes", GDDR_CONF_INT, OFF(part_bytes), "4194304", 0, 1e12, NULL, 0,
       "tensors larger than this travel in parts of at most this many bytes; 0 = whole" },
+    { "client", "accumulate_steps", GDDR_CONF_INT, OFF(accumulate_steps), "1", 1, 1000000, NULL, 0,
+      "push the mean of every k gradients (gradient accumulation); 1 = every step" },
     { NULL, NULL, 0, 0, NULL, 0, 0, NULL, 0, NULL },
 };
 
@@ -98,6 +100,7 @@ int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, siz
     o->log_level = cc.log_level;
     o->heartbeat_ms = (int)cc.heartbeat_ms;
     o->part_bytes = (uint64_t)cc.part_bytes;
+    o->accumulate_steps = (int)cc.accumulate_steps;
     if (cc.curve_server_key[0]) {
         snprintf(curve_server_buf, sizeof curve_server_buf, "%s", cc.curve_server_key);
         snprintf(curve_file_buf, sizeof curve_file_buf, "%s", cc.curve_key_file);
@@ -129,7 +132,7 @@ int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gd
         OVR(delay_fraction); OVR(seed); OVR(residual_checkpoint_steps); OVR(replay_decay);
         OVR(async_pipeline); OVR(log); OVR(log_user); OVR(log_level); OVR(observer);
         OVR(curve_server_key); OVR(curve_key_file); OVR(heartbeat_ms);
-        OVR(part_bytes);
+        OVR(part_bytes); OVR(accumulate_steps);
 #undef OVR
     }
     rc = gddr_client_open(&o, out);

@@ -35,6 +35,8 @@ static void dev_free(ctensor *t);
 void gddr__step_free(ctensor *t)
 {
     dev_free(t);
+    free(t->accum);
+    t->accum = NULL;
     free(t->res.r);
     free(t->res.age);
     free(t->res.packed);
@@ -899,6 +901,45 @@ int gddr__step_run(gddr_client *c, const float *const *grads, const float *const
     for (int i = 0; c->o.delay_fraction > 0 && i < c->nt; i++)
         tau_sum += (uint64_t)(c->t[i].tau > 0 ? c->t[i].tau : 1);
     int64_t t0 = now_ns();
+    if (c->o.accumulate_steps > 1) {
+        /* Gradient accumulation: k calls make one push of their mean. */
+        int k = c->o.accumulate_steps, rc = GDDR_OK;
+        if (dev)
+            return gddr__set_err(c, GDDR_ENOTSUP, "step: accumulate_steps with device gradients");
+        if (!c->acc_birth && !(c->acc_birth = calloc((size_t)c->nt, sizeof *c->acc_birth)))
+            return gddr__set_err(c, GDDR_ENOMEM, "no memory");
+        for (int i = 0; i < c->nt; i++) {
+            ctensor *t = &c->t[i];
+            if (!t->accum && !(t->accum = malloc(t->n * 4)))
+                return gddr__set_err(c, GDDR_ENOMEM, "no memory for the accumulation of '%s'", t->key);
+            if (!grads[i])
+                return gddr__set_err(c, GDDR_EINVAL, "step: NULL gradient for '%s'", t->key);
+        }
+        for (int i = 0; i < c->nt; i++) {
+            ctensor *t = &c->t[i];
+            if (c->acc_calls == 0) {
+                memcpy(t->accum, grads[i], t->n * 4);
+                c->acc_birth[i] = versions ? versions[i] : t->version; /* the first one's */
+            } else {
+                gddr_axpy_cpu(t->accum, grads[i], t->n, 1.0f);
+            }
+        }
+        if (++c->acc_calls < k)
+            return GDDR_OK; /* nothing sent; the parameters stay as they are */
+        c->acc_calls = 0;
+        const float **mean = calloc((size_t)c->nt, sizeof *mean);
+        if (!mean)
+            return gddr__set_err(c, GDDR_ENOMEM, "no memory");
+        for (int i = 0; i < c->nt; i++) {
+            gddr_scal_cpu(c->t[i].accum, c->t[i].n, 1.0f / (float)k);
+            mean[i] = c->t[i].accum;
+        }
+        rc = step_body(c, mean, computed_on, c->acc_birth, params);
+        gddr__lent_wait(c);
+        free(mean);
+        c->k.step_ns += (uint64_t)(now_ns() - t0);
+        return rc;
+    }
     int rc = step_body(c, grads, computed_on, versions, params);
     gddr__lent_wait(c); /* the caller's gradients and our buffers are ours again */
     c->k.step_ns += (uint64_t)(now_ns() - t0);

@@ -27,7 +27,7 @@ typedef struct args {
     int rank, world, synthetic, epochs, steps, batch, hidden, stale, quiet, verbose, timeout_ms;
     int pipeline, evaluate;
     double progress, clip_norm, dc_lambda, delay_fraction;
-    int dc_mode, dc_adaptive, residual_ckpt;
+    int dc_mode, dc_adaptive, residual_ckpt, accumulate;
     unsigned long long seed;
 } args;
 
@@ -65,6 +65,7 @@ static void usage(FILE *f)
             "  --pipeline             overlap: compute the next gradient while the step is in flight\n"
             "                         (gddr_step_submit/gddr_step_wait; one-step-stale parameters)\n"
             "  --residual-checkpoint-steps N\n"
+            "  --accumulate-steps K   push the mean of every K gradients (gradient accumulation)\n"
             "  --timeout-ms MS        bound on every wait\n"
             "  --progress SEC         seconds between progress lines (default 2; 0 = none)\n"
             "  --quiet                only the RESULT line\n"
@@ -89,6 +90,7 @@ static int parse_args(int argc, char **argv, args *a)
     a->dc_adaptive = -1;
     a->clip_norm = a->dc_lambda = a->delay_fraction = -1;
     a->residual_ckpt = -1;
+    a->accumulate = -1;
     static const struct option o[] = {
         { "config", 1, 0, 'c' },          { "server", 1, 0, 's' },     { "rank", 1, 0, 'r' },
         { "world", 1, 0, 'w' },           { "workload", 1, 0, 'W' },   { "data", 1, 0, 'd' },
@@ -99,6 +101,7 @@ static int parse_args(int argc, char **argv, args *a)
         { "progress", 1, 0, 'p' },        { "quiet", 0, 0, 'q' },      { "timeout-ms", 1, 0, 'T' },
         { "residual-checkpoint-steps", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { "verbose", 0, 0, 'v' },
         { "pipeline", 0, 0, 'P' },        { "evaluate", 0, 0, 'E' },
+        { "accumulate-steps", 1, 0, 'K' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -133,6 +136,7 @@ static int parse_args(int argc, char **argv, args *a)
         case 'E': a->evaluate = 1; break;
         case 'T': a->timeout_ms = atoi(optarg); break;
         case 'R': a->residual_ckpt = atoi(optarg); break;
+        case 'K': a->accumulate = atoi(optarg); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -183,6 +187,8 @@ static int open_client(const args *a, int *rank_store, gddr_client **c)
         o.delay_fraction = a->delay_fraction;
     if (a->residual_ckpt >= 0)
         o.residual_checkpoint_steps = a->residual_ckpt;
+    if (a->accumulate >= 1)
+        o.accumulate_steps = a->accumulate;
     if (a->evaluate) {
         o.observer = 1; /* reads the model, never counts as a worker */
         o.rank = 0;

@@ -50,6 +50,7 @@ class ClientOpts(ctypes.Structure):
         ("curve_key_file", ctypes.c_char_p),
         ("heartbeat_ms", ctypes.c_int),
         ("part_bytes", ctypes.c_uint64),
+        ("accumulate_steps", ctypes.c_int),
     ]
 
 

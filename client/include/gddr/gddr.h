@@ -103,6 +103,10 @@ typedef struct gddr_client_opts {
                                most this many bytes (whole chunks): the server validates and
                                applies as parts arrive and no message is page-fault bound;
                                0 = one message per tensor */
+    int accumulate_steps;   /* k > 1: gddr_step adds each gradient into a local buffer and
+                               pushes their mean every k-th call, tagged with the version the
+                               first of them was computed on; the other calls return at once
+                               with the parameters unchanged. 0 or 1 = push every step */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
@@ -113,7 +117,7 @@ typedef struct gddr_client_opts {
       .residual_checkpoint_steps = 0, .replay_decay = 0.5, .async_pipeline = 1, \
       .log = NULL, .log_user = NULL, .log_level = GDDR_LOG_WARN, .observer = 0, \
       .curve_server_key = NULL, .curve_key_file = NULL, .heartbeat_ms = 2000, \
-      .part_bytes = 4u << 20 }
+      .part_bytes = 4u << 20, .accumulate_steps = 1 }
 
 /* Fills *o with the defaults GDDR_CLIENT_OPTS_INIT gives. */
 void gddr_client_opts_init(gddr_client_opts *o);
