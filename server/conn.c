@@ -19,10 +19,12 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
+#include "gddr_hash.h"
 #include "ps.h"
 
 #define CONN_BUCKETS 4096
@@ -277,8 +279,11 @@ static int send_part(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
     return 0;
 }
 
+static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
+                     uint32_t rank, float alpha, int full);
+
 static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
-                        uint64_t part_bytes)
+                        uint64_t part_bytes, uint32_t rank, float lazy, int full)
 {
     size_t bytes = t->n * sizeof(float);
     long long queued = c ? atomic_load(&c->queued) : 0;
@@ -294,6 +299,8 @@ static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_
         return;
     }
     ps_tensor_settle(ps, t); /* the update in flight is this version's */
+    if (lazy > 0 && send_lazy(ps, ident, c, req_id, t, rank, lazy, full) == 0)
+        return;
     /* Parts of whole chunks; one part is the plain reply. */
     size_t per = part_bytes / ((size_t)t->chunk * sizeof(float));
     if (per < 1)
@@ -314,6 +321,158 @@ static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_
     ps->pulls_served++;
 }
 
+/* ---- lazy pulls (GDDR on pulls) ----------------------------------------------- */
+
+/* A worker's view of one tensor, as the server knows it: the version each
+ * chunk had when the worker last got it, and how many lazy pulls in a row
+ * held it back while it had changed. 10 bytes a chunk (a chunk is 1024
+ * floats by default: 0.24% of the tensor) per worker and tensor pulled. */
+typedef struct ps_pview {
+    uint64_t *seen;
+    uint16_t *age;
+    size_t nchunks;
+    uint64_t pulls;   /* lazy pulls so far: the hold mask's step */
+} ps_pview;
+
+static atomic_llong pview_bytes;
+
+long long ps_pview_bytes(void)
+{
+    return atomic_load(&pview_bytes);
+}
+
+void ps_pviews_free(ps_worker *w)
+{
+    for (size_t i = 0; i < w->npv; i++)
+        if (w->pv[i]) {
+            atomic_fetch_sub(&pview_bytes, (long long)(w->pv[i]->nchunks * 10));
+            free(w->pv[i]->seen);
+            free(w->pv[i]->age);
+            free(w->pv[i]);
+        }
+    free(w->pv);
+    w->pv = NULL;
+    w->npv = 0;
+}
+
+/* rank's view of t; *fresh = 1 when it was just made (the worker's values
+ * are unknown: everything goes). NULL when out of memory. */
+static ps_pview *pview_get(gddr_ps *ps, uint32_t rank, const ps_tensor *t, int *fresh)
+{
+    ps_worker *w = &ps->workers[rank];
+    *fresh = 0;
+    if (t->id >= w->npv) {
+        size_t n = t->id + 1;
+        ps_pview **nv = realloc(w->pv, n * sizeof *nv);
+        if (!nv)
+            return NULL;
+        memset(nv + w->npv, 0, (n - w->npv) * sizeof *nv);
+        w->pv = nv;
+        w->npv = n;
+    }
+    ps_pview *v = w->pv[t->id];
+    if (!v) {
+        v = calloc(1, sizeof *v);
+        if (!v || !(v->seen = calloc(t->nchunks, sizeof *v->seen)) ||
+            !(v->age = calloc(t->nchunks, sizeof *v->age))) {
+            if (v)
+                free(v->seen), free(v);
+            return NULL;
+        }
+        v->nchunks = t->nchunks;
+        atomic_fetch_add(&pview_bytes, (long long)(t->nchunks * 10));
+        w->pv[t->id] = v;
+        *fresh = 1;
+    }
+    return v;
+}
+
+typedef struct lazy_token {
+    ps_conn *conn;
+    size_t bytes;
+} lazy_token;
+
+static void lazy_sent(void *data, void *hint)
+{
+    lazy_token *k = hint;
+    atomic_fetch_sub(&k->conn->queued, (long long)k->bytes);
+    conn_unref(k->conn);
+    free(k);
+    free(data);
+}
+
+/* A lazy reply: the chunks rank's view lacks, some held back (at most the
+ * tensor's tau pulls in a row), packed, with their bitmap. Returns -1 when
+ * it could not be built (no memory): the caller answers whole. */
+static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
+                     uint32_t rank, float alpha, int full)
+{
+    int fresh;
+    ps_pview *v = pview_get(ps, rank, t, &fresh);
+    size_t bmlen = (t->nchunks + 7) / 8;
+    uint8_t *bm = v ? calloc(bmlen ? bmlen : 1, 1) : NULL;
+    float *packed = bm ? malloc(t->n * sizeof(float) + 4) : NULL;
+    lazy_token *k = packed ? malloc(sizeof *k) : NULL;
+    if (!k) {
+        free(bm), free(packed);
+        return -1;
+    }
+    const uint64_t V = t->version;
+    const uint32_t tau = (uint32_t)(t->tau > 0 ? t->tau : 1);
+    const uint64_t prefix = gddr__hash_prefix(0x6c617a79ull /* "lazy" */, rank, t->keyhash, v->pulls++);
+    uint64_t view = V;
+    size_t o = 0, held = 0, sent = 0, same = 0;
+    for (size_t ch = 0; ch < t->nchunks; ch++) {
+        size_t lo = ch * t->chunk, len = lo + t->chunk <= t->n ? t->chunk : t->n - lo;
+        if (!fresh && t->mod[ch] <= v->seen[ch]) {
+            v->seen[ch] = V; /* unchanged since the worker got it: its copy is current */
+            v->age[ch] = 0;
+            same++;
+            continue;
+        }
+        int hold = !fresh && !full && v->age[ch] < tau &&
+                   gddr__u32_to_uniform(gddr__hash_chunk(prefix, (uint32_t)ch)) < alpha;
+        if (hold) {
+            v->age[ch]++;
+            if (v->seen[ch] < view)
+                view = v->seen[ch];
+            held++;
+            continue;
+        }
+        memcpy(packed + o, t->w + lo, len * sizeof(float));
+        o += len;
+        bm[ch / 8] |= (uint8_t)(1u << (ch % 8));
+        v->seen[ch] = V;
+        v->age[ch] = 0;
+        sent++;
+    }
+    ps->lazy_pulls++;
+    ps->lazy_chunks_held += held;
+    ps->lazy_chunks_sent += sent;
+    ps->lazy_chunks_same += same;
+    size_t bytes = o * sizeof(float);
+    atomic_fetch_add(&c->refs, 1);
+    atomic_fetch_add(&c->queued, (long long)bytes);
+    k->conn = c;
+    k->bytes = bytes;
+    Gddr__Reply r;
+    Gddr__PullReply pr = GDDR__PULL_REPLY__INIT;
+    ps_reply_init(ps, &r, req_id, t);
+    pr.id = t->id;
+    pr.version = V;
+    pr.payload_bytes = bytes;
+    pr.bitmap.data = bm;
+    pr.bitmap.len = bmlen;
+    pr.view_version = view;
+    r.body_case = GDDR__REPLY__BODY_PULL;
+    r.pull = &pr;
+    gddr__raw raw = { packed, bytes, lazy_sent, k };
+    ps_send_reply(ps, ident, &r, &raw, 1);
+    free(bm);
+    ps->pulls_served++;
+    return 0;
+}
+
 /* ---- pulls ------------------------------------------------------------------ */
 
 /* Whether a pull can be answered now. */
@@ -329,15 +488,19 @@ static int pull_ready(gddr_ps *ps, ps_tensor *t, uint64_t min_version, uint64_t 
     return 1;
 }
 
-int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Request *rq)
+int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Request *rq, int owner)
 {
     const Gddr__Pull *p = rq->pull;
+    /* Lazy replies only to the worker whose view the server keeps. */
+    float lazy = owner && isfinite(p->delay_fraction) && p->delay_fraction > 0
+                     ? (p->delay_fraction < 1 ? p->delay_fraction : 1)
+                     : 0;
     ps_tensor *t = ps_tensor_by_id(ps, p->id);
     if (!t)
         return ps_reject(ps, ident, rq->req_id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)",
                          p->id, ps->ntensors);
     if (pull_ready(ps, t, p->min_version, p->step)) {
-        send_values(ps, ident, c, rq->req_id, t, p->part_bytes);
+        send_values(ps, ident, c, rq->req_id, t, p->part_bytes, rq->rank, lazy, p->full);
         return GDDR_OK;
     }
     /* A sync step or the ssp bound will release it. A min_version far ahead
@@ -373,6 +536,8 @@ int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Reque
     q->id = t->id;
     q->min_version = p->min_version;
     q->part_bytes = p->part_bytes;
+    q->lazy = lazy;
+    q->full = p->full;
     q->step = p->step;
     q->deadline_ms = gddr__now_ms() + (int64_t)wait;
     return GDDR_OK;
@@ -393,7 +558,7 @@ void ps_release_pulls(gddr_ps *ps)
         ps_pull *p = &ps->pulls[i];
         ps_tensor *t = ps_tensor_by_id(ps, p->id);
         if (t && pull_ready(ps, t, p->min_version, p->step)) {
-            send_values(ps, &p->ident, p->conn, p->req_id, t, p->part_bytes);
+            send_values(ps, &p->ident, p->conn, p->req_id, t, p->part_bytes, p->rank, p->lazy, p->full);
         } else if (!t || now >= p->deadline_ms || ps->stop) {
             if (ps->stop)
                 ps_reject(ps, &p->ident, p->req_id, GDDR_ESHUTDOWN, "server is shutting down");

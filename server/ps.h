@@ -77,6 +77,8 @@ typedef struct ps_tensor {
     struct ps_task *pending; /* the update in flight, NULL when settled */
     struct ps_vbuf *pending_fresh; /* where it writes, when not in place */
     int64_t *off;      /* per chunk: payload offset of the update in flight */
+    uint64_t *mod;     /* per chunk: the version that last changed it (lazy pulls) */
+    uint32_t keyhash;  /* gddr_key_hash(key): names it in the lazy-pull hold mask */
     /* sync: the step being collected */
     float *acc;        /* sum of lr_eff * g of this step's pushes */
     uint8_t *touched;  /* per chunk: some push of this step carried it */
@@ -114,6 +116,8 @@ typedef struct ps_worker {
     ps_stale stale;
     ps_wtensor *wt;     /* per tensor id, grown on demand */
     size_t nwt;
+    struct ps_pview **pv; /* per tensor id: this worker's view for lazy pulls (conn.c) */
+    size_t npv;
     char client[64];    /* what its hello said it is (escaped), for logs */
 } ps_worker;
 
@@ -136,6 +140,8 @@ typedef struct ps_pull {
     uint32_t rank, id;
     uint64_t min_version, step;
     uint64_t part_bytes;         /* answer in parts of this size (0: whole) */
+    float lazy;                  /* > 0: a lazy reply (Pull.delay_fraction), the owner's */
+    int full;                    /* lazy: Pull.full */
     int64_t deadline_ms;
 } ps_pull;
 
@@ -176,6 +182,7 @@ typedef struct gddr_ps {
     uint64_t pushes, pulls_served, inits, bytes_in, bytes_out, versions_total;
     uint64_t duplicates;
     uint64_t push_parts, pull_parts; /* messages of pushes and pulls in parts */
+    uint64_t lazy_pulls, lazy_chunks_held, lazy_chunks_sent, lazy_chunks_same; /* lazy pulls */
     uint64_t rejected[PS_NERR];
     uint64_t deaths, rejoins;
     ps_stale stale;
@@ -274,7 +281,12 @@ ps_conn *ps_conn_get(gddr_ps *ps, zmq_msg_t *ident);
 void ps_conns_sweep(gddr_ps *ps);
 size_t ps_conns_count(gddr_ps *ps);
 /* Serves a pull now, or parks it, or refuses it. */
-int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Request *rq);
+/* owner: rq comes from the live owner of its rank (lazy replies only for it). */
+int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Request *rq, int owner);
+/* Drops a worker's lazy-pull views (a new process for the rank). */
+void ps_pviews_free(ps_worker *w);
+/* Bytes held by every worker's lazy-pull views. */
+long long ps_pview_bytes(void);
 /* Answers every parked pull whose condition holds or whose time is up. */
 void ps_release_pulls(gddr_ps *ps);
 /* Milliseconds until the next parked pull's deadline (at most cap). */

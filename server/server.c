@@ -25,6 +25,7 @@
 
 #include "blas.h"
 #include "checkpoint.h"
+#include "gddr_hash.h"
 #include "log.h"
 #include "ps.h"
 #include "residual.h"
@@ -123,6 +124,16 @@ ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id)
 static void tensor_submit(gddr_ps *ps, ps_tensor *t, ps_job *job, ps_vbuf *fresh,
                           zmq_msg_t *msgs, int nmsgs, void *owned)
 {
+    /* Which chunks this update changes, at the version it makes (lazy
+     * pulls send a worker only what changed since it last got a chunk). */
+    for (size_t c = 0; job->kind != PS_JOB_ACC && c < t->nchunks; c++) {
+        int hit = job->kind == PS_JOB_SYNC ? t->touched[c]
+                  : job->src               ? job->src[c] != NULL
+                  : job->off               ? job->off[c] >= 0
+                                           : 1;
+        if (hit)
+            t->mod[c] = t->version + 1;
+    }
     job->dst = fresh ? fresh->data : NULL;
     ps_task *k = ps_pool_submit(ps->pool, job, msgs, nmsgs, owned);
     if (!k) {
@@ -153,6 +164,7 @@ static void tensor_free(ps_tensor *t)
 {
     ps_vbuf_unref(t->cur);
     free(t->off);
+    free(t->mod);
     free(t->mom);
     free(t->acc);
     free(t->touched);
@@ -179,9 +191,11 @@ ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
     t->acc = calloc(n, sizeof(float));
     t->touched = calloc(t->nchunks, 1);
     t->off = malloc(t->nchunks * sizeof *t->off);
+    t->mod = calloc(t->nchunks, sizeof *t->mod);
+    t->keyhash = gddr_key_hash(t->key);
     t->contrib = calloc((size_t)ps->cfg.max_workers, 1);
     t->tau = (int)ps->cfg.tau_init;
-    ps_tensor **arr = t->w && t->acc && t->touched && t->off && t->contrib
+    ps_tensor **arr = t->w && t->acc && t->touched && t->off && t->mod && t->contrib
                           ? realloc(ps->tensors, (ps->ntensors + 1) * sizeof *arr)
                           : NULL;
     if (!arr) {
@@ -849,7 +863,7 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
     int observer_key = key && key->observer_only;
     switch (body) {
     case GDDR__REQUEST__BODY_PULL:
-        ps_pull_request(ps, ident, c, rq);
+        ps_pull_request(ps, ident, c, rq, owner && !rq->observer);
         return;
     case GDDR__REQUEST__BODY_STATS:
         on_stats(ps, ident, rq, owner);

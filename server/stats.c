@@ -152,6 +152,15 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_push_parts_total %llu\n", (unsigned long long)ps->push_parts);
     sb_printf(&b, "# HELP gddr_pull_parts_total Replies of pulls answered in parts (Pull.part_bytes).\n# TYPE gddr_pull_parts_total counter\n"
                   "gddr_pull_parts_total %llu\n", (unsigned long long)ps->pull_parts);
+    sb_printf(&b, "# HELP gddr_lazy_pulls_total Pulls answered lazily (Pull.delay_fraction: only chunks the worker lacks, some held back).\n# TYPE gddr_lazy_pulls_total counter\n"
+                  "gddr_lazy_pulls_total %llu\n", (unsigned long long)ps->lazy_pulls);
+    sb_printf(&b, "# HELP gddr_lazy_chunks_total Chunks of lazy pulls, by what happened to them.\n# TYPE gddr_lazy_chunks_total counter\n"
+                  "gddr_lazy_chunks_total{outcome=\"sent\"} %llu\ngddr_lazy_chunks_total{outcome=\"held\"} %llu\n"
+                  "gddr_lazy_chunks_total{outcome=\"unchanged\"} %llu\n",
+              (unsigned long long)ps->lazy_chunks_sent, (unsigned long long)ps->lazy_chunks_held,
+              (unsigned long long)ps->lazy_chunks_same);
+    sb_printf(&b, "# HELP gddr_pull_view_bytes Memory of the workers' views kept for lazy pulls (10 bytes a chunk per worker and tensor).\n# TYPE gddr_pull_view_bytes gauge\n"
+                  "gddr_pull_view_bytes %lld\n", ps_pview_bytes());
     sb_printf(&b, "# HELP gddr_handshake_failures_total Connections that failed the ZMTP/CURVE handshake (plaintext or wrong server key).\n# TYPE gddr_handshake_failures_total counter\n"
                   "gddr_handshake_failures_total %llu\n", (unsigned long long)ps->handshake_failed);
     sb_printf(&b, "# HELP gddr_connections Peer connections the server keeps accounts for.\n# TYPE gddr_connections gauge\n"

@@ -144,6 +144,7 @@ int ps_worker_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, uint
         free(w->wt);
         w->wt = NULL;
         w->nwt = 0;
+        ps_pviews_free(w); /* a new process has no view yet */
         ps_parts_drop_rank(ps, rank); /* the old process's half-sent pushes */
         w->session = session;
         if (w->state == PS_W_DEAD || w->state == PS_W_LEFT)
@@ -221,8 +222,10 @@ int ps_workers_check(gddr_ps *ps)
 
 void ps_workers_free(gddr_ps *ps)
 {
-    for (int r = 0; ps->workers && r < ps->cfg.max_workers; r++)
+    for (int r = 0; ps->workers && r < ps->cfg.max_workers; r++) {
         free(ps->workers[r].wt);
+        ps_pviews_free(&ps->workers[r]);
+    }
     free(ps->workers);
     ps->workers = NULL;
 }

@@ -656,6 +656,7 @@ START_TEST(test_client_ini)
     ck_assert_uint_eq(o.seed, d.seed);
     ck_assert_uint_eq(o.part_bytes, d.part_bytes);
     ck_assert_int_eq(o.accumulate_steps, d.accumulate_steps);
+    ck_assert(o.pull_delay_fraction == d.pull_delay_fraction);
 
     /* A file that sets nothing but the server gives the library's defaults
      * (the table's defaults and GDDR_CLIENT_OPTS_INIT agree). */

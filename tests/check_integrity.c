@@ -1289,6 +1289,68 @@ START_TEST(test_accumulate_steps)
 }
 END_TEST
 
+/* GDDR on pulls (pull_delay_fraction): the worker's view of every chunk
+ * is at most tau pulls stale, the staleness its pushes report counts the
+ * oldest chunk of its view, a whole pull makes the view exact, and the
+ * server keeps 10 bytes a chunk for the view. One worker, dense pushes (so
+ * every chunk changes every step), tau fixed at 3. */
+START_TEST(test_lazy_pull_bound)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.5", "chunk=64", "tau_init=3", "tau_dynamic=false");
+    enum { CH = 64, NC = 50, N = CH * NC, STEPS = 40, TAU = 3 };
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.timeout_ms = 30000;
+    o.pull_delay_fraction = 0.5;
+    gddr_client *c = open_opts(o, s.endpoint, 0, 1);
+    float *w = malloc(N * 4), *g = malloc(N * 4), *sv = malloc(N * 4);
+    for (int i = 0; i < N; i++)
+        w[i] = (float)(i % 13);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "lazy", w, N, &id, NULL), GDDR_OK);
+    int stale_run[NC] = { 0 }, worst = 0, held = 0;
+    const float *gp[1] = { g };
+    float *wp[1] = { w };
+    for (int k = 0; k < STEPS; k++) {
+        for (int i = 0; i < N; i++)
+            g[i] = (float)((i + k) % 7) - 3.0f; /* every chunk changes */
+        ck_assert_int_eq(gddr_step(c, gp, wp), GDDR_OK);
+        observe(s.endpoint, "lazy", sv, N);
+        for (int ch = 0; ch < NC; ch++) {
+            if (memcmp(w + ch * CH, sv + ch * CH, CH * 4) == 0) {
+                stale_run[ch] = 0;
+            } else {
+                held++;
+                if (++stale_run[ch] > worst)
+                    worst = stale_run[ch];
+            }
+        }
+    }
+    ck_assert_msg(worst <= TAU, "a chunk stayed stale %d pulls in a row (tau %d)", worst, TAU);
+    ck_assert_msg(held > NC, "only %d chunk-pulls were held back: nothing was saved", held);
+    gddr_server_stats st;
+    ck_assert_int_eq(gddr_server_stats_get(c, &st), GDDR_OK);
+    ck_assert_msg(st.staleness_max >= 1 && st.staleness_max <= TAU,
+                  "staleness reported %" PRIu64 ": a held chunk must count, at most tau", st.staleness_max);
+    gddr_client_counters k;
+    gddr_client_counters_get(c, &k);
+    ck_assert_msg(k.bytes_pulled < (uint64_t)STEPS * N * 4 * 3 / 4, "pulled %" PRIu64 " bytes", k.bytes_pulled);
+    double view = gt_server_metric(c, "gddr_pull_view_bytes");
+    ck_assert_msg(view == NC * 10.0, "the server keeps %g bytes for the view", view);
+    /* A whole pull: the view is the server's, bit for bit. */
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_pull(c, id, w, 0, &v), GDDR_OK);
+    ck_assert_uint_eq(observe(s.endpoint, "lazy", sv, N), v);
+    ck_assert_msg(memcmp(w, sv, N * 4) == 0, "after a whole pull the view differs");
+    printf("integrity: lazy pulls (alpha 0.5, tau %d): %d chunk-pulls held, longest %d in a row, "
+           "staleness max %" PRIu64 ", %" PRIu64 " of %d dense bytes pulled\n",
+           TAU, held, worst, st.staleness_max, k.bytes_pulled, STEPS * N * 4);
+    gddr_client_close(&c);
+    free(w), free(g), free(sv);
+    stop_server(&s);
+}
+END_TEST
+
 /* Parked pulls are capped per connection. */
 START_TEST(test_parked_pulls_capped)
 {
@@ -1737,6 +1799,7 @@ Suite *suite_integrity(void)
     ADD("overlapped_applies_exact", test_overlapped_applies_exact);
     ADD("parts_bit_exact", test_parts_bit_exact);
     ADD("accumulate_steps", test_accumulate_steps);
+    ADD("lazy_pull_bound", test_lazy_pull_bound);
     ADD("bogus_grad_norm_tau_recovers", test_bogus_grad_norm_tau_recovers);
     ADD("server_starts_late", test_server_starts_late);
     ADD("sigterm_during_startup", test_sigterm_during_startup);

@@ -198,9 +198,72 @@ const float *gddr__last(ctensor *t)
 /* A pull reply (whole, or one part): copies the values into the caller's
  * buffer and, for a tracked pull, keeps the frames as the tensor's last
  * values. Returns 0 while parts are still to come. */
+/* The tensor's last values in a buffer of the library's (the view lazy
+ * replies update); NULL when out of memory. */
+static float *view_own(ctensor *t)
+{
+    if (t->last && t->last == t->last_own)
+        return t->last_own;
+    const float *from = gddr__last(t); /* joins parts into last_own */
+    if (!from)
+        return NULL;
+    if (from != t->last_own) {
+        float *v = malloc(t->n * 4);
+        if (!v)
+            return NULL;
+        memcpy(v, from, t->n * 4);
+        free(t->last_own);
+        t->last_own = v;
+    }
+    msgs_close(t->last_msgs, &t->nlast);
+    t->last = t->last_own;
+    return t->last_own;
+}
+
+/* A lazy pull reply (bitmap set): the chunks sent go into the view, the
+ * whole view into the caller's buffer; the view's version is its oldest
+ * chunk's. */
+static void lazy_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__frames *f)
+{
+    ctensor *t = &c->t[o->tensor];
+    size_t chunk = c->info.chunk > 0 ? (size_t)c->info.chunk : 0;
+    size_t nch = chunk ? (t->n + chunk - 1) / chunk : 0;
+    size_t bytes = f->n == 2 ? gddr__frame_size(f, 1) : 0, want = 0;
+    int ok = f->n == 2 && chunk && pr->bitmap.len == (nch + 7) / 8 && pr->payload_bytes == bytes &&
+             (nch % 8 == 0 || !(pr->bitmap.data[pr->bitmap.len - 1] >> (nch % 8)));
+    for (size_t ch = 0; ok && ch < nch; ch++)
+        if (pr->bitmap.data[ch / 8] >> (ch % 8) & 1)
+            want += (ch + 1) * chunk <= t->n ? chunk : t->n - ch * chunk;
+    float *view = ok && want * 4 == bytes && o->track ? view_own(t) : NULL;
+    if (!view) {
+        o->rc = gddr__set_err(c, GDDR_ELENGTH,
+                              "lazy pull reply for '%s': %zu bytes for its bitmap of %zu bytes",
+                              t->key, bytes, pr->bitmap.len);
+        t->view_dirty = 1;
+        return;
+    }
+    const float *src = gddr__frame_data(f, 1);
+    for (size_t ch = 0; ch < nch; ch++)
+        if (pr->bitmap.data[ch / 8] >> (ch % 8) & 1) {
+            size_t lo = ch * chunk, len = lo + chunk <= t->n ? chunk : t->n - lo;
+            memcpy(view + lo, src, len * 4);
+            src += len;
+        }
+    memcpy(o->out, view, t->n * 4);
+    o->version = pr->version;   /* the server's, for the step's wait */
+    t->version = pr->view_version; /* what gradients computed on the view are tagged with */
+    t->view_dirty = 0;
+    c->k.pulls++;
+    c->k.bytes_pulled += f->bytes;
+}
+
 static int pull_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__frames *f)
 {
     ctensor *t = &c->t[o->tensor];
+    if (pr->bitmap.len) {
+        lazy_reply(c, o, pr, f);
+        return 1;
+    }
     size_t bytes = f->n == 2 ? gddr__frame_size(f, 1) : 0;
     uint32_t parts = pr->parts > 1 ? pr->parts : 1;
     size_t lo = parts > 1 ? pr->offset : 0;
@@ -238,6 +301,7 @@ static int pull_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__fr
         free(t->last_own);
         t->last_own = NULL;
         t->version = o->version;
+        t->view_dirty = 0;
     }
     c->k.pulls++;
     return 1;
@@ -518,6 +582,8 @@ int gddr__reconnect(gddr_client *c)
     int backoff = 100, rc = GDDR_ETIMEDOUT;
     ops_fail_all(c, GDDR_ETIMEDOUT);
     c->k.reconnects++;
+    for (int i = 0; i < c->nt; i++)
+        c->t[i].view_dirty = 1; /* a lazy reply may be lost: the next pull is full */
     gddr__logf(&c->log, GDDR_LOG_WARN, "reconnecting to %s", c->server);
     while (gddr__now_ms() < deadline) {
         int left = (int)(deadline - gddr__now_ms());
@@ -576,6 +642,7 @@ int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int s
     if (!opts || !out || !opts->server || !opts->server[0])
         return GDDR_EINVAL;
     if (opts->timeout_ms <= 0 || opts->delay_fraction < 0 || opts->delay_fraction >= 1 ||
+        !(opts->pull_delay_fraction >= 0 && opts->pull_delay_fraction < 1) ||
         opts->dc_lambda < 0 || opts->clip_norm < 0 || opts->replay_decay <= 0 ||
         opts->replay_decay > 1 || opts->dc_ms_decay < 0 || opts->dc_ms_decay >= 1)
         return GDDR_EINVAL;
@@ -858,6 +925,33 @@ int gddr__pull_tensor(gddr_client *c, int i, float *out, uint64_t min_version, u
     int rc = gddr__send_req(c, &rq, NULL, 0, OP_PULL, i, ticket);
     if (rc == GDDR_OK)
         gddr__op(c, *ticket)->out = out;
+    return rc;
+}
+
+int gddr__pull_view(gddr_client *c, int i, float *out, uint64_t min_version, uint64_t step,
+                    uint64_t *ticket)
+{
+    ctensor *t = &c->t[i];
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Pull p = GDDR__PULL__INIT;
+    p.id = t->sid;
+    p.min_version = min_version;
+    p.step = step;
+    p.wait_ms = (uint32_t)c->o.timeout_ms;
+    if (c->o.pull_delay_fraction > 0 && !c->o.observer) {
+        p.delay_fraction = (float)c->o.pull_delay_fraction;
+        p.full = t->view_dirty != 0;
+    } else if (c->o.part_bytes && t->n * 4 > c->o.part_bytes) {
+        p.part_bytes = c->o.part_bytes;
+    }
+    rq.body_case = GDDR__REQUEST__BODY_PULL;
+    rq.pull = &p;
+    int rc = gddr__send_req(c, &rq, NULL, 0, OP_PULL, i, ticket);
+    if (rc == GDDR_OK) {
+        op *o = gddr__op(c, *ticket);
+        o->out = out;
+        o->track = 1;
+    }
     return rc;
 }
 

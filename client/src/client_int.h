@@ -97,6 +97,7 @@ typedef struct ctensor {
     residual res;
     int tau;
     int orphan_done;   /* an orphan of this tensor was fully replayed; not yet reported */
+    int view_dirty;    /* lazy pulls: a reply may have been lost; the next pull is full */
     float *accum;      /* accumulate_steps: the sum of the gradients so far (NULL until used) */
     struct gddr__dtensor *dev; /* step.c: device-side GDDR state (NULL until a
                                 * step is given CUDA device pointers) */
@@ -200,6 +201,10 @@ int gddr__needs_reconnect(gddr_client *c, int rc);
 /* A tensor's last pulled values, contiguous (parts are joined on first
  * use); NULL only when out of memory. */
 const float *gddr__last(ctensor *t);
+/* A pull of gddr_step that updates the tensor's view (its last values and
+ * version): lazy (Pull.delay_fraction) when pull_delay_fraction > 0. */
+int gddr__pull_view(gddr_client *c, int i, float *out, uint64_t min_version, uint64_t step,
+                    uint64_t *ticket);
 int gddr__pull_tensor(gddr_client *c, int i, float *out, uint64_t min_version, uint64_t step,
                       uint64_t *ticket);
 

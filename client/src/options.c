@@ -13,7 +13,7 @@
 typedef struct client_conf {
     char server[GDDR_CONF_STRMAX], servers[GDDR_CONF_STRMAX];
     long long rank, world_size, timeout_ms, reconnect_timeout_ms, residual_checkpoint_steps;
-    double clip_norm, dc_lambda, dc_ms_decay, delay_fraction, replay_decay;
+    double clip_norm, dc_lambda, dc_ms_decay, delay_fraction, replay_decay, pull_delay_fraction;
     int dc_mode, dc_adaptive, log_level;
     long long seed;
     char curve_server_key[GDDR_CONF_STRMAX], curve_key_file[GDDR_CONF_STRMAX];
@@ -68,6 +68,8 @@ const gddr__conf_key gddr__client_conf_table[] = {
       "tensors larger than this travel in parts of at most this many bytes; 0 = whole" },
     { "client", "accumulate_steps", GDDR_CONF_INT, OFF(accumulate_steps), "1", 1, 1000000, NULL, 0,
       "push the mean of every k gradients (gradient accumulation); 1 = every step" },
+    { "client", "pull_delay_fraction", GDDR_CONF_DOUBLE, OFF(pull_delay_fraction), "0", 0, 0.99, NULL, 0,
+      "GDDR on pulls: hold back a changed chunk with this probability, at most tau pulls; 0 = whole pulls" },
     { NULL, NULL, 0, 0, NULL, 0, 0, NULL, 0, NULL },
 };
 
@@ -101,6 +103,7 @@ int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, siz
     o->heartbeat_ms = (int)cc.heartbeat_ms;
     o->part_bytes = (uint64_t)cc.part_bytes;
     o->accumulate_steps = (int)cc.accumulate_steps;
+    o->pull_delay_fraction = cc.pull_delay_fraction;
     if (cc.curve_server_key[0]) {
         snprintf(curve_server_buf, sizeof curve_server_buf, "%s", cc.curve_server_key);
         snprintf(curve_file_buf, sizeof curve_file_buf, "%s", cc.curve_key_file);
@@ -132,7 +135,7 @@ int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gd
         OVR(delay_fraction); OVR(seed); OVR(residual_checkpoint_steps); OVR(replay_decay);
         OVR(async_pipeline); OVR(log); OVR(log_user); OVR(log_level); OVR(observer);
         OVR(curve_server_key); OVR(curve_key_file); OVR(heartbeat_ms);
-        OVR(part_bytes); OVR(accumulate_steps);
+        OVR(part_bytes); OVR(accumulate_steps); OVR(pull_delay_fraction);
 #undef OVR
     }
     rc = gddr_client_open(&o, out);

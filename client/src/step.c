@@ -655,8 +655,7 @@ static int exchange(gddr_client *c, payload *pl, float *const *params, op *res, 
     int npulled = 0;
     if (rc == GDDR_OK && pipelined) {
         for (int i = 0; i < nt && rc == GDDR_OK; i++, npulled++)
-            if ((rc = gddr__pull_tensor(c, i, params[i], 0, c->step + 1, &ptk[i])) == GDDR_OK)
-                gddr__op(c, ptk[i])->track = 1;
+            rc = gddr__pull_view(c, i, params[i], 0, c->step + 1, &ptk[i]);
     }
     /* One deadline for the pushes and the pipelined pulls together: a
      * server that went silent costs one timeout, not two. */
@@ -665,8 +664,11 @@ static int exchange(gddr_client *c, payload *pl, float *const *params, op *res, 
     op *pres = res + nt;
     int64_t left = deadline - gddr__now_ms();
     int rc3 = wait_all(c, ptk, pres, npulled, left > 0 ? (int)left : 0);
-    if (rc != GDDR_OK || rc2 != GDDR_OK || rc3 != GDDR_OK)
+    if (rc != GDDR_OK || rc2 != GDDR_OK || rc3 != GDDR_OK) {
+        for (int i = 0; i < nt; i++)
+            c->t[i].view_dirty = 1; /* a lazy reply may be lost: the next pull is full */
         return rc != GDDR_OK ? rc : rc2 != GDDR_OK ? rc2 : rc3;
+    }
     /* Which tensors still need a pull: sync steps (also the first sync step
      * after an async warm-up), or everything when nothing was pipelined. */
     for (int i = 0; i < nt; i++) {
@@ -677,11 +679,9 @@ static int exchange(gddr_client *c, payload *pl, float *const *params, op *res, 
         for (;;) {
             uint64_t t1;
             memset(&pres[i], 0, sizeof pres[i]); /* answered: this pull's answer only */
-            rc = gddr__pull_tensor(c, i, params[i], need, c->step + 1, &t1);
-            if (rc == GDDR_OK) {
-                gddr__op(c, t1)->track = 1;
+            rc = gddr__pull_view(c, i, params[i], need, c->step + 1, &t1);
+            if (rc == GDDR_OK)
                 rc = gddr__wait_op(c, t1, c->o.timeout_ms + 1000, &pres[i]);
-            }
             /* The server parks a sync pull for timeout_ms; when a slow or
              * dead worker keeps the step open longer, ask again -- but not
              * forever: a peer that is alive (it heartbeats) yet never

@@ -28,6 +28,7 @@ typedef struct args {
     int pipeline, evaluate;
     double progress, clip_norm, dc_lambda, delay_fraction;
     int dc_mode, dc_adaptive, residual_ckpt, accumulate;
+    double pull_alpha;
     unsigned long long seed;
 } args;
 
@@ -66,6 +67,8 @@ static void usage(FILE *f)
             "                         (gddr_step_submit/gddr_step_wait; one-step-stale parameters)\n"
             "  --residual-checkpoint-steps N\n"
             "  --accumulate-steps K   push the mean of every K gradients (gradient accumulation)\n"
+            "  --pull-delay-fraction A  GDDR on pulls: hold a changed chunk back with probability A\n"
+            "                         (at most tau pulls); pulls bring only what the view lacks\n"
             "  --timeout-ms MS        bound on every wait\n"
             "  --progress SEC         seconds between progress lines (default 2; 0 = none)\n"
             "  --quiet                only the RESULT line\n"
@@ -101,7 +104,7 @@ static int parse_args(int argc, char **argv, args *a)
         { "progress", 1, 0, 'p' },        { "quiet", 0, 0, 'q' },      { "timeout-ms", 1, 0, 'T' },
         { "residual-checkpoint-steps", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { "verbose", 0, 0, 'v' },
         { "pipeline", 0, 0, 'P' },        { "evaluate", 0, 0, 'E' },
-        { "accumulate-steps", 1, 0, 'K' },
+        { "accumulate-steps", 1, 0, 'K' }, { "pull-delay-fraction", 1, 0, 'Y' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -137,6 +140,7 @@ static int parse_args(int argc, char **argv, args *a)
         case 'T': a->timeout_ms = atoi(optarg); break;
         case 'R': a->residual_ckpt = atoi(optarg); break;
         case 'K': a->accumulate = atoi(optarg); break;
+        case 'Y': a->pull_alpha = atof(optarg); break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -189,6 +193,8 @@ static int open_client(const args *a, int *rank_store, gddr_client **c)
         o.residual_checkpoint_steps = a->residual_ckpt;
     if (a->accumulate >= 1)
         o.accumulate_steps = a->accumulate;
+    if (a->pull_alpha > 0)
+        o.pull_delay_fraction = a->pull_alpha;
     if (a->evaluate) {
         o.observer = 1; /* reads the model, never counts as a worker */
         o.rank = 0;

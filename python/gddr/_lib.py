@@ -51,6 +51,7 @@ class ClientOpts(ctypes.Structure):
         ("heartbeat_ms", ctypes.c_int),
         ("part_bytes", ctypes.c_uint64),
         ("accumulate_steps", ctypes.c_int),
+        ("pull_delay_fraction", ctypes.c_double),
     ]
 
 

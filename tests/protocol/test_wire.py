@@ -556,6 +556,57 @@ def test_pull_in_parts(pb, server, connect):
     assert a.quiet()
 
 
+def lazy_pull(pb, c, tid, alpha, full=False):
+    r = c.call(pb.Pull(id=tid, wait_ms=1000, delay_fraction=alpha, full=full))
+    assert r.kind == "pull", r
+    assert r.body.payload_bytes == len(r.frames[0])
+    return r.body, r.frames[0]
+
+
+def test_lazy_pulls(pb, server, connect):
+    """Pull-side savings: a lazy pull sends only the chunks the worker's
+    view lacks, holds changed ones back at most tau pulls in a row, and
+    tags the view with the oldest version it holds."""
+    srv = server(chunk=4, lr=0.5, tau_init=3, tau_dynamic=False)
+    a = worker(pb, connect, srv)
+    tid = register(pb, a, "w", W10).body.id  # chunks [0..3] [4..7] [8, 9]
+    g = [1.0] * 10
+    push(pb, a, tid, g, step=1)
+    w1 = sgd(W10, g, 0.5)
+    # The first lazy pull knows nothing of the worker's values: all of it.
+    b, f = lazy_pull(pb, a, tid, 0.999)
+    assert (b.version, b.view_version, b.bitmap) == (1, 1, bytes([0b111]))
+    assert f == f32(w1)
+    # Chunk 1 changes; chunks 0 and 2 do not and are never sent.
+    push(pb, a, tid, [2.0] * 4, step=2, version=1, bitmap=bytes([0b010]))
+    w2 = w1[:4] + [x - 1.0 for x in w1[4:8]] + w1[8:]
+    held = 0
+    while True:
+        b, f = lazy_pull(pb, a, tid, 0.999)
+        assert b.version == 2
+        if b.bitmap == bytes([0]):
+            held += 1
+            assert f == b"" and b.view_version == 1, b
+            continue
+        assert b.bitmap == bytes([0b010]) and f == f32(w2[4:8]) and b.view_version == 2, b
+        break
+    assert held == 3, "chunk 1 was held %d pulls in a row; tau is 3" % held
+    # Nothing changed since: an empty lazy reply, the view current.
+    b, f = lazy_pull(pb, a, tid, 0.999)
+    assert (b.bitmap, f, b.view_version) == (bytes([0]), b"", 2)
+    # full: every changed chunk at once.
+    push(pb, a, tid, [1.0] * 10, step=3, version=2)
+    b, f = lazy_pull(pb, a, tid, 0.999, full=True)
+    assert b.bitmap == bytes([0b111]) and f == f32(sgd(w2, [1.0] * 10, 0.5)) and b.view_version == 3
+    # An observer (no view kept) gets the whole tensor, no bitmap.
+    o = connect(srv, observer=True)
+    r = o.call(pb.Pull(id=tid, wait_ms=1000, delay_fraction=0.5))
+    assert r.kind == "pull" and r.body.bitmap == b"" and len(r.frames[0]) == 40
+    st = stats(pb, a, prometheus=True)
+    assert "gddr_lazy_pulls_total 7" in st.prometheus
+    assert "gddr_pull_view_bytes 30" in st.prometheus  # 3 chunks x 10 bytes, one worker
+
+
 def test_version_from_the_future(pb, server, connect):
     srv = server(chunk=4)
     a = worker(pb, connect, srv)

@@ -107,6 +107,11 @@ typedef struct gddr_client_opts {
                                pushes their mean every k-th call, tagged with the version the
                                first of them was computed on; the other calls return at once
                                with the parameters unchanged. 0 or 1 = push every step */
+    double pull_delay_fraction; /* GDDR on pulls: gddr_step's pulls bring only the chunks this
+                               worker's view lacks, each changed chunk held back with this
+                               probability but never more than tau pulls in a row (the view
+                               is at most tau pulls stale per chunk; gddr_pull is always
+                               whole and exact). 0 = whole pulls */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
@@ -117,7 +122,7 @@ typedef struct gddr_client_opts {
       .residual_checkpoint_steps = 0, .replay_decay = 0.5, .async_pipeline = 1, \
       .log = NULL, .log_user = NULL, .log_level = GDDR_LOG_WARN, .observer = 0, \
       .curve_server_key = NULL, .curve_key_file = NULL, .heartbeat_ms = 2000, \
-      .part_bytes = 4u << 20, .accumulate_steps = 1 }
+      .part_bytes = 4u << 20, .accumulate_steps = 1, .pull_delay_fraction = 0.0 }
 
 /* Fills *o with the defaults GDDR_CLIENT_OPTS_INIT gives. */
 void gddr_client_opts_init(gddr_client_opts *o);
