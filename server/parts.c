@@ -158,8 +158,11 @@ int ps_part_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__f
     if (p->residual_snapshot || p->flush)
         return part_refuse(ps, ident, id, q && q->step == p->step ? q : NULL, GDDR_EPROTO,
                            "a flush or a residual snapshot travels in one message", t);
-    if (p->part >= p->parts) {
-        snprintf(msg, sizeof msg, "part %u of %u", p->part, p->parts);
+    if (p->part >= p->parts || p->parts > t->nchunks) {
+        /* (a part holds at least one chunk: more parts than chunks is a
+         * lie, and would have the server allocate for it) */
+        snprintf(msg, sizeof msg, "part %u of %u (the tensor has %zu chunks)", p->part, p->parts,
+                 t->nchunks);
         return part_refuse(ps, ident, id, NULL, GDDR_EPROTO, msg, t);
     }
     if (q && q->step == p->step && q->failed)

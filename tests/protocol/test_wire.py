@@ -531,6 +531,9 @@ def test_push_in_parts_refused(pb, server, connect):
     send_part(pb, a, tid, [1.0] * 8, 4, 0, 2, 0, 2, req_id=23)
     send_part(pb, a, tid, [1.0, float("nan")], 4, 1, 2, 2, 1, req_id=23)
     expect_error(pb, a.recv(), pb.E_NONFINITE)
+    # More parts than the tensor has chunks (3): refused before anything is kept.
+    send_part(pb, a, tid, [1.0] * 4, 6, 0, 4000000000, 0, 1, req_id=25)
+    expect_error(pb, a.recv(), pb.E_PROTO)
     # Parts that disagree on the versions.
     send_part(pb, a, tid, [1.0] * 8, 5, 0, 2, 0, 2, req_id=24)
     send_part(pb, a, tid, [1.0] * 2, 5, 1, 2, 2, 1, req_id=24, version=1)
