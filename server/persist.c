@@ -473,8 +473,8 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
             ps->ckpt_count++;
             ps->ckpt_last_ms = st.total_ms;
             /* The writer logged the write itself; add what the front thread paid. */
-            gddr_log(GDDR_LOG_DEBUG, "checkpoint %llu: state copy took %.1f ms (write %.1f MB, %.1f ms)",
-                     (unsigned long long)seq, ps->ckpt_copy_ms, (double)st.bytes / 1e6, st.total_ms);
+            gddr_log(GDDR_LOG_DEBUG, "checkpoint %llu: state copy took %.1f ms (write %.1f MiB, %.1f ms)",
+                     (unsigned long long)seq, ps->ckpt_copy_ms, (double)st.bytes / (1024.0 * 1024.0), st.total_ms);
         } /* a failure was logged by the writer */
     }
     if (!due)
@@ -510,8 +510,8 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
         ps->ckpt_pending = 0;
         if (rc == GDDR_OK) {
             ps->ckpt_count++;
-            gddr_log(GDDR_LOG_INFO, "final checkpoint %llu written: %.1f MB in %.1f ms",
-                     (unsigned long long)ps->ckpt_seq, (double)st.bytes / 1e6, st.total_ms);
+            gddr_log(GDDR_LOG_INFO, "final checkpoint %llu written: %.1f MiB in %.1f ms",
+                     (unsigned long long)ps->ckpt_seq, (double)st.bytes / (1024.0 * 1024.0), st.total_ms);
         } else {
             gddr_log(GDDR_LOG_ERROR, "final checkpoint failed: %s", gddr_strerror(rc));
         }

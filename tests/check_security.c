@@ -255,6 +255,56 @@ START_TEST(test_key_options)
 END_TEST
 
 /* Bad key settings stop the daemon before it listens, naming the key. */
+/* Under systemd with LoadCredential=curve_secret_key_file:PATH, the daemon
+ * takes its key from $CREDENTIALS_DIRECTORY (where systemd copies it, mode
+ * 400, for the service user) and no config names the key: a worker with the
+ * matching server key gets in, a plaintext one does not. */
+START_TEST(test_key_from_credential)
+{
+    if (!zmq_has("curve")) {
+        printf("SKIP curve: this libzmq has no CURVE support\n");
+        return;
+    }
+    keyset k;
+    make_keys(&k);
+    char creds[96], cred[160], cmd[1024], set2[200], err[512];
+    snprintf(creds, sizeof creds, "%s/credentials", k.dir);
+    snprintf(cred, sizeof cred, "%s/curve_secret_key_file", creds);
+    snprintf(cmd, sizeof cmd, "mkdir '%s' && cp '%s' '%s' && chmod 400 '%s'", creds, k.server_key,
+             cred, cred);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(unlink(k.server_key), 0); /* only the credential holds it */
+    snprintf(set2, sizeof set2, "authorized_keys=%s", k.allow);
+    const char *sets[] = { set2, "lr=0.5", NULL };
+    gt_server s;
+    setenv("CREDENTIALS_DIRECTORY", creds, 1);
+    int started = gt_server_start(&s, sets, err, sizeof err);
+    unsetenv("CREDENTIALS_DIRECTORY");
+    ck_assert_msg(started == 0, "%s", err);
+
+    gddr_client_opts o = opts_for(s.endpoint, k.server_pub, k.alice_key);
+    o.timeout_ms = o.reconnect_timeout_ms = 30000;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w[4] = { 1, 2, 3, 4 }, g[4] = { 2, 2, 2, 2 }, out[4];
+    int id;
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_register(c, "cred.w", w, 4, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_push(c, id, g, &v), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(c, id, out, 0, &v), GDDR_OK);
+    for (int i = 0; i < 4; i++)
+        ck_assert_float_eq(out[i], w[i] - 1.0f);
+    gddr_client *m = NULL;
+    gddr_client_opts op = opts_for(s.endpoint, NULL, NULL);
+    ck_assert_int_eq(gddr_client_open(&op, &m), GDDR_ETIMEDOUT);
+    gddr_client_close(&c);
+    int status = 0;
+    ck_assert_int_eq(gt_server_stop(&s, 30000, &status), 0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    remove_keys(&k);
+}
+END_TEST
+
 START_TEST(test_bad_key_config)
 {
     keyset k;
@@ -302,6 +352,7 @@ Suite *suite_security(void)
     tcase_add_test(tc, test_allowlist);
     tcase_add_test(tc, test_key_options);
     tcase_add_test(tc, test_bad_key_config);
+    tcase_add_test(tc, test_key_from_credential);
     suite_add_tcase(s, tc);
     return s;
 }
