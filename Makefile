@@ -124,7 +124,7 @@ BINS     := $(BUILD)/bin/gddr-ps $(BUILD)/bin/gddr-train $(BUILD)/bin/gddr-ctl \
 TESTBIN  := $(BUILD)/bin/gddr-tests
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
-.PHONY: all deps check demo install clean cuda-status bench slurm-check
+.PHONY: all deps check demo install clean cuda-status bench slurm-check config-table
 all: cuda-status $(LIB_A) $(LIB_SO) $(PLUGIN_SO) $(FAKE_SO) $(BINS) $(TESTBIN) $(BENCHES) \
      $(BUILD)/gddr-client.pc
 
@@ -136,6 +136,11 @@ else
 endif
 
 # ---- rules -----------------------------------------------------------------
+# Keep every intermediate file (the tools' objects are made by a pattern
+# rule only): deleting them made the second `make` relink three programs.
+# scripts/run-checks.sh checks that a second make has nothing to do.
+.SECONDARY:
+
 $(PROTO_C) $(PROTO_H): proto/gddr.proto
 	@mkdir -p $(BUILD)/proto
 	@echo "  PROTOC $<"
@@ -269,6 +274,16 @@ demo: deps
 
 bench: all
 	@scripts/bench.sh
+
+# README's configuration reference, written from the key tables
+# (server/config.c, client/src/options.c); `gddr-tests conf` fails when the
+# README and the tables differ.
+config-table: $(BUILD)/bin/gddr-ps
+	$(Q)$(BUILD)/bin/gddr-ps --dump-config --markdown > $(BUILD)/config-table.md
+	$(Q)awk -v t=$(BUILD)/config-table.md '/^<!-- config-table begin/ { print; while ((getline l < t) > 0) print l; skip = 1; next } \
+	  /^<!-- config-table end/ { skip = 0 } !skip' README.md > $(BUILD)/README.md.new
+	$(Q)mv $(BUILD)/README.md.new README.md
+	@echo "README.md: configuration table written from the key tables"
 
 # scripts/slurm/gddr.sbatch on a throw-away one-node Slurm cluster (root;
 # installs slurm-wlm and munge when missing). Not part of `make check`.
