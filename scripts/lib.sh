@@ -48,13 +48,15 @@ eval_args() {
   done
 }
 
-# wait_workers NAME DIR SECONDS PID...: while the workers run, prints the
-# newest "[rank" line of each (DIR/workerR.log) every SECONDS; then waits
-# for each and shows the log tail of any that failed. Status 1 if one did.
+# wait_workers NAME DIR SECONDS PID...: while the workers run, prints every
+# SECONDS the newest "[rank" line of each worker (DIR/workerR.log) that has a
+# new one since the last round (a finished or quiet worker's line is not
+# printed again); then waits for each and shows the log tail of any that
+# failed. Status 1 if one did.
 wait_workers() {
   local name=$1 dir=$2 every=$3 p r line running fail=0
   shift 3
-  local wp=("$@")
+  local wp=("$@") last=()
   while :; do
     running=0
     for p in "${wp[@]}"; do kill -0 "$p" 2>/dev/null && running=1; done
@@ -62,7 +64,8 @@ wait_workers() {
     sleep "$every"
     for ((r = 0; r < ${#wp[@]}; r++)); do
       line=$(grep -E '^\[rank' "$dir/worker$r.log" | tail -n 1 || true)
-      [ -n "$line" ] && echo "  $line"
+      [ -n "$line" ] && [ "$line" != "${last[$r]:-}" ] && echo "  $line"
+      last[$r]=$line
     done
   done
   for ((r = 0; r < ${#wp[@]}; r++)); do

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the checks from the repository root: a second make has nothing to do,
-# the systemd unit's hardening (scripts/test-unit.sh), the README's
+# the systemd unit's hardening (scripts/test-unit.sh), the demo's progress
+# loop (scripts/test-lib.sh), the README's
 # by-hand block (scripts/test-readme.sh), the install check (with every C
 # block of the docs compiled), the protocol
 # test (tests/protocol: the wire spoken from Python without libgddr-client),
@@ -46,6 +47,7 @@ if [ $# -eq 0 ]; then
     echo "run-checks: a second make has nothing to do"
   fi
   scripts/test-unit.sh || status=$?
+  scripts/test-lib.sh || status=$?
   scripts/test-readme.sh || status=$?
   scripts/test-install.sh || status=$?
   protocol=1
