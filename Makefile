@@ -265,8 +265,7 @@ check: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run-checks.sh
 
-# make demo SERVERS=2: the model sharded over two gddr-ps (needs the
-# client's server list, issue 10).
+# make demo SERVERS=2: the model sharded over two gddr-ps.
 SERVERS ?= 1
 demo: deps
 	@$(MAKE) --no-print-directory all

@@ -284,6 +284,9 @@ int main(int argc, char **argv)
     if (want_detach)
         detach();
     gddr__log_to_stderr("gddr-ps", cfg.log_level);
+    if (cfg.curve_key_from_credential)
+        gddr_log(GDDR_LOG_INFO, "CURVE secret key from the systemd credential %s",
+                 cfg.curve_secret_key_file);
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
