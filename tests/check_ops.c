@@ -194,11 +194,95 @@ START_TEST(test_heartbeat_keeps_idle_worker_alive)
 }
 END_TEST
 
+/* A counter's value in a metrics page (-1 when absent). */
+static long long metric(const char *text, const char *name)
+{
+    char needle[128];
+    snprintf(needle, sizeof needle, "\n%s ", name);
+    const char *at = strstr(text, needle);
+    return at ? atoll(at + strlen(needle)) : -1;
+}
+
+static long long server_metric(gddr_client *c, const char *name)
+{
+    char *text = NULL;
+    ck_assert_int_eq(gddr_server_metrics_text(c, &text), GDDR_OK);
+    long long v = metric(text, name);
+    free(text);
+    return v;
+}
+
+/* Checkpoints every 0.1 s. Once one holds the state, an idle server
+ * (a worker connected and heartbeating, nothing pushed) skips the periodic
+ * ones: skips grow, written checkpoints and files do not. A push makes the
+ * next one due again; a requested one is written even when nothing changed. */
+START_TEST(test_idle_checkpoint_skipped)
+{
+    char dir[] = "/tmp/gddr-test-idle-XXXXXX", set[128];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(set, sizeof set, "checkpoint_dir=%s", dir);
+    const char *sets[] = { set, "checkpoint_interval_s=0.1", "checkpoint_keep=1000", NULL };
+    gt_server s;
+    char err[512];
+    ck_assert_msg(gt_server_start(&s, sets, err, sizeof err) == 0, "%s", err);
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 1;
+    o.heartbeat_ms = 50;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w[4] = { 0 };
+    int id;
+    ck_assert_int_eq(gddr_register(c, "idle", w, 4, &id, NULL), GDDR_OK);
+    step_lr(c, id, w);
+    /* Wait (bounded) until the state is in a checkpoint and skips begin. */
+    long long skipped = 0, written = 0;
+    for (int i = 0; i < 300 && skipped < 1; i++) {
+        gt_sleep_ms(20);
+        skipped = server_metric(c, "gddr_checkpoints_skipped_total");
+    }
+    ck_assert_int_ge(skipped, 1);
+    written = server_metric(c, "gddr_checkpoints_total");
+    ck_assert_int_ge(written, 1);
+    /* Idle through five more skips: nothing is written. */
+    long long now = skipped;
+    for (int i = 0; i < 500 && now < skipped + 5; i++) {
+        gt_sleep_ms(20);
+        now = server_metric(c, "gddr_checkpoints_skipped_total");
+    }
+    ck_assert_int_ge(now, skipped + 5);
+    ck_assert_int_eq(server_metric(c, "gddr_checkpoints_total"), written);
+    /* A push changes the state: the next periodic checkpoint is written. */
+    step_lr(c, id, w);
+    long long after = written;
+    for (int i = 0; i < 300 && after == written; i++) {
+        gt_sleep_ms(20);
+        after = server_metric(c, "gddr_checkpoints_total");
+    }
+    ck_assert_int_eq(after, written + 1);
+    /* A request is honoured even with nothing new. */
+    ck_assert_int_eq(gddr_request_checkpoint(c), GDDR_OK);
+    long long req = after;
+    for (int i = 0; i < 300 && req == after; i++) {
+        gt_sleep_ms(20);
+        req = server_metric(c, "gddr_checkpoints_total");
+    }
+    ck_assert_int_eq(req, after + 1);
+    gddr_client_close(&c);
+    stop_server(&s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 Suite *suite_ops(void)
 {
     Suite *s = suite_create("ops");
     GT_ADD_CASE(s, "sighup_reload", test_sighup_reload, 30);
     GT_ADD_CASE(s, "metrics_http", test_metrics_http, 30);
     GT_ADD_CASE(s, "heartbeat", test_heartbeat_keeps_idle_worker_alive, 30);
+    GT_ADD_CASE(s, "idle_checkpoint", test_idle_checkpoint_skipped, 60);
     return s;
 }
