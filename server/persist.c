@@ -472,6 +472,8 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
         ps->ckpt_pending = 0;
         ps->ckpt_state_known = rc == GDDR_OK;
         ps->ckpt_state_crc = ps->ckpt_pending_crc;
+        if (rc == GDDR_OK)
+            ps->ckpt_done_ms = gddr__now_ms();
         if (rc == GDDR_OK) {
             ps->ckpt_count++;
             ps->ckpt_last_ms = st.total_ms;
@@ -513,6 +515,7 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
             free(s[i].data);
         free(s);
         ps->ckpt_skipped++;
+        ps->ckpt_done_ms = now;
         gddr_log(GDDR_LOG_DEBUG, "checkpoint skipped: nothing changed since checkpoint %llu",
                  (unsigned long long)ps->ckpt_seq);
         return;
@@ -533,6 +536,8 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
         ps->ckpt_pending = 0;
         ps->ckpt_state_known = rc == GDDR_OK;
         ps->ckpt_state_crc = crc;
+        if (rc == GDDR_OK)
+            ps->ckpt_done_ms = gddr__now_ms();
         if (rc == GDDR_OK) {
             ps->ckpt_count++;
             gddr_log(GDDR_LOG_INFO, "final checkpoint %llu written: %.1f MiB in %.1f ms",

@@ -196,6 +196,7 @@ typedef struct gddr_ps {
     uint32_t ckpt_state_crc, ckpt_pending_crc;
     int ckpt_state_known;
     uint64_t ckpt_skipped;
+    int64_t ckpt_done_ms;       /* the state on disk was last confirmed current (0: never) */
 
     /* residual snapshots and orphans (orphan.c) */
     struct ps_orphans *orphans;

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,6 +278,96 @@ START_TEST(test_idle_checkpoint_skipped)
 }
 END_TEST
 
+typedef struct pusher {
+    gddr_client *c;
+    int id;
+    volatile int stop;
+    long pushes;
+} pusher;
+
+static void *push_loop(void *arg)
+{
+    pusher *p = arg;
+    float g[4] = { 1, 1, 1, 1 }, w[4];
+    /* Push, then pull what it made: every push is computed on the newest
+     * version, so its staleness is 0. */
+    while (!p->stop && gddr_push(p->c, p->id, g, NULL) == GDDR_OK &&
+           gddr_pull(p->c, p->id, w, 0, NULL) == GDDR_OK)
+        p->pushes++;
+    return NULL;
+}
+
+/* Runs `gddr-ctl -s EP watch -i 0.2 -n 3`; returns its stdout (malloc'd). */
+static char *run_watch(const char *ep)
+{
+    char bin[512], err[256];
+    gt_bin_path(bin, sizeof bin, "gddr-ctl");
+    char *argv[] = { bin, "-s", (char *)ep, "watch", "-i", "0.2", "-n", "3", NULL };
+    char *out = NULL;
+    int status = 0;
+    ck_assert_msg(gt_run_capture(argv, 30000, 0, &out, &status, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "gddr-ctl watch failed: %s", out);
+    return out;
+}
+
+/* gddr-ctl watch: a header and one line per interval. While a worker
+ * pushes (each push on the newest version), pushes/s and MB/s in are
+ * positive, its staleness 0, one live worker; idle, the push and pull
+ * rates are 0, the staleness columns "-", and with no checkpoint_dir the
+ * checkpoint age is "-". */
+START_TEST(test_ctl_watch)
+{
+    gt_server s;
+    char err[512];
+    ck_assert_msg(gt_server_start(&s, NULL, err, sizeof err) == 0, "%s", err);
+    pusher p = { client(s.endpoint), 0, 0, 0 };
+    float w[4] = { 0 };
+    ck_assert_int_eq(gddr_register(p.c, "watched", w, 4, &p.id, NULL), GDDR_OK);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, push_loop, &p), 0);
+    char *busy = run_watch(s.endpoint);
+    p.stop = 1;
+    pthread_join(th, NULL);
+    char *idle = run_watch(s.endpoint);
+    const char *hdr = " pushes/s   pulls/s   MB/s in  MB/s out workers stale mean   p95   max   tau  rejected  ckpt age\n";
+    ck_assert_msg(strncmp(busy, hdr, strlen(hdr)) == 0, "header: %s", busy);
+    ck_assert_msg(strncmp(idle, hdr, strlen(hdr)) == 0, "header: %s", idle);
+    int lines = 0, positive = 0;
+    for (char *l = strchr(busy, '\n') + 1; *l; l = strchr(l, '\n') + 1, lines++) {
+        double pushes, pulls, in, out;
+        int workers;
+        char mean[16], p95[16], age[16];
+        ck_assert_msg(sscanf(l, "%lf %lf %lf %lf %d %15s %15s %*s %*s %*s %15s", &pushes, &pulls,
+                             &in, &out, &workers, mean, p95, age) == 8, "line: %s", l);
+        ck_assert_int_eq(workers, 1);
+        ck_assert_str_eq(age, "-");
+        if (pushes > 0) {
+            positive++;
+            ck_assert_msg(in > 0 && strcmp(p95, "0") == 0 && strcmp(mean, "0.00") == 0, "line: %s", l);
+        }
+    }
+    ck_assert_int_eq(lines, 3);
+    ck_assert_msg(positive >= 1 && p.pushes > 0, "no pushes seen while %ld were made:\n%s", p.pushes, busy);
+    lines = 0;
+    for (char *l = strchr(idle, '\n') + 1; *l; l = strchr(l, '\n') + 1, lines++) {
+        /* (MB/s out is not 0: it counts the replies to watch itself.) */
+        double pushes, pulls, in;
+        int tau;
+        char age[16];
+        ck_assert_msg(sscanf(l, "%lf %lf %lf %*f 1 - - 0 %d 0 %15s", &pushes, &pulls, &in, &tau,
+                             age) == 5, "idle line: %s", l);
+        ck_assert_msg(pushes == 0 && pulls == 0 && in < 0.01, "idle line: %s", l);
+        ck_assert_str_eq(age, "-");
+        ck_assert(tau >= 2 && tau <= 8);
+    }
+    ck_assert_int_eq(lines, 3);
+    free(busy);
+    free(idle);
+    gddr_client_close(&p.c);
+    stop_server(&s);
+}
+END_TEST
+
 Suite *suite_ops(void)
 {
     Suite *s = suite_create("ops");
@@ -284,5 +375,6 @@ Suite *suite_ops(void)
     GT_ADD_CASE(s, "metrics_http", test_metrics_http, 30);
     GT_ADD_CASE(s, "heartbeat", test_heartbeat_keeps_idle_worker_alive, 30);
     GT_ADD_CASE(s, "idle_checkpoint", test_idle_checkpoint_skipped, 60);
+    GT_ADD_CASE(s, "ctl_watch", test_ctl_watch, 60);
     return s;
 }
