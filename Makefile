@@ -6,6 +6,8 @@
 #                   (SERVERS=2: the model sharded over two servers)
 #   make slurm-check  run scripts/slurm/gddr.sbatch on a one-node Slurm cluster
 #   make install PREFIX=/usr/local DESTDIR=   (the gddr Python package too)
+#   make deb        Debian packages under build/deb/ (gddr-ps, libgddr-client0,
+#                   libgddr-client-dev), made with dpkg-deb
 #   make SANITIZER=address|undefined
 #   make WITH_CUDA=0  (force a CPU-only build)
 #
@@ -124,7 +126,7 @@ BINS     := $(BUILD)/bin/gddr-ps $(BUILD)/bin/gddr-train $(BUILD)/bin/gddr-ctl \
 TESTBIN  := $(BUILD)/bin/gddr-tests
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
-.PHONY: all deps check demo install clean cuda-status bench slurm-check config-table
+.PHONY: all deps check demo install clean cuda-status bench slurm-check config-table deb
 all: cuda-status $(LIB_A) $(LIB_SO) $(PLUGIN_SO) $(FAKE_SO) $(BINS) $(TESTBIN) $(BENCHES) \
      $(BUILD)/gddr-client.pc
 
@@ -273,6 +275,11 @@ demo: deps
 
 bench: all
 	@scripts/bench.sh
+
+# Debian packages of this build (scripts/make-deb.sh; make check installs
+# them into a scratch root, scripts/test-deb.sh).
+deb: all
+	@scripts/make-deb.sh $(BUILD)
 
 # README's configuration reference, written from the key tables
 # (server/config.c, client/src/options.c); `gddr-tests conf` fails when the

@@ -9,6 +9,8 @@
 #               of a trainer's arguments, those that shape or find the model
 #               (--workload, --hidden, --data, --synthetic, --config), one a
 #               line, for server_eval
+# build_documented ME DIR FILE WHAT
+#               compile FILE with the `cc NAME.c ...` command its comment gives
 # field K LINE  the value of K=... in a RESULT line
 # server_eval EP WORKLOAD [gddr-train args...]
 #               the RESULT line of the model the server holds now: an observer
@@ -72,6 +74,21 @@ wait_workers() {
     wait "${wp[$r]}" || { echo "$name: worker $r failed:" >&2; tail -n 20 "$dir/worker$r.log" >&2; fail=1; }
   done
   return "$fail"
+}
+
+# build_documented ME DIR FILE WHAT: copies FILE into DIR under the name its
+# documented command compiles ("cc NAME.c ..." in its first comment that has
+# one) and runs exactly that command there; exits with a FAIL naming WHAT
+# when there is no command or it fails.
+build_documented() {
+  local me=$1 dir=$2 src=$3 what=$4 cmd name
+  cmd=$(grep -m1 -oE '\bcc [A-Za-z0-9_]+\.c .*' "$src" | sed 's| *\*/ *$||')
+  [ -n "$cmd" ] || { echo "$me: FAIL: $what gives no 'cc FILE.c ...' command" >&2; exit 1; }
+  name=$(awk '{ print $2 }' <<< "$cmd")
+  mkdir -p "$dir" && cp "$src" "$dir/$name"
+  (cd "$dir" && bash -c "$cmd") ||
+    { echo "$me: FAIL: $what does not build with its own command: $cmd" >&2; exit 1; }
+  echo "$me: $what builds with: $cmd"
 }
 
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<< "$2"; }

@@ -3,7 +3,7 @@
 # the systemd unit's hardening (scripts/test-unit.sh), the demo's progress
 # loop (scripts/test-lib.sh), the README's
 # by-hand block (scripts/test-readme.sh), the install check (with every C
-# block of the docs compiled), the protocol
+# block of the docs compiled), the Debian packages (scripts/test-deb.sh), the protocol
 # test (tests/protocol: the wire spoken from Python without libgddr-client),
 # the Python package's tests (python/tests: gddr and gddr.torch over
 # libgddr-client) and the Check suite (build/bin/gddr-tests).
@@ -50,6 +50,7 @@ if [ $# -eq 0 ]; then
   scripts/test-lib.sh || status=$?
   scripts/test-readme.sh || status=$?
   scripts/test-install.sh || status=$?
+  scripts/test-deb.sh || status=$?
   protocol=1
   python=1
 fi

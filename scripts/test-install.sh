@@ -50,19 +50,9 @@ if grep -q 'libgddr-cuda.so' "$stage/install.log"; then
 fi
 # pkg-config finds the scratch install as it would find PREFIX's.
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$stage"
-# The documented command: "cc NAME.c ..." in the first comment that has one.
-doc_cmd() { grep -m1 -oE '\bcc [A-Za-z0-9_]+\.c .*' "$1" | sed 's| *\*/ *$||'; }
-# build DIR FILE: compile FILE (copied into DIR) with its documented command, in DIR.
-build() {
-  local dir=$1 src=$2 cmd name
-  cmd=$(doc_cmd "$src")
-  [ -n "$cmd" ] || { echo "test-install: FAIL: $3 gives no 'cc FILE.c ...' command" >&2; exit 1; }
-  name=$(awk '{ print $2 }' <<< "$cmd")
-  mkdir -p "$dir" && cp "$src" "$dir/$name"
-  (cd "$dir" && bash -c "$cmd") ||
-    { echo "test-install: FAIL: $3 does not build with its own command: $cmd" >&2; exit 1; }
-  echo "test-install: $3 builds with: $cmd"
-}
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+build() { build_documented test-install "$@"; }
 build "$stage/minimal.d" client/examples/minimal.c client/examples/minimal.c
 nblocks=0
 for doc in README.md docs/*.md; do
