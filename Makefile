@@ -308,7 +308,7 @@ ifeq ($(USE_CUDA),1)
 endif
 	install -m 644 client/include/gddr/*.h $(DESTDIR)$(PREFIX)/include/gddr/
 	install -m 644 $(BUILD)/gddr-client.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
-	install -m 644 config/*.ini config/*.service $(DESTDIR)$(PREFIX)/share/gddr/
+	install -m 644 config/*.ini config/*.service config/*.json $(DESTDIR)$(PREFIX)/share/gddr/
 ifneq ($(PYTHON_SITE),)
 	install -d $(DESTDIR)$(PYTHON_SITE)/gddr $(DESTDIR)$(PREFIX)/share/gddr/examples
 	install -m 644 python/gddr/*.py $(DESTDIR)$(PYTHON_SITE)/gddr/

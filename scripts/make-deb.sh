@@ -85,7 +85,8 @@ for b in gddr-ps gddr-ctl gddr-keygen gddr-train gddr-bench; do install -m 755 "
 } > "$d/lib/systemd/system/gddr-ps.service"
 chmod 644 "$d/lib/systemd/system/gddr-ps.service"
 install -m 644 config/gddr-ps.ini "$d/etc/gddr/gddr-ps.ini"
-install -m 644 config/gddr-client.ini README.md docs/operations.md docs/protocol.md "$d/usr/share/doc/gddr-ps/"
+install -m 644 config/gddr-client.ini config/grafana-gddr-ps.json README.md docs/operations.md \
+  docs/protocol.md "$d/usr/share/doc/gddr-ps/"
 mkdir -p "$d/DEBIAN"
 echo /etc/gddr/gddr-ps.ini > "$d/DEBIAN/conffiles"
 control "$d" gddr-ps "$(deps "$d"/usr/bin/*)" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the checks from the repository root: a second make has nothing to do,
 # the systemd unit's hardening (scripts/test-unit.sh), the demo's progress
-# loop (scripts/test-lib.sh), the README's
+# loop (scripts/test-lib.sh), the Grafana dashboard's queries
+# (scripts/test-dashboard.sh), the README's
 # by-hand block (scripts/test-readme.sh), the install check (with every C
 # block of the docs compiled), the Debian packages (scripts/test-deb.sh), the protocol
 # test (tests/protocol: the wire spoken from Python without libgddr-client),
@@ -48,6 +49,7 @@ if [ $# -eq 0 ]; then
   fi
   scripts/test-unit.sh || status=$?
   scripts/test-lib.sh || status=$?
+  scripts/test-dashboard.sh || status=$?
   scripts/test-readme.sh || status=$?
   scripts/test-install.sh || status=$?
   scripts/test-deb.sh || status=$?
