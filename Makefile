@@ -307,7 +307,9 @@ ifeq ($(USE_CUDA),1)
 	install -m 755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/
 endif
 	install -m 644 client/include/gddr/*.h $(DESTDIR)$(PREFIX)/include/gddr/
-	install -m 644 $(BUILD)/gddr-client.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
+	# The .pc names the PREFIX of this install, whatever PREFIX built it.
+	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/gddr-client.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/gddr-client.pc
+	chmod 644 $(DESTDIR)$(PREFIX)/lib/pkgconfig/gddr-client.pc
 	install -m 644 config/*.ini config/*.service config/*.json $(DESTDIR)$(PREFIX)/share/gddr/
 ifneq ($(PYTHON_SITE),)
 	install -d $(DESTDIR)$(PYTHON_SITE)/gddr $(DESTDIR)$(PREFIX)/share/gddr/examples

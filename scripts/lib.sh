@@ -3,6 +3,8 @@
 #
 # stop_server   SIGTERM the gddr-ps in $server_pid, SIGKILL after 5 s, reap it
 # stop_pid PID  the same for any process this shell started
+# stop_pidfile FILE
+#               SIGTERM the process whose pid FILE holds (gddr-ps --detach --pid-file)
 # wait_file FILE SECONDS
 #               wait (bounded) until FILE exists and is not empty; 1 if it never did
 # eval_args [gddr-train args...]
@@ -26,6 +28,14 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null || true
   fi
   wait "$pid" 2>/dev/null || true
+}
+
+# stop_pidfile FILE: SIGTERM the process whose pid FILE holds (a gddr-ps
+# started with --detach --pid-file FILE), if FILE is still there.
+stop_pidfile() {
+  local pid
+  pid=$(cat "$1" 2>/dev/null || true)
+  [ -z "$pid" ] || kill "$pid" 2>/dev/null || true
 }
 
 stop_server() {

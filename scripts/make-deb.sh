@@ -27,8 +27,6 @@ stage=$(mktemp -d /tmp/gddr-deb.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 make --no-print-directory install PREFIX=/usr DESTDIR="$stage/all" PYTHON_SITE= > "$stage/install.log"
 a=$stage/all/usr
-# The .pc was written for the build's PREFIX: say /usr.
-sed -i 's|^prefix=.*|prefix=/usr|' "$a/lib/pkgconfig/gddr-client.pc"
 
 # deps FILE...: the packages holding the libraries the files name directly.
 deps() {

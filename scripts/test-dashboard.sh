@@ -5,15 +5,12 @@
 # histogram, tau, workers, checkpoints, auth rejections).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
 me=test-dashboard
 BIN=${GDDR_BIN:-build/bin}
 tmp=$(mktemp -d /tmp/gddr-dash.XXXXXX)
-cleanup() {
-  local pid
-  pid=$(cat "$tmp/ps.pid" 2>/dev/null || true)
-  [ -z "$pid" ] || kill "$pid" 2>/dev/null || true
-  rm -rf "$tmp"
-}
+cleanup() { stop_pidfile "$tmp/ps.pid"; rm -rf "$tmp"; }
 trap cleanup EXIT
 ep=$("$BIN/gddr-ps" --listen 'tcp://127.0.0.1:*' --detach --pid-file "$tmp/ps.pid" 2> "$tmp/ps.log") ||
   { cat "$tmp/ps.log" >&2; echo "$me: FAIL: gddr-ps did not start" >&2; exit 1; }

@@ -16,12 +16,7 @@ for t in dpkg dpkg-deb; do
 done
 root=$(mktemp -d /tmp/gddr-debroot.XXXXXX)
 pidf=$root/ps.pid
-cleanup() {
-  local pid
-  pid=$(cat "$pidf" 2>/dev/null || true)
-  [ -z "$pid" ] || kill "$pid" 2>/dev/null || true
-  rm -rf "$root"
-}
+cleanup() { stop_pidfile "$pidf"; rm -rf "$root"; }
 trap cleanup EXIT
 fail() { echo "$me: FAIL: $*" >&2; exit 1; }
 scripts/make-deb.sh "$BUILD" > "$root/make-deb.log" || { cat "$root/make-deb.log" >&2; fail "make-deb.sh"; }
@@ -52,7 +47,8 @@ build_documented "$me" "$root/minimal.d" client/examples/minimal.c client/exampl
 ep=$("$root/usr/bin/gddr-ps" -c "$root/etc/gddr/gddr-ps.ini" --listen 'tcp://127.0.0.1:*' --set lr=0.5 \
        --detach --pid-file "$pidf" 2> "$root/ps.log") || { cat "$root/ps.log" >&2; fail "the installed gddr-ps did not start"; }
 res=$(LD_LIBRARY_PATH="$root/usr/lib" timeout 60 "$root/minimal.d/minimal" "$ep") || fail "minimal: $res"
-LD_LIBRARY_PATH="$root/usr/lib" ldd "$root/minimal.d/minimal" | grep -q "$root/usr/lib/libgddr-client.so.0" || fail "minimal did not load the installed library"
+libs=$(LD_LIBRARY_PATH="$root/usr/lib" ldd "$root/minimal.d/minimal")
+grep -q "$root/usr/lib/libgddr-client.so.0" <<< "$libs" || fail "minimal did not load the installed library: $libs"
 grep -q 'max |w - 3| = 0$\|max |w - 3| = [0-9.e-]*$' <<< "$res" || fail "minimal said: $res"
 kill "$(cat "$pidf")"
 echo "$me: OK (3 packages installed by dpkg into a scratch root; unit and config in place; $res)"

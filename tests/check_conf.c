@@ -713,15 +713,23 @@ static int run_capture(char *const argv[], char *out, char *errb, size_t cap, in
     return WEXITSTATUS(status);
 }
 
-START_TEST(test_binary_check_config)
+/* The gddr-ps to run ($GDDR_PS_BIN or the build's); NULL, after saying
+ * SKIP, when it has not been built. */
+static const char *ps_bin(void)
 {
     const char *bin = getenv("GDDR_PS_BIN");
-    if (!bin || !*bin)
-        bin = PS_BIN_DEFAULT;
-    if (access(bin, X_OK) != 0) {
-        printf("SKIP gddr-ps binary not built (%s)\n", bin);
+    bin = bin && *bin ? bin : PS_BIN_DEFAULT;
+    if (access(bin, X_OK) == 0)
+        return bin;
+    printf("SKIP gddr-ps binary not built (%s)\n", bin);
+    return NULL;
+}
+
+START_TEST(test_binary_check_config)
+{
+    const char *bin = ps_bin();
+    if (!bin)
         return;
-    }
     char out[8192], errb[8192], want[256];
 
     /* A bad value on line 3: exit 1, one FATAL line naming file:line:key. */
@@ -758,21 +766,13 @@ START_TEST(test_binary_check_config)
 }
 END_TEST
 
-static const char *ps_bin(void)
-{
-    const char *bin = getenv("GDDR_PS_BIN");
-    return bin && *bin ? bin : PS_BIN_DEFAULT;
-}
-
 /* README's configuration reference is exactly what the tables print
  * (`make config-table` rewrites it). */
 START_TEST(test_readme_table)
 {
     const char *bin = ps_bin();
-    if (access(bin, X_OK) != 0) {
-        printf("SKIP gddr-ps binary not built (%s)\n", bin);
+    if (!bin)
         return;
-    }
     static char out[65536], errb[8192], readme[262144];
     char *argv[] = { (char *)bin, "--dump-config", "--markdown", NULL };
     ck_assert_int_eq(run_capture(argv, out, errb, sizeof out, 20), 0);
@@ -806,10 +806,8 @@ END_TEST
 START_TEST(test_detach)
 {
     const char *bin = ps_bin();
-    if (access(bin, X_OK) != 0) {
-        printf("SKIP gddr-ps binary not built (%s)\n", bin);
+    if (!bin)
         return;
-    }
     char dir[] = "/tmp/gddr-check-detach-XXXXXX", pidf[96], epf[96], out[4096], errb[8192];
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(pidf, sizeof pidf, "%s/ps.pid", dir);
@@ -891,10 +889,8 @@ END_TEST
 START_TEST(test_journal_lines)
 {
     const char *bin = ps_bin();
-    if (access(bin, X_OK) != 0) {
-        printf("SKIP gddr-ps binary not built (%s)\n", bin);
+    if (!bin)
         return;
-    }
     char out[4096], errb[8192];
     char *argv[] = { (char *)bin, "--listen", "tcp://192.0.2.1:5", NULL };
     capture_as_journal = 1;
