@@ -6,6 +6,8 @@
 #                   (SERVERS=2: the model sharded over two servers)
 #   make slurm-check  run scripts/slurm/gddr.sbatch on a one-node Slurm cluster
 #   make install PREFIX=/usr/local DESTDIR=   (the gddr Python package too)
+#   make deb        Debian packages under build/deb/ (gddr-ps, libgddr-client0,
+#                   libgddr-client-dev), made with dpkg-deb
 #   make SANITIZER=address|undefined
 #   make WITH_CUDA=0  (force a CPU-only build)
 #
@@ -124,7 +126,7 @@ BINS     := $(BUILD)/bin/gddr-ps $(BUILD)/bin/gddr-train $(BUILD)/bin/gddr-ctl \
 TESTBIN  := $(BUILD)/bin/gddr-tests
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
 
-.PHONY: all deps check demo install clean cuda-status bench slurm-check
+.PHONY: all deps check demo install clean cuda-status bench slurm-check config-table deb
 all: cuda-status $(LIB_A) $(LIB_SO) $(PLUGIN_SO) $(FAKE_SO) $(BINS) $(TESTBIN) $(BENCHES) \
      $(BUILD)/gddr-client.pc
 
@@ -136,6 +138,11 @@ else
 endif
 
 # ---- rules -----------------------------------------------------------------
+# Keep every intermediate file (the tools' objects are made by a pattern
+# rule only): deleting them made the second `make` relink three programs.
+# scripts/run-checks.sh checks that a second make has nothing to do.
+.SECONDARY:
+
 $(PROTO_C) $(PROTO_H): proto/gddr.proto
 	@mkdir -p $(BUILD)/proto
 	@echo "  PROTOC $<"
@@ -260,8 +267,7 @@ check: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run-checks.sh
 
-# make demo SERVERS=2: the model sharded over two gddr-ps (needs the
-# client's server list, issue 10).
+# make demo SERVERS=2: the model sharded over two gddr-ps.
 SERVERS ?= 1
 demo: deps
 	@$(MAKE) --no-print-directory all
@@ -269,6 +275,21 @@ demo: deps
 
 bench: all
 	@scripts/bench.sh
+
+# Debian packages of this build (scripts/make-deb.sh; make check installs
+# them into a scratch root, scripts/test-deb.sh).
+deb: all
+	@scripts/make-deb.sh $(BUILD)
+
+# README's configuration reference, written from the key tables
+# (server/config.c, client/src/options.c); `gddr-tests conf` fails when the
+# README and the tables differ.
+config-table: $(BUILD)/bin/gddr-ps
+	$(Q)$(BUILD)/bin/gddr-ps --dump-config --markdown > $(BUILD)/config-table.md
+	$(Q)awk -v t=$(BUILD)/config-table.md '/^<!-- config-table begin/ { print; while ((getline l < t) > 0) print l; skip = 1; next } \
+	  /^<!-- config-table end/ { skip = 0 } !skip' README.md > $(BUILD)/README.md.new
+	$(Q)mv $(BUILD)/README.md.new README.md
+	@echo "README.md: configuration table written from the key tables"
 
 # scripts/slurm/gddr.sbatch on a throw-away one-node Slurm cluster (root;
 # installs slurm-wlm and munge when missing). Not part of `make check`.
@@ -286,8 +307,10 @@ ifeq ($(USE_CUDA),1)
 	install -m 755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/
 endif
 	install -m 644 client/include/gddr/*.h $(DESTDIR)$(PREFIX)/include/gddr/
-	install -m 644 $(BUILD)/gddr-client.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/
-	install -m 644 config/*.ini config/*.service $(DESTDIR)$(PREFIX)/share/gddr/
+	# The .pc names the PREFIX of this install, whatever PREFIX built it.
+	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/gddr-client.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/gddr-client.pc
+	chmod 644 $(DESTDIR)$(PREFIX)/lib/pkgconfig/gddr-client.pc
+	install -m 644 config/*.ini config/*.service config/*.json $(DESTDIR)$(PREFIX)/share/gddr/
 ifneq ($(PYTHON_SITE),)
 	install -d $(DESTDIR)$(PYTHON_SITE)/gddr $(DESTDIR)$(PREFIX)/share/gddr/examples
 	install -m 644 python/gddr/*.py $(DESTDIR)$(PYTHON_SITE)/gddr/

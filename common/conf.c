@@ -17,6 +17,33 @@ const gddr__conf_key *gddr__conf_find(const gddr__conf_key *tab, const char *sec
     return NULL;
 }
 
+/* The section a key lives in when looked up in another one (for the hint
+ * "it is in [server]"); NULL when no section has it. */
+static const char *home_section(const gddr__conf_key *tab, const char *key)
+{
+    const gddr__conf_key *k = gddr__conf_find(tab, NULL, key);
+    return k ? k->section : NULL;
+}
+
+static void unknown_key(const gddr__conf_key *tab, const char *section, const char *key,
+                        char *err, size_t errlen)
+{
+    const char *home = section ? home_section(tab, key) : NULL;
+    if (home)
+        snprintf(err, errlen, "unknown key '%s' in section [%s]: it is in [%s]", key, section, home);
+    else if (section)
+        snprintf(err, errlen, "unknown key '%s' in section [%s]", key, section);
+    else
+        snprintf(err, errlen, "unknown key '%s'", key);
+}
+
+size_t gddr__conf_strmax(const gddr__conf_key *k)
+{
+    /* "name = value\n" plus inih's terminator must fit GDDR_CONF_LINEMAX. */
+    size_t line = GDDR_CONF_LINEMAX - 2 - strlen(k->name) - 3;
+    return line < GDDR_CONF_STRMAX - 1 ? line : GDDR_CONF_STRMAX - 1;
+}
+
 static int parse_bool(const char *v, int *out)
 {
     static const char *yes[] = { "1", "true", "yes", "on" };
@@ -71,8 +98,9 @@ static int set_value(const gddr__conf_key *k, void *target, const char *value, c
         }
         return 0;
     case GDDR_CONF_STRING:
-        if (strlen(value) >= GDDR_CONF_STRMAX || strlen(value) + strlen(k->name) + 4 > GDDR_CONF_LINEMAX - 2) {
-            snprintf(err, errlen, "value is longer than %d characters", GDDR_CONF_STRMAX - 1);
+        if (strlen(value) > gddr__conf_strmax(k)) {
+            snprintf(err, errlen, "value is %zu characters, longer than the %zu this key takes",
+                     strlen(value), gddr__conf_strmax(k));
             return -1;
         }
         strcpy(field, value);
@@ -111,7 +139,7 @@ int gddr__conf_set(const gddr__conf_key *tab, void *target, const char *section,
 {
     const gddr__conf_key *k = gddr__conf_find(tab, section, key);
     if (!k) {
-        snprintf(err, errlen, "unknown key '%s'", key);
+        unknown_key(tab, section, key, err, errlen);
         return -1;
     }
     char msg[256];
@@ -131,6 +159,7 @@ struct parse_state {
     const char *name;
     int line;
     int err_line;
+    int seen[GDDR_CONF_MAXKEYS]; /* line that set each key, 0 = not yet */
     char err[512];
     /* stream: either a FILE or a string cursor */
     FILE *fp;
@@ -185,9 +214,17 @@ static int handler(void *user, const char *section, const char *name, const char
     if (!known_section) {
         snprintf(msg, sizeof msg, "key '%s' is in unknown section [%s]", name, section);
     } else if (!gddr__conf_find(st->tab, section, name)) {
-        snprintf(msg, sizeof msg, "unknown key '%s' in section [%s]", name, section);
-    } else if (gddr__conf_set(st->tab, st->target, section, name, value, msg, sizeof msg) == 0) {
-        return 1;
+        unknown_key(st->tab, section, name, msg, sizeof msg);
+    } else {
+        size_t i = (size_t)(gddr__conf_find(st->tab, section, name) - st->tab);
+        if (i < GDDR_CONF_MAXKEYS && st->seen[i])
+            snprintf(msg, sizeof msg, "key '%s' is set twice in [%s], first on line %d", name,
+                     section, st->seen[i]);
+        else if (gddr__conf_set(st->tab, st->target, section, name, value, msg, sizeof msg) == 0) {
+            if (i < GDDR_CONF_MAXKEYS)
+                st->seen[i] = st->line;
+            return 1;
+        }
     }
     st->err_line = st->line;
     snprintf(st->err, sizeof st->err, "%s:%d: %s", st->name, st->line, msg);
@@ -214,8 +251,8 @@ static int run_parse(struct parse_state *st, char *err, size_t errlen)
     return -1;
 }
 
-int gddr__conf_load(const gddr__conf_key *tab, void *target, const char *path, char *err,
-                    size_t errlen)
+int gddr__conf_load_lines(const gddr__conf_key *tab, void *target, const char *path,
+                          int *lines, char *err, size_t errlen)
 {
     FILE *fp = fopen(path, "r");
     if (!fp) {
@@ -225,7 +262,16 @@ int gddr__conf_load(const gddr__conf_key *tab, void *target, const char *path, c
     struct parse_state st = { .tab = tab, .target = target, .name = path, .fp = fp };
     int rc = run_parse(&st, err, errlen);
     fclose(fp);
+    for (int i = 0; lines && rc == 0 && i < GDDR_CONF_MAXKEYS && tab[i].name; i++)
+        if (st.seen[i])
+            lines[i] = st.seen[i];
     return rc;
+}
+
+int gddr__conf_load(const gddr__conf_key *tab, void *target, const char *path, char *err,
+                    size_t errlen)
+{
+    return gddr__conf_load_lines(tab, target, path, NULL, err, errlen);
 }
 
 int gddr__conf_load_string(const gddr__conf_key *tab, void *target, const char *text,
@@ -241,8 +287,13 @@ void gddr__conf_format(const gddr__conf_key *k, const void *target, char *buf, s
     switch (k->type) {
     case GDDR_CONF_INT: snprintf(buf, len, "%lld", *(const long long *)field); break;
     case GDDR_CONF_DOUBLE: {
-        /* The shortest text that reads back as the same double. */
+        /* The shortest text that reads back as the same double; a whole
+         * number as one ("10", not "1e+01"). */
         double v = *(const double *)field;
+        if (v == floor(v) && fabs(v) < 1e15) {
+            snprintf(buf, len, "%.0f", v);
+            break;
+        }
         for (int prec = 1; prec <= 17; prec++) {
             snprintf(buf, len, "%.*g", prec, v);
             if (strtod(buf, NULL) == v)
@@ -268,5 +319,23 @@ void gddr__conf_dump(const gddr__conf_key *tab, const void *target, FILE *out)
         gddr__conf_format(k, target, val, sizeof val);
         fprintf(out, "; %s (default: %s%s)\n%s = %s\n", k->help, k->def[0] ? k->def : "\"\"",
                 k->reloadable ? "; SIGHUP reloads it" : "", k->name, val);
+    }
+}
+
+void gddr__conf_markdown(const gddr__conf_key *tab, FILE *out)
+{
+    const char *section = NULL;
+    for (const gddr__conf_key *k = tab; k->name; k++) {
+        if (!section || strcmp(section, k->section) != 0) {
+            fprintf(out, "| **[%s]** | | |\n", k->section);
+            section = k->section;
+        }
+        fprintf(out, "| `%s` | `%s` | ", k->name, k->def[0] ? k->def : "\"\"");
+        for (const char *c = k->help; *c; c++) { /* a '|' would end the cell */
+            if (*c == '|')
+                putc('\\', out);
+            putc(*c, out);
+        }
+        fprintf(out, "%s |\n", k->reloadable ? " (SIGHUP)" : "");
     }
 }

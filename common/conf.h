@@ -16,6 +16,11 @@
 #define GDDR_CONF_STRMAX 256
 /* Longest line inih reads (INI_MAX_LINE in Debian's build), newline included. */
 #define GDDR_CONF_LINEMAX 200
+/* Most keys one table may hold (the loader keeps a line number per key). */
+#define GDDR_CONF_MAXKEYS 96
+/* Where a key's value came from, in a lines[] array (else its file line). */
+#define GDDR_CONF_FROM_DEFAULT 0
+#define GDDR_CONF_FROM_SET (-1)
 
 typedef enum gddr__conf_type {
     GDDR_CONF_INT,    /* long long field */
@@ -42,9 +47,15 @@ typedef struct gddr__conf_key {
 int gddr__conf_defaults(const gddr__conf_key *tab, void *target, char *err, size_t errlen);
 
 /* Parses an INI file onto target (defaults are not applied here). Stops at
- * nothing: the first error is reported as "path:line: ..." and -1 returned. */
+ * nothing: the first error is reported as "path:line: ..." and -1 returned.
+ * A key set twice is an error naming both lines. */
 int gddr__conf_load(const gddr__conf_key *tab, void *target, const char *path,
                     char *err, size_t errlen);
+
+/* The same, and lines[i] (GDDR_CONF_MAXKEYS entries, may be NULL) gets the
+ * line that set key i of tab (left alone for keys the file does not set). */
+int gddr__conf_load_lines(const gddr__conf_key *tab, void *target, const char *path,
+                          int *lines, char *err, size_t errlen);
 
 /* Same from a string (tests); `name` stands for the file name in errors. */
 int gddr__conf_load_string(const gddr__conf_key *tab, void *target, const char *text,
@@ -54,6 +65,15 @@ int gddr__conf_load_string(const gddr__conf_key *tab, void *target, const char *
  * NULL to match the key in any section. */
 int gddr__conf_set(const gddr__conf_key *tab, void *target, const char *section,
                    const char *key, const char *value, char *err, size_t errlen);
+
+/* The longest value a string key takes: it must fit GDDR_CONF_STRMAX and,
+ * written as "name = value", one line inih can read back. */
+size_t gddr__conf_strmax(const gddr__conf_key *k);
+
+/* Prints the table as Markdown rows (| `key` | `default` | help |), a
+ * "| **[section]** | | |" row before each section; "(SIGHUP)" ends the help
+ * of a reloadable key. No header row. */
+void gddr__conf_markdown(const gddr__conf_key *tab, FILE *out);
 
 /* Looks a key up; NULL if unknown. */
 const gddr__conf_key *gddr__conf_find(const gddr__conf_key *tab, const char *section,

@@ -3,18 +3,41 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 
 gddr__logger gddr__log_global = { NULL, NULL, GDDR_LOG_WARN };
 
 static const char *level_names[] = { "error", "warn", "info", "debug" };
 static char stderr_prog[64] = "gddr";
+static int stderr_is_journal;
+
+/* systemd sets JOURNAL_STREAM=DEV:INODE when stderr is a journal stream; it
+ * counts only while stderr is still that stream (not redirected since). */
+static int journal_stream(void)
+{
+    const char *js = getenv("JOURNAL_STREAM");
+    unsigned long long dev, ino;
+    struct stat sb;
+    if (!js || sscanf(js, "%llu:%llu", &dev, &ino) != 2 || fstat(2, &sb) != 0)
+        return 0;
+    return (unsigned long long)sb.st_dev == dev && (unsigned long long)sb.st_ino == ino;
+}
 
 static void stderr_sink(void *user, int level, const char *msg)
 {
     (void)user;
+    int lvl = level < 0 ? 0 : level > 3 ? 3 : level;
+    if (stderr_is_journal) {
+        /* "<N>" is the syslog priority journald files the line under
+         * (journalctl -p err); the journal keeps its own time. */
+        static const int prio[] = { 3, 4, 6, 7 };
+        fprintf(stderr, "<%d>%s[%s] %s\n", prio[lvl], stderr_prog, level_names[lvl], msg);
+        return;
+    }
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
@@ -22,12 +45,13 @@ static void stderr_sink(void *user, int level, const char *msg)
     char when[32];
     strftime(when, sizeof when, "%H:%M:%S", &tm);
     fprintf(stderr, "%s.%03ld %s[%s] %s\n", when, ts.tv_nsec / 1000000L, stderr_prog,
-            level_names[level < 0 ? 0 : level > 3 ? 3 : level], msg);
+            level_names[lvl], msg);
 }
 
 void gddr__log_to_stderr(const char *prog, int level)
 {
     snprintf(stderr_prog, sizeof stderr_prog, "%s", prog);
+    stderr_is_journal = journal_stream();
     gddr__log_global.fn = stderr_sink;
     gddr__log_global.user = NULL;
     gddr__log_global.level = level;

@@ -1,6 +1,8 @@
 /* log.h -- one level-gated logger for the daemon, the tools and the library.
  *
- * gddr-ps logs one line per event to stderr (journald adds the time). The
+ * gddr-ps logs one line per event to stderr: with a time on a terminal or
+ * in a file, with a "<N>" syslog priority and no time when stderr is the
+ * journal (JOURNAL_STREAM), so that `journalctl -p err` filters. The
  * client library is silent unless the trainer installs a callback, so the
  * sink is a function pointer: stderr for programs, the trainer's callback
  * (or nothing) inside libgddr-client. The level check happens before any

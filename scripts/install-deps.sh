@@ -31,6 +31,8 @@ pkgs=(
     python3-zmq           # the protocol test's own ZeroMQ socket
     python3-protobuf      # the protocol test decodes and encodes gddr.proto
     protobuf-compiler     # protoc --python_out, run by the protocol test
+    systemd               # systemd-analyze: the unit's security rating and verify
+    python3-seccomp       # runs gddr-ps under the unit's system-call filter (test-unit.sh)
 )
 
 # --slurm: also what scripts/slurm/test-slurm.sh needs (a one-node Slurm

@@ -15,9 +15,6 @@
 # Then: progress, a summary per worker, `gddr-ctl status` over all servers,
 # and the model the servers keep, evaluated by an observer. Everything
 # started here is stopped on exit, Ctrl-C included.
-#
-# S > 1 needs a libgddr-client that takes a list of servers (issue 10's
-# client side); S = 1 is one endpoint and works with any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -30,7 +27,7 @@ while [ $# -gt 0 ]; do
     --set) sets+=(--set "$2"); shift 2 ;;
     --result) result=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) break ;;
   esac
 done

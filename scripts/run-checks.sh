@@ -1,5 +1,10 @@
 #!/usr/bin/env bash
-# Runs the checks from the repository root: the install check, the protocol
+# Runs the checks from the repository root: a second make has nothing to do,
+# the systemd unit's hardening (scripts/test-unit.sh), the demo's progress
+# loop (scripts/test-lib.sh), the Grafana dashboard's queries
+# (scripts/test-dashboard.sh), the README's
+# by-hand block (scripts/test-readme.sh), the install check (with every C
+# block of the docs compiled), the Debian packages (scripts/test-deb.sh), the protocol
 # test (tests/protocol: the wire spoken from Python without libgddr-client),
 # the Python package's tests (python/tests: gddr and gddr.torch over
 # libgddr-client) and the Check suite (build/bin/gddr-tests).
@@ -28,7 +33,26 @@ done
 # The install check and the protocol test first, so that Check's summary
 # line closes the output.
 if [ $# -eq 0 ]; then
+  # The build is complete (make check built it): a second make must have
+  # nothing to do but say which kernels it builds, and relink nothing.
+  build=$(dirname "$GDDR_BIN")
+  san=()
+  [ "$build" = build ] || san=(SANITIZER="$(basename "$build")")
+  again=$(unset MAKEFLAGS MAKELEVEL MFLAGS; make --no-print-directory -n all ${san[@]+"${san[@]}"} |
+          grep -v 'CUDA' || true)
+  if [ -n "$again" ]; then
+    echo "run-checks: FAIL: a second make would run:" >&2
+    echo "$again" >&2
+    status=1
+  else
+    echo "run-checks: a second make has nothing to do"
+  fi
+  scripts/test-unit.sh || status=$?
+  scripts/test-lib.sh || status=$?
+  scripts/test-dashboard.sh || status=$?
+  scripts/test-readme.sh || status=$?
   scripts/test-install.sh || status=$?
+  scripts/test-deb.sh || status=$?
   protocol=1
   python=1
 fi

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs GDDR into a scratch DESTDIR, builds client/examples/minimal.c with
-# nothing but pkg-config against it, and trains it through the installed
-# gddr-ps; then the installed gddr Python package does the same. Proves
-# `make install` gives users a library they can link and a package they
-# can import.
+# exactly the command its comment gives (pkg-config against the install) and
+# trains it through the installed gddr-ps; compiles every C block of
+# README.md and docs/*.md with the `cc ...` command in its first comment;
+# then the installed gddr Python package trains too. Proves `make install`
+# gives users a library they can link and a package they can import, and
+# that what the docs tell them to compile compiles.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage=$(mktemp -d /tmp/gddr-install.XXXXXX)
@@ -46,14 +48,27 @@ if grep -q 'libgddr-cuda.so' "$stage/install.log"; then
   fi
   echo "test-install: libgddr-cuda.so installed next to libgddr-client.so; no program links CUDA"
 fi
+# pkg-config finds the scratch install as it would find PREFIX's.
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig" PKG_CONFIG_SYSROOT_DIR="$stage"
-cc client/examples/minimal.c $(pkg-config --cflags --libs gddr-client) -lm \
-   -Wl,-rpath,"$prefix/lib" -o "$stage/minimal"
+# shellcheck source=scripts/lib.sh
+. scripts/lib.sh
+build() { build_documented test-install "$@"; }
+build "$stage/minimal.d" client/examples/minimal.c client/examples/minimal.c
+nblocks=0
+for doc in README.md docs/*.md; do
+  i=0
+  while IFS= read -r -d '' block; do
+    i=$((i + 1)) nblocks=$((nblocks + 1))
+    printf '%s' "$block" > "$stage/block.c"
+    build "$stage/doc$nblocks" "$stage/block.c" "$doc C block $i"
+  done < <(awk '/^```c$/ { on = 1; next } /^```/ && on { on = 0; printf "%c", 0; next } on' "$doc")
+done
+[ "$nblocks" -ge 1 ] || { echo "test-install: FAIL: no C block found in README.md" >&2; exit 1; }
 "$prefix/bin/gddr-ps" --listen 'tcp://127.0.0.1:*' --endpoint-file "$stage/ep" --set lr=0.5 \
    2> "$stage/ps.log" &
 pid=$!
 for _ in $(seq 100); do [ -s "$stage/ep" ] && break; sleep 0.1; done
-out=$(timeout 60 "$stage/minimal" "$(cat "$stage/ep")")
+out=$(LD_LIBRARY_PATH="$prefix/lib" timeout 60 "$stage/minimal.d/minimal" "$(cat "$stage/ep")")
 echo "$out"
 grep -q 'max |w - 3| = ' <<< "$out"
 # The Python package: installed where python3 looks under PREFIX, and

@@ -1,11 +1,16 @@
 /* config.c -- the table of every gddr-ps key: section, name, type, default,
- * bounds and one sentence of help. README's config reference and
- * `gddr-ps --dump-config` both come from here. */
+ * bounds and one sentence of help. README's config reference (`make
+ * config-table`, i.e. `gddr-ps --dump-config --markdown`, checked by
+ * `gddr-tests conf`) and `gddr-ps --dump-config` both come from here. */
 #include "config.h"
 
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static const char *const mode_names[] = { "async", "sync", "ssp", NULL };
 static const char *const level_names[] = { "error", "warn", "info", "debug", NULL };
@@ -103,56 +108,171 @@ const gddr__conf_key gddr_ps_conf_table[] = {
       "start empty when checkpoint_dir holds checkpoints but none is readable (they are moved aside)" },
 
     { "security", "curve_secret_key_file", GDDR_CONF_STRING, OFF(curve_secret_key_file), "", 0, 0,
-      NULL, 0, "the server's CURVE key file (gddr-keygen); set = encrypt and authenticate every connection" },
+      NULL, 0, "the server's CURVE key file (gddr-keygen); set = encrypt and authenticate every connection; "
+      "under systemd, the credential curve_secret_key_file wins (LoadCredential=)" },
     { "security", "authorized_keys", GDDR_CONF_STRING, OFF(authorized_keys), "", 0, 0, NULL, 0,
-      "file of client public keys allowed in (one per line; re-read on SIGHUP); needs curve_secret_key_file" },
+      "file of client public keys allowed in, one per line, options first (`ranks=0-3 KEY`, "
+      "`observer KEY`); re-read on SIGHUP; needs curve_secret_key_file" },
     { NULL, NULL, 0, 0, NULL, 0, 0, NULL, 0, NULL },
 };
 
+const char *gddr_ps_config_where(const gddr_ps_config *cfg, const char *path, const char *key,
+                                 char *buf, size_t len)
+{
+    const gddr__conf_key *k = gddr__conf_find(gddr_ps_conf_table, NULL, key);
+    int line = k ? cfg->line[k - gddr_ps_conf_table] : GDDR_CONF_FROM_DEFAULT;
+    if (line == GDDR_CONF_FROM_SET)
+        snprintf(buf, len, "--set");
+    else if (k && cfg->curve_key_from_credential && strcmp(key, "curve_secret_key_file") == 0)
+        snprintf(buf, len, "credential %s", GDDR_PS_CURVE_CREDENTIAL);
+    else if (line > 0 && path)
+        snprintf(buf, len, "%s:%d", path, line);
+    else
+        snprintf(buf, len, "%s", path ? path : "configuration");
+    return buf;
+}
+
+/* " (line N)", " (--set)" or " (its default)": where the other key of a
+ * cross-key error came from. */
+static const char *also(const gddr_ps_config *cfg, const char *key, char *buf, size_t len)
+{
+    const gddr__conf_key *k = gddr__conf_find(gddr_ps_conf_table, NULL, key);
+    int line = k ? cfg->line[k - gddr_ps_conf_table] : GDDR_CONF_FROM_DEFAULT;
+    if (line > 0)
+        snprintf(buf, len, " (%s on line %d)", key, line);
+    else
+        snprintf(buf, len, " (%s %s)", key, line == GDDR_CONF_FROM_SET ? "from --set" : "by default");
+    return buf;
+}
+
 int gddr_ps_config_validate(const gddr_ps_config *cfg, const char *path, char *err, size_t errlen)
 {
-    const char *where = path ? path : "configuration";
+    char w[GDDR_CONF_STRMAX + 32], o[96];
+#define WHERE(key) gddr_ps_config_where(cfg, path, key, w, sizeof w)
+#define ALSO(key) also(cfg, key, o, sizeof o)
     if (cfg->tau_min > cfg->tau_max) {
-        snprintf(err, errlen, "%s: key 'tau_min': %lld is above tau_max %lld", where,
-                 cfg->tau_min, cfg->tau_max);
+        snprintf(err, errlen, "%s: key 'tau_min': %lld is above tau_max %lld%s", WHERE("tau_min"),
+                 cfg->tau_min, cfg->tau_max, ALSO("tau_max"));
         return -1;
     }
     if (cfg->tau_init < cfg->tau_min || cfg->tau_init > cfg->tau_max) {
         snprintf(err, errlen, "%s: key 'tau_init': %lld is outside [tau_min, tau_max] = [%lld, %lld]",
-                 where, cfg->tau_init, cfg->tau_min, cfg->tau_max);
+                 WHERE("tau_init"), cfg->tau_init, cfg->tau_min, cfg->tau_max);
         return -1;
     }
     if (cfg->tau_rate_low > cfg->tau_rate_high) {
-        snprintf(err, errlen, "%s: key 'tau_rate_low': %g is above tau_rate_high %g", where,
-                 cfg->tau_rate_low, cfg->tau_rate_high);
+        snprintf(err, errlen, "%s: key 'tau_rate_low': %g is above tau_rate_high %g%s",
+                 WHERE("tau_rate_low"), cfg->tau_rate_low, cfg->tau_rate_high,
+                 ALSO("tau_rate_high"));
         return -1;
     }
     if (cfg->sync_quorum && cfg->workers && cfg->sync_quorum > cfg->workers) {
-        snprintf(err, errlen, "%s: key 'sync_quorum': %lld is above workers %lld", where,
-                 cfg->sync_quorum, cfg->workers);
+        snprintf(err, errlen, "%s: key 'sync_quorum': %lld is above workers %lld%s",
+                 WHERE("sync_quorum"), cfg->sync_quorum, cfg->workers, ALSO("workers"));
         return -1;
     }
     if (cfg->authorized_keys[0] && !cfg->curve_secret_key_file[0]) {
         snprintf(err, errlen, "%s: key 'authorized_keys': needs curve_secret_key_file (no CURVE, no keys to check)",
-                 where);
+                 WHERE("authorized_keys"));
         return -1;
     }
     if (cfg->curve_secret_key_file[0] && !cfg->authorized_keys[0]) {
         snprintf(err, errlen, "%s: key 'curve_secret_key_file': set authorized_keys too (CURVE without an allowlist lets any key in)",
-                 where);
+                 WHERE("curve_secret_key_file"));
         return -1;
     }
     if (cfg->shard_index >= cfg->shard_count) {
-        snprintf(err, errlen, "%s: key 'shard_index': %lld is not below shard_count %lld (shards are 0 to %lld)",
-                 where, cfg->shard_index, cfg->shard_count, cfg->shard_count - 1);
+        snprintf(err, errlen, "%s: key 'shard_index': %lld is not below shard_count %lld%s (shards are 0 to %lld)",
+                 WHERE("shard_index"), cfg->shard_index, cfg->shard_count, ALSO("shard_count"),
+                 cfg->shard_count - 1);
         return -1;
     }
     if (strncmp(cfg->listen, "tcp://", 6) && strncmp(cfg->listen, "ipc://", 6) &&
         strncmp(cfg->listen, "inproc://", 9)) {
         snprintf(err, errlen, "%s: key 'listen': '%s' is not a tcp://, ipc:// or inproc:// endpoint",
-                 where, cfg->listen);
+                 WHERE("listen"), cfg->listen);
         return -1;
     }
+#undef WHERE
+#undef ALSO
+    return 0;
+}
+
+/* 0 when dir (of a file to be created there) is a directory this process
+ * may create files in; else -1 with errno's sentence in why. */
+static int writable_dir(const char *dir, char *why, size_t len)
+{
+    struct stat sb;
+    if (stat(dir, &sb) != 0) {
+        snprintf(why, len, "%s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        snprintf(why, len, "%s is not a directory", dir);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        snprintf(why, len, "%s is not writable: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* The directory part of path ("." when it has none). */
+static void parent_of(const char *path, char *buf, size_t len)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(buf, len, ".");
+    else if (slash == path)
+        snprintf(buf, len, "/");
+    else
+        snprintf(buf, len, "%.*s", (int)(slash - path), path);
+}
+
+int gddr_ps_config_check_paths(const gddr_ps_config *cfg, const char *path, char *err,
+                               size_t errlen)
+{
+    char w[GDDR_CONF_STRMAX + 32], why[GDDR_CONF_STRMAX * 2 + 64], dir[GDDR_CONF_STRMAX];
+    struct stat sb;
+    if (cfg->checkpoint_dir[0]) {
+        /* The daemon creates the directory itself when its parent lets it. */
+        parent_of(cfg->checkpoint_dir, dir, sizeof dir);
+        int missing = stat(cfg->checkpoint_dir, &sb) != 0 && errno == ENOENT;
+        if (missing ? writable_dir(dir, why, sizeof why) < 0
+                    : writable_dir(cfg->checkpoint_dir, why, sizeof why) < 0) {
+            snprintf(err, errlen, "%s: key 'checkpoint_dir': %s%s",
+                     gddr_ps_config_where(cfg, path, "checkpoint_dir", w, sizeof w), why,
+                     missing ? " (checkpoint_dir does not exist, and cannot be made there)" : "");
+            return -1;
+        }
+    }
+    if (cfg->endpoint_file[0]) {
+        parent_of(cfg->endpoint_file, dir, sizeof dir);
+        if (writable_dir(dir, why, sizeof why) < 0) {
+            snprintf(err, errlen, "%s: key 'endpoint_file': cannot write %s there: %s",
+                     gddr_ps_config_where(cfg, path, "endpoint_file", w, sizeof w),
+                     cfg->endpoint_file, why);
+            return -1;
+        }
+    }
+    if (strncmp(cfg->listen, "ipc://", 6) == 0 && cfg->listen[6] != '@') {
+        parent_of(cfg->listen + 6, dir, sizeof dir);
+        if (writable_dir(dir, why, sizeof why) < 0) {
+            snprintf(err, errlen, "%s: key 'listen': cannot make the socket %s: %s",
+                     gddr_ps_config_where(cfg, path, "listen", w, sizeof w), cfg->listen + 6, why);
+            return -1;
+        }
+    }
+    static const char *const files[] = { "curve_secret_key_file", "authorized_keys" };
+    const char *values[] = { cfg->curve_secret_key_file, cfg->authorized_keys };
+    for (int i = 0; i < 2; i++)
+        if (values[i][0] && access(values[i], R_OK) != 0) {
+            snprintf(err, errlen, "%s: key '%s': cannot read %s: %s",
+                     gddr_ps_config_where(cfg, path, files[i], w, sizeof w), files[i], values[i],
+                     strerror(errno));
+            return -1;
+        }
     return 0;
 }
 
@@ -161,8 +281,24 @@ int gddr_ps_config_read(gddr_ps_config *cfg, const char *path, char *err, size_t
     memset(cfg, 0, sizeof *cfg);
     if (gddr__conf_defaults(gddr_ps_conf_table, cfg, err, errlen) < 0)
         return -1;
-    if (path && gddr__conf_load(gddr_ps_conf_table, cfg, path, err, errlen) < 0)
+    if (path && gddr__conf_load_lines(gddr_ps_conf_table, cfg, path, cfg->line, err, errlen) < 0)
         return -1;
+    /* Under systemd, LoadCredential= hands a root-only key to the service
+     * user as a file of its own: it wins over the file's path. */
+    const char *creds = getenv("CREDENTIALS_DIRECTORY");
+    if (creds && *creds) {
+        char cred[GDDR_CONF_STRMAX * 2];
+        snprintf(cred, sizeof cred, "%s/%s", creds, GDDR_PS_CURVE_CREDENTIAL);
+        if (access(cred, F_OK) == 0) {
+            char msg[256];
+            if (gddr__conf_set(gddr_ps_conf_table, cfg, NULL, "curve_secret_key_file", cred, msg,
+                               sizeof msg) < 0) {
+                snprintf(err, errlen, "credential %s: %s", GDDR_PS_CURVE_CREDENTIAL, msg);
+                return -1;
+            }
+            cfg->curve_key_from_credential = 1;
+        }
+    }
     return 0;
 }
 
@@ -194,5 +330,9 @@ int gddr_ps_config_apply_override(gddr_ps_config *cfg, const char *kv, char *err
         snprintf(err, errlen, "--set: %s", msg);
         return -1;
     }
+    const gddr__conf_key *k = gddr__conf_find(gddr_ps_conf_table, section, key);
+    cfg->line[k - gddr_ps_conf_table] = GDDR_CONF_FROM_SET;
+    if (strcmp(key, "curve_secret_key_file") == 0)
+        cfg->curve_key_from_credential = 0; /* the command line wins */
     return 0;
 }

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "crc32c.h"
 #include "log.h"
 #include "residual.h"
 #include "snapshot.h"
@@ -469,12 +470,16 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
         uint64_t seq = 0;
         gddr__ckpt_writer_wait(ps->ckw, 0, &rc, &st, &seq);
         ps->ckpt_pending = 0;
+        ps->ckpt_state_known = rc == GDDR_OK;
+        ps->ckpt_state_crc = ps->ckpt_pending_crc;
+        if (rc == GDDR_OK)
+            ps->ckpt_done_ms = gddr__now_ms();
         if (rc == GDDR_OK) {
             ps->ckpt_count++;
             ps->ckpt_last_ms = st.total_ms;
             /* The writer logged the write itself; add what the front thread paid. */
-            gddr_log(GDDR_LOG_DEBUG, "checkpoint %llu: state copy took %.1f ms (write %.1f MB, %.1f ms)",
-                     (unsigned long long)seq, ps->ckpt_copy_ms, (double)st.bytes / 1e6, st.total_ms);
+            gddr_log(GDDR_LOG_DEBUG, "checkpoint %llu: state copy took %.1f ms (write %.1f MiB, %.1f ms)",
+                     (unsigned long long)seq, ps->ckpt_copy_ms, (double)st.bytes / (1024.0 * 1024.0), st.total_ms);
         } /* a failure was logged by the writer */
     }
     if (!due)
@@ -484,6 +489,7 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
             return; /* the next tick tries again */
         gddr__ckpt_writer_wait(ps->ckw, 60000, NULL, NULL, NULL);
     }
+    int requested = ps->ckpt_now;
     ps->ckpt_now = 0;
     ps->last_ckpt_ms = now;
     ps->ckpt_started_ms = now;
@@ -495,6 +501,26 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
         return;
     }
     ps->ckpt_copy_ms = (double)(gddr__now_ms() - t0);
+    /* An idle server's periodic checkpoint would rewrite the same bytes:
+     * skip it when the state is the one the last checkpoint holds. A
+     * requested or final one is written whatever. */
+    uint32_t crc = 0;
+    for (size_t i = 0; i < n; i++) {
+        crc = gddr__crc32c(crc, s[i].name, strlen(s[i].name));
+        crc = gddr__crc32c(crc, &s[i].len, sizeof s[i].len);
+        crc = gddr__crc32c(crc, s[i].data, s[i].len);
+    }
+    if (!final && !requested && ps->ckpt_state_known && crc == ps->ckpt_state_crc) {
+        for (size_t i = 0; i < n; i++)
+            free(s[i].data);
+        free(s);
+        ps->ckpt_skipped++;
+        ps->ckpt_done_ms = now;
+        gddr_log(GDDR_LOG_DEBUG, "checkpoint skipped: nothing changed since checkpoint %llu",
+                 (unsigned long long)ps->ckpt_seq);
+        return;
+    }
+    ps->ckpt_pending_crc = crc;
     if (gddr__ckpt_writer_submit(ps->ckw, ++ps->ckpt_seq, s, n) != GDDR_OK) {
         for (size_t i = 0; i < n; i++)
             free(s[i].data);
@@ -508,10 +534,14 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
         gddr_ckpt_stats st;
         gddr__ckpt_writer_wait(ps->ckw, 120000, &rc, &st, NULL);
         ps->ckpt_pending = 0;
+        ps->ckpt_state_known = rc == GDDR_OK;
+        ps->ckpt_state_crc = crc;
+        if (rc == GDDR_OK)
+            ps->ckpt_done_ms = gddr__now_ms();
         if (rc == GDDR_OK) {
             ps->ckpt_count++;
-            gddr_log(GDDR_LOG_INFO, "final checkpoint %llu written: %.1f MB in %.1f ms",
-                     (unsigned long long)ps->ckpt_seq, (double)st.bytes / 1e6, st.total_ms);
+            gddr_log(GDDR_LOG_INFO, "final checkpoint %llu written: %.1f MiB in %.1f ms",
+                     (unsigned long long)ps->ckpt_seq, (double)st.bytes / (1024.0 * 1024.0), st.total_ms);
         } else {
             gddr_log(GDDR_LOG_ERROR, "final checkpoint failed: %s", gddr_strerror(rc));
         }

@@ -198,6 +198,12 @@ typedef struct gddr_ps {
     uint64_t ckpt_count, ckpt_requests, ckpt_joined;
     double ckpt_last_ms, ckpt_copy_ms;
     int ckpt_pending, final_ckpt_rc;
+    /* CRC32C of the state the last written checkpoint holds, and of the one
+     * being written: a periodic checkpoint of the same state is skipped. */
+    uint32_t ckpt_state_crc, ckpt_pending_crc;
+    int ckpt_state_known;
+    uint64_t ckpt_skipped;
+    int64_t ckpt_done_ms;       /* the state on disk was last confirmed current (0: never) */
 
     /* residual snapshots and orphans (orphan.c) */
     struct ps_orphans *orphans;

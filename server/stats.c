@@ -128,6 +128,13 @@ char *ps_metrics_text(gddr_ps *ps)
                   (unsigned long long)ps->tensors[i]->version);
     sb_printf(&b, "# HELP gddr_checkpoints_total Checkpoints written.\n# TYPE gddr_checkpoints_total counter\n"
                   "gddr_checkpoints_total %llu\n", (unsigned long long)ps->ckpt_count);
+    sb_printf(&b, "# HELP gddr_checkpoints_skipped_total Periodic checkpoints not written: the state was the one the last checkpoint holds.\n"
+                  "# TYPE gddr_checkpoints_skipped_total counter\n"
+                  "gddr_checkpoints_skipped_total %llu\n", (unsigned long long)ps->ckpt_skipped);
+    sb_printf(&b, "# HELP gddr_checkpoint_age_seconds Seconds since the state on disk was last known current (a checkpoint written, or skipped as unchanged); -1: none yet.\n"
+                  "# TYPE gddr_checkpoint_age_seconds gauge\n"
+                  "gddr_checkpoint_age_seconds %.3f\n",
+              ps->ckpt_done_ms ? (double)(gddr__now_ms() - ps->ckpt_done_ms) / 1000.0 : -1.0);
     sb_printf(&b, "# HELP gddr_checkpoint_last_ms Duration of the last checkpoint write.\n# TYPE gddr_checkpoint_last_ms gauge\n"
                   "gddr_checkpoint_last_ms %g\n", ps->ckpt_last_ms);
     gddr_ps_orphan_counts oc;

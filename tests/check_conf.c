@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -291,6 +292,30 @@ START_TEST(test_unknown_key_and_section)
     expect_file_error("[optimizer]\nthreads = 3\n", 2, "'threads'", "[optimizer]");
     /* A key before any section header. */
     expect_file_error("threads = 3\n", 1, "'threads'", NULL);
+    /* ... and says where the key lives. */
+    expect_file_error("[server]\nchunk = 8\n[optimizer]\nthreads = 3\n", 4,
+                      "unknown key 'threads' in section [optimizer]: it is in [server]", NULL);
+}
+END_TEST
+
+/* A key set twice is refused with both lines (the second would silently
+ * win otherwise), even with the same value, and in the client's table too. */
+START_TEST(test_duplicate_key)
+{
+    expect_file_error("[optimizer]\nlr = 0.1\nmomentum = 0.5\n\nlr = 0.2\n", 5,
+                      "key 'lr' is set twice in [optimizer], first on line 2", NULL);
+    expect_file_error("[server]\nthreads = 2\n[tau]\ntau_min = 2\n[server]\nthreads = 2\n", 6,
+                      "'threads' is set twice", "first on line 2");
+    int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, size_t buflen,
+                            char *err, size_t errlen);
+    const char *path = tmp_ini(0, "[client]\nserver = tcp://127.0.0.1:1\nseed = 1\nseed = 2\n");
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    char sbuf[256], err[512] = "", want[160];
+    int rc = gddr__opts_from_ini(path, &o, sbuf, sizeof sbuf, err, sizeof err);
+    unlink(path);
+    ck_assert_int_eq(rc, GDDR_ECONFIG);
+    snprintf(want, sizeof want, "%s:4: key 'seed' is set twice in [client], first on line 3", path);
+    ck_assert_msg(strstr(err, want), "err: %s", err);
 }
 END_TEST
 
@@ -301,18 +326,37 @@ START_TEST(test_syntax_error)
 }
 END_TEST
 
-/* Cross-key validation names the key (and the file, without a line). */
+/* Cross-key validation names the key, the file and the line that set it
+ * (and where the other key came from). */
 START_TEST(test_cross_key)
 {
-    expect_file_error("[tau]\ntau_min = 6\ntau_max = 4\ntau_init = 5\n", 0, "'tau_min'", NULL);
-    expect_file_error("[tau]\ntau_init = 9\n", 0, "'tau_init'", NULL);
-    expect_file_error("[tau]\ntau_init = 1\n", 0, "'tau_init'", NULL);
-    expect_file_error("[tau]\ntau_rate_low = 0.9\ntau_rate_high = 0.5\n", 0, "'tau_rate_low'",
-                      NULL);
-    expect_file_error("[consistency]\nworkers = 2\nsync_quorum = 3\n", 0, "'sync_quorum'", NULL);
-    expect_file_error("[server]\nlisten = udp://127.0.0.1:5555\n", 0, "'listen'", NULL);
-    expect_file_error("[server]\nshard_index = 2\nshard_count = 2\n", 0, "'shard_index'", "shard_count 2");
-    expect_file_error("[server]\nshard_index = 1\n", 0, "'shard_index'", NULL);
+    expect_file_error("[tau]\ntau_min = 6\ntau_max = 4\ntau_init = 5\n", 2, "'tau_min'",
+                      "(tau_max on line 3)");
+    expect_file_error("[tau]\ntau_init = 9\n", 2, "'tau_init'", NULL);
+    expect_file_error("[tau]\ntau_init = 1\n", 2, "'tau_init'", NULL);
+    expect_file_error("[tau]\ntau_rate_low = 0.9\ntau_rate_high = 0.5\n", 2, "'tau_rate_low'",
+                      "(tau_rate_high on line 3)");
+    expect_file_error("[consistency]\nworkers = 2\nsync_quorum = 3\n", 3, "'sync_quorum'",
+                      "(workers on line 2)");
+    expect_file_error("[server]\nthreads = 2\nlisten = udp://127.0.0.1:5555\n", 3, "'listen'", NULL);
+    expect_file_error("[server]\nshard_index = 2\nshard_count = 2\n", 2, "'shard_index'", "shard_count 2 (shard_count on line 3)");
+    expect_file_error("[server]\nshard_index = 1\n", 2, "'shard_index'", "(shard_count by default)");
+    /* The other key is a default: the error is on the line of the one set. */
+    expect_file_error("[consistency]\n\nsync_quorum = 1\n[security]\nauthorized_keys = /x\n", 5,
+                      "'authorized_keys'", NULL);
+    /* A key from --set is named as such, over the file's line. */
+    {
+        const char *path = tmp_ini(0, "[tau]\ntau_min = 3\n");
+        gddr_ps_config c;
+        char e[512] = "";
+        ck_assert_int_eq(gddr_ps_config_read(&c, path, e, sizeof e), 0);
+        unlink(path);
+        ck_assert_int_eq(gddr_ps_config_apply_override(&c, "tau.tau_max=2", e, sizeof e), 0);
+        ck_assert_int_eq(gddr_ps_config_validate(&c, path, e, sizeof e), -1);
+        char want[160];
+        snprintf(want, sizeof want, "%s:2: key 'tau_min': 3 is above tau_max 2 (tau_max from --set)", path);
+        ck_assert_str_eq(e, want);
+    }
     /* The boundaries themselves are valid. */
     gddr_ps_config cfg;
     char err[512] = "";
@@ -353,7 +397,11 @@ START_TEST(test_set)
     ck_assert_int_eq(gddr__conf_set(TAB, &cfg, NULL, "nope", "1", err, sizeof err), -1);
     ck_assert_msg(strstr(err, "'nope'"), "%s", err);
     ck_assert_int_eq(gddr__conf_set(TAB, &cfg, "optimizer", "chunk", "8", err, sizeof err), -1);
-    ck_assert_msg(strstr(err, "'chunk'"), "%s", err);
+    ck_assert_str_eq(err, "unknown key 'chunk' in section [optimizer]: it is in [server]");
+    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "optimizer.threads=1", err, sizeof err), -1);
+    ck_assert_str_eq(err, "--set: unknown key 'threads' in section [optimizer]: it is in [server]");
+    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "optimizer.nope=1", err, sizeof err), -1);
+    ck_assert_str_eq(err, "--set: unknown key 'nope' in section [optimizer]");
     ck_assert_int_eq(cfg.chunk, 64);
     char longv[GDDR_CONF_STRMAX + 10];
     memset(longv, 'x', sizeof longv - 1);
@@ -422,6 +470,113 @@ START_TEST(test_dump_round_trip_changed)
 }
 END_TEST
 
+/* A whole number is dumped as one: "worker_timeout_s = 10", not 1e+01. */
+START_TEST(test_dump_whole_numbers)
+{
+    gddr_ps_config cfg;
+    char err[512] = "";
+    ck_assert_int_eq(gddr_ps_config_load(&cfg, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "lr=1e6", err, sizeof err), 0);
+    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "checkpoint_interval_s=2.5e6", err, sizeof err), 0);
+    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "max_grad_norm=1e30", err, sizeof err), 0);
+    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "adadelay=0.00001", err, sizeof err), 0);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *ms = open_memstream(&buf, &len);
+    gddr__conf_dump(TAB, &cfg, ms);
+    fclose(ms);
+    static const char *const want[] = { "\nworker_timeout_s = 10\n", "\nlr = 1000000\n",
+                                        "\ncheckpoint_interval_s = 2500000\n", "\nmax_grad_norm = 1e+30\n",
+                                        "\nadadelay = 1e-05\n", "\ntau_ema = 0.9\n" };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(buf, want[i]), "dump lacks '%s'", want[i] + 1);
+    free(buf);
+    round_trip(&cfg);
+}
+END_TEST
+
+/* What --check-config checks on disk: checkpoint_dir a writable directory
+ * or one the daemon can make (its parent exists), endpoint_file's directory,
+ * the key files readable; the error names the file, line and key. */
+START_TEST(test_check_paths)
+{
+    char dir[] = "/tmp/gddr-check-paths-XXXXXX", text[512], want[512], err[1024];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    gddr_ps_config cfg;
+    struct { const char *body; int line; const char *key, *needle; } bad[] = {
+        { "[checkpoint]\n\ncheckpoint_dir = %s/no/such\n", 3, "checkpoint_dir", "/no: No such file or directory" },
+        { "[checkpoint]\ncheckpoint_dir = %s/file\n", 2, "checkpoint_dir", "/file is not a directory" },
+        { "[server]\nthreads = 2\nendpoint_file = %s/no/ep\n", 3, "endpoint_file", "/no: No such file" },
+        { "[server]\nlisten = ipc://%s/no/sock\n", 2, "listen", "/no: No such file" },
+        { "[security]\ncurve_secret_key_file = %s/none.key\nauthorized_keys = %s/file\n", 2,
+          "curve_secret_key_file", "cannot read" },
+    };
+    char file[128];
+    snprintf(file, sizeof file, "%s/file", dir);
+    FILE *f = fopen(file, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, bad[i].body, dir, dir);
+        const char *path = tmp_ini(0, text);
+        ck_assert_msg(gddr_ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
+        int rc = gddr_ps_config_check_paths(&cfg, path, err, sizeof err);
+        unlink(path);
+        ck_assert_msg(rc == -1, "accepted:\n%s", text);
+        snprintf(want, sizeof want, "%s:%d: key '%s': ", path, bad[i].line, bad[i].key);
+        ck_assert_msg(strncmp(err, want, strlen(want)) == 0 && strstr(err, bad[i].needle),
+                      "error '%s' is not '%s...%s'", err, want, bad[i].needle);
+    }
+    /* Good: an existing directory, one the daemon will make, the files. */
+    snprintf(text, sizeof text,
+             "[server]\nendpoint_file = %s/ep\n[checkpoint]\ncheckpoint_dir = %s/new\n"
+             "[security]\ncurve_secret_key_file = %s/file\nauthorized_keys = %s/file\n",
+             dir, dir, dir, dir);
+    const char *path = tmp_ini(0, text);
+    ck_assert_msg(gddr_ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(gddr_ps_config_check_paths(&cfg, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "checkpoint_dir=/", err, sizeof err), 0);
+    ck_assert_msg(gddr_ps_config_check_paths(&cfg, path, err, sizeof err) == 0, "%s", err);
+    unlink(path);
+    unlink(file);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+/* Under systemd, LoadCredential=curve_secret_key_file:PATH: the daemon takes
+ * $CREDENTIALS_DIRECTORY/curve_secret_key_file over the file's path, and
+ * --set still wins over both. */
+START_TEST(test_curve_credential)
+{
+    char dir[] = "/tmp/gddr-check-cred-XXXXXX", cred[128], err[1024], w[256];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(cred, sizeof cred, "%s/%s", dir, GDDR_PS_CURVE_CREDENTIAL);
+    const char *path = tmp_ini(0, "[security]\ncurve_secret_key_file = /etc/gddr/server.key\n"
+                                  "authorized_keys = /etc/gddr/authorized_keys\n");
+    gddr_ps_config cfg;
+    setenv("CREDENTIALS_DIRECTORY", dir, 1);
+    /* No such credential: the file's path stands. */
+    ck_assert_msg(gddr_ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(cfg.curve_secret_key_file, "/etc/gddr/server.key");
+    FILE *f = fopen(cred, "w");
+    ck_assert_ptr_nonnull(f);
+    fclose(f);
+    ck_assert_msg(gddr_ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(cfg.curve_secret_key_file, cred);
+    ck_assert_str_eq(gddr_ps_config_where(&cfg, path, "curve_secret_key_file", w, sizeof w),
+                     "credential curve_secret_key_file");
+    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "curve_secret_key_file=/k", err, sizeof err), 0);
+    ck_assert_str_eq(cfg.curve_secret_key_file, "/k");
+    ck_assert_str_eq(gddr_ps_config_where(&cfg, path, "curve_secret_key_file", w, sizeof w), "--set");
+    unsetenv("CREDENTIALS_DIRECTORY");
+    ck_assert_msg(gddr_ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_str_eq(cfg.curve_secret_key_file, "/etc/gddr/server.key");
+    unlink(path);
+    unlink(cred);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
 START_TEST(test_missing_file)
 {
     const char *path = "/tmp/gddr-check-conf-does-not-exist/x.ini";
@@ -474,6 +629,10 @@ END_TEST
 /* Runs argv with stdout and stderr captured (up to cap bytes each), waiting
  * at most timeout_s. Returns the exit status, or -1 if killed by a signal or
  * the timeout. */
+/* When set, the child's JOURNAL_STREAM names its stderr pipe, as systemd
+ * does for a service whose stderr is the journal. */
+static int capture_as_journal;
+
 static int run_capture(char *const argv[], char *out, char *errb, size_t cap, int timeout_s)
 {
     int po[2], pe[2];
@@ -488,6 +647,15 @@ static int run_capture(char *const argv[], char *out, char *errb, size_t cap, in
         int dn = open("/dev/null", O_RDONLY);
         if (dn >= 0)
             dup2(dn, 0);
+        struct stat sb;
+        char js[64];
+        if (capture_as_journal && fstat(2, &sb) == 0) {
+            snprintf(js, sizeof js, "%llu:%llu", (unsigned long long)sb.st_dev,
+                     (unsigned long long)sb.st_ino);
+            setenv("JOURNAL_STREAM", js, 1);
+        } else {
+            unsetenv("JOURNAL_STREAM");
+        }
         execv(argv[0], argv);
         _exit(127);
     }
@@ -545,15 +713,23 @@ static int run_capture(char *const argv[], char *out, char *errb, size_t cap, in
     return WEXITSTATUS(status);
 }
 
-START_TEST(test_binary_check_config)
+/* The gddr-ps to run ($GDDR_PS_BIN or the build's); NULL, after saying
+ * SKIP, when it has not been built. */
+static const char *ps_bin(void)
 {
     const char *bin = getenv("GDDR_PS_BIN");
-    if (!bin || !*bin)
-        bin = PS_BIN_DEFAULT;
-    if (access(bin, X_OK) != 0) {
-        printf("SKIP gddr-ps binary not built (%s)\n", bin);
+    bin = bin && *bin ? bin : PS_BIN_DEFAULT;
+    if (access(bin, X_OK) == 0)
+        return bin;
+    printf("SKIP gddr-ps binary not built (%s)\n", bin);
+    return NULL;
+}
+
+START_TEST(test_binary_check_config)
+{
+    const char *bin = ps_bin();
+    if (!bin)
         return;
-    }
     char out[8192], errb[8192], want[256];
 
     /* A bad value on line 3: exit 1, one FATAL line naming file:line:key. */
@@ -590,6 +766,148 @@ START_TEST(test_binary_check_config)
 }
 END_TEST
 
+/* README's configuration reference is exactly what the tables print
+ * (`make config-table` rewrites it). */
+START_TEST(test_readme_table)
+{
+    const char *bin = ps_bin();
+    if (!bin)
+        return;
+    static char out[65536], errb[8192], readme[262144];
+    char *argv[] = { (char *)bin, "--dump-config", "--markdown", NULL };
+    ck_assert_int_eq(run_capture(argv, out, errb, sizeof out, 20), 0);
+    /* Every key of both tables has its row. */
+    extern const gddr__conf_key gddr__client_conf_table[];
+    const gddr__conf_key *tabs[] = { TAB, gddr__client_conf_table };
+    for (int t = 0; t < 2; t++)
+        for (const gddr__conf_key *k = tabs[t]; k->name; k++) {
+            char row[128];
+            snprintf(row, sizeof row, "\n| `%s` | `", k->name);
+            ck_assert_msg(strstr(out, row), "the table lacks %s", k->name);
+        }
+    FILE *f = fopen("README.md", "r");
+    ck_assert_ptr_nonnull(f);
+    size_t n = fread(readme, 1, sizeof readme - 1, f);
+    fclose(f);
+    readme[n] = 0;
+    char *begin = strstr(readme, "\n<!-- config-table begin");
+    char *end = begin ? strstr(begin, "\n<!-- config-table end -->") : NULL;
+    ck_assert_msg(begin && end, "README.md has no config-table markers");
+    begin = strchr(begin + 1, '\n') + 1;
+    end[1] = 0;
+    ck_assert_msg(strcmp(begin, out) == 0,
+                  "README.md's configuration table differs from the key tables: run `make config-table`");
+}
+END_TEST
+
+/* --detach prints the endpoint once the server listens and leaves it
+ * running (pid file, endpoint file the same); a stale endpoint file is
+ * removed at start; a server that cannot start makes --detach fail. */
+START_TEST(test_detach)
+{
+    const char *bin = ps_bin();
+    if (!bin)
+        return;
+    char dir[] = "/tmp/gddr-check-detach-XXXXXX", pidf[96], epf[96], out[4096], errb[8192];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(pidf, sizeof pidf, "%s/ps.pid", dir);
+    snprintf(epf, sizeof epf, "%s/ep", dir);
+    FILE *f = fopen(epf, "w");
+    fputs("tcp://127.0.0.1:1\n", f); /* an old run's */
+    fclose(f);
+    /* Cannot bind: exit 1, nothing on stdout, and the stale file is gone.
+     * (stderr goes to a file: the detached server keeps it open, and a
+     * pipe would not end while it runs.) */
+    char cmd[1024], logf[96];
+    snprintf(logf, sizeof logf, "%s/log", dir);
+    snprintf(cmd, sizeof cmd, "exec '%s' --listen tcp://192.0.2.1:5 --endpoint-file '%s' --detach "
+             "--pid-file '%s' 2> '%s'", bin, epf, pidf, logf);
+    char *argv_bad[] = { "/bin/sh", "-c", cmd, NULL };
+    int rc = run_capture(argv_bad, out, errb, sizeof out, 30);
+    f = fopen(logf, "r");
+    ck_assert_ptr_nonnull(f);
+    errb[fread(errb, 1, sizeof errb - 1, f)] = 0;
+    fclose(f);
+    ck_assert_msg(rc == 1, "exit %d; stderr: %s", rc, errb);
+    ck_assert_str_eq(out, "");
+    ck_assert_msg(strstr(errb, "cannot start: --set: key 'listen': cannot bind tcp://192.0.2.1:5") &&
+                  strstr(errb, "gddr-ps: the server did not start (exit status 1)"), "%s", errb);
+    ck_assert_int_eq(access(epf, F_OK), -1);
+    ck_assert_int_eq(access(pidf, F_OK), -1);
+
+    snprintf(cmd, sizeof cmd, "exec '%s' --listen 'tcp://127.0.0.1:*' --endpoint-file '%s' --detach "
+             "--pid-file '%s' --set log_level=warn 2> '%s'", bin, epf, pidf, logf);
+    char *argv[] = { "/bin/sh", "-c", cmd, NULL };
+    rc = run_capture(argv, out, errb, sizeof out, 30);
+    ck_assert_msg(rc == 0, "exit %d; stderr: %s", rc, errb);
+    ck_assert_msg(strncmp(out, "tcp://127.0.0.1:", 16) == 0 && atoi(out + 16) > 0 &&
+                  strchr(out, '\n') == out + strlen(out) - 1, "stdout: '%s'", out);
+    char ep[256], line[256] = "";
+    snprintf(ep, sizeof ep, "%.*s", (int)strlen(out) - 1, out);
+    f = fopen(epf, "r");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    fclose(f);
+    ck_assert_str_eq(line, out);
+    f = fopen(pidf, "r");
+    ck_assert_ptr_nonnull(f);
+    long pid = 0;
+    ck_assert_int_eq(fscanf(f, "%ld", &pid), 1);
+    fclose(f);
+    ck_assert_int_eq(kill((pid_t)pid, 0), 0);
+    /* It serves on that endpoint. */
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = 0;
+    o.world_size = 1;
+    o.timeout_ms = 10000;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w[4] = { 1, 2, 3, 4 }, back[4];
+    int id;
+    ck_assert_int_eq(gddr_register(c, "detach.w", w, 4, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(c, id, back, 0, NULL), GDDR_OK);
+    ck_assert(memcmp(w, back, sizeof w) == 0);
+    gddr_client_close(&c);
+    /* SIGTERM stops it; it removes its pid file on the way out. */
+    ck_assert_int_eq(kill((pid_t)pid, SIGTERM), 0);
+    int gone = 0;
+    for (int i = 0; i < 300 && !gone; i++) {
+        gone = access(pidf, F_OK) != 0;
+        if (!gone)
+            usleep(50 * 1000);
+    }
+    ck_assert_msg(gone, "the detached server (pid %ld) did not stop within 15 s", pid);
+    unlink(epf);
+    unlink(logf);
+    ck_assert_int_eq(rmdir(dir), 0);
+}
+END_TEST
+
+/* Under systemd (JOURNAL_STREAM names stderr) each line starts with its
+ * syslog priority and has no time of its own; elsewhere it has a time. */
+START_TEST(test_journal_lines)
+{
+    const char *bin = ps_bin();
+    if (!bin)
+        return;
+    char out[4096], errb[8192];
+    char *argv[] = { (char *)bin, "--listen", "tcp://192.0.2.1:5", NULL };
+    capture_as_journal = 1;
+    int rc = run_capture(argv, out, errb, sizeof out, 30);
+    capture_as_journal = 0;
+    ck_assert_int_eq(rc, 1);
+    ck_assert_msg(strncmp(errb, "<3>gddr-ps[error] cannot start: --set: key 'listen': cannot bind", 64) == 0,
+                  "stderr: %s", errb);
+    rc = run_capture(argv, out, errb, sizeof out, 30);
+    ck_assert_int_eq(rc, 1);
+    int hh, mm, ss, ms;
+    char rest[64];
+    ck_assert_msg(sscanf(errb, "%2d:%2d:%2d.%3d %63[^ ]", &hh, &mm, &ss, &ms, rest) == 5 &&
+                  strcmp(rest, "gddr-ps[error]") == 0, "stderr: %s", errb);
+}
+END_TEST
+
 /* ---- long lines and leading zeros ---- */
 #if 1
 /* inih reads at most INI_MAX_LINE (200) bytes a line. A value that could
@@ -605,6 +923,19 @@ START_TEST(test_long_value_round_trip)
     v[sizeof v - 1] = 0;
     ck_assert_int_eq(gddr__conf_set(TAB, &cfg, NULL, "checkpoint_dir", v, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "checkpoint_dir") && strstr(err, "longer"), "err: %s", err);
+    /* The limit the message names is the real one: "checkpoint_dir = "
+     * plus the value plus a newline is the longest line inih reads (199). */
+    const gddr__conf_key *ck = gddr__conf_find(TAB, NULL, "checkpoint_dir");
+    ck_assert_uint_eq(gddr__conf_strmax(ck), 199 - strlen("checkpoint_dir = ") - 1);
+    v[gddr__conf_strmax(ck) + 1] = 0;
+    ck_assert_int_eq(gddr__conf_set(TAB, &cfg, NULL, "checkpoint_dir", v, err, sizeof err), -1);
+    char want[128];
+    snprintf(want, sizeof want, "key 'checkpoint_dir': value is %zu characters, longer than the %zu this key takes",
+             strlen(v), gddr__conf_strmax(ck));
+    ck_assert_str_eq(err, want);
+    v[gddr__conf_strmax(ck)] = 0; /* exactly the limit: taken, and read back from a file */
+    ck_assert_int_eq(gddr__conf_set(TAB, &cfg, NULL, "checkpoint_dir", v, err, sizeof err), 0);
+    round_trip(&cfg);
     v[170] = 0;
     ck_assert_int_eq(gddr__conf_set(TAB, &cfg, NULL, "checkpoint_dir", v, err, sizeof err), 0);
     round_trip(&cfg);
@@ -719,6 +1050,10 @@ Suite *suite_conf(void)
     tcase_add_test(tc, test_set);
     tcase_add_test(tc, test_dump_round_trip_defaults);
     tcase_add_test(tc, test_dump_round_trip_changed);
+    tcase_add_test(tc, test_dump_whole_numbers);
+    tcase_add_test(tc, test_duplicate_key);
+    tcase_add_test(tc, test_check_paths);
+    tcase_add_test(tc, test_curve_credential);
     tcase_add_test(tc, test_missing_file);
     tcase_add_test(tc, test_example_ini);
     tcase_add_test(tc, test_client_ini);
@@ -731,6 +1066,9 @@ Suite *suite_conf(void)
     TCase *bin = tcase_create("binary");
     tcase_set_timeout(bin, 90);
     tcase_add_test(bin, test_binary_check_config);
+    tcase_add_test(bin, test_readme_table);
+    tcase_add_test(bin, test_detach);
+    tcase_add_test(bin, test_journal_lines);
     suite_add_tcase(s, bin);
     return s;
 }

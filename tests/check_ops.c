@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <check.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -194,11 +195,186 @@ START_TEST(test_heartbeat_keeps_idle_worker_alive)
 }
 END_TEST
 
+/* A counter's value in a metrics page (-1 when absent). */
+static long long metric(const char *text, const char *name)
+{
+    char needle[128];
+    snprintf(needle, sizeof needle, "\n%s ", name);
+    const char *at = strstr(text, needle);
+    return at ? atoll(at + strlen(needle)) : -1;
+}
+
+static long long server_metric(gddr_client *c, const char *name)
+{
+    char *text = NULL;
+    ck_assert_int_eq(gddr_server_metrics_text(c, &text), GDDR_OK);
+    long long v = metric(text, name);
+    free(text);
+    return v;
+}
+
+/* Checkpoints every 0.1 s. Once one holds the state, an idle server
+ * (a worker connected and heartbeating, nothing pushed) skips the periodic
+ * ones: skips grow, written checkpoints and files do not. A push makes the
+ * next one due again; a requested one is written even when nothing changed. */
+START_TEST(test_idle_checkpoint_skipped)
+{
+    char dir[] = "/tmp/gddr-test-idle-XXXXXX", set[128];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(set, sizeof set, "checkpoint_dir=%s", dir);
+    const char *sets[] = { set, "checkpoint_interval_s=0.1", "checkpoint_keep=1000", NULL };
+    gt_server s;
+    char err[512];
+    ck_assert_msg(gt_server_start(&s, sets, err, sizeof err) == 0, "%s", err);
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 1;
+    o.heartbeat_ms = 50;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w[4] = { 0 };
+    int id;
+    ck_assert_int_eq(gddr_register(c, "idle", w, 4, &id, NULL), GDDR_OK);
+    step_lr(c, id, w);
+    /* Wait (bounded) until the state is in a checkpoint and skips begin. */
+    long long skipped = 0, written = 0;
+    for (int i = 0; i < 300 && skipped < 1; i++) {
+        gt_sleep_ms(20);
+        skipped = server_metric(c, "gddr_checkpoints_skipped_total");
+    }
+    ck_assert_int_ge(skipped, 1);
+    written = server_metric(c, "gddr_checkpoints_total");
+    ck_assert_int_ge(written, 1);
+    /* Idle through five more skips: nothing is written. */
+    long long now = skipped;
+    for (int i = 0; i < 500 && now < skipped + 5; i++) {
+        gt_sleep_ms(20);
+        now = server_metric(c, "gddr_checkpoints_skipped_total");
+    }
+    ck_assert_int_ge(now, skipped + 5);
+    ck_assert_int_eq(server_metric(c, "gddr_checkpoints_total"), written);
+    /* A push changes the state: the next periodic checkpoint is written. */
+    step_lr(c, id, w);
+    long long after = written;
+    for (int i = 0; i < 300 && after == written; i++) {
+        gt_sleep_ms(20);
+        after = server_metric(c, "gddr_checkpoints_total");
+    }
+    ck_assert_int_eq(after, written + 1);
+    /* A request is honoured even with nothing new. */
+    ck_assert_int_eq(gddr_request_checkpoint(c), GDDR_OK);
+    long long req = after;
+    for (int i = 0; i < 300 && req == after; i++) {
+        gt_sleep_ms(20);
+        req = server_metric(c, "gddr_checkpoints_total");
+    }
+    ck_assert_int_eq(req, after + 1);
+    gddr_client_close(&c);
+    stop_server(&s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+typedef struct pusher {
+    gddr_client *c;
+    int id;
+    volatile int stop;
+    long pushes;
+} pusher;
+
+static void *push_loop(void *arg)
+{
+    pusher *p = arg;
+    float g[4] = { 1, 1, 1, 1 }, w[4];
+    /* Push, then pull what it made: every push is computed on the newest
+     * version, so its staleness is 0. */
+    while (!p->stop && gddr_push(p->c, p->id, g, NULL) == GDDR_OK &&
+           gddr_pull(p->c, p->id, w, 0, NULL) == GDDR_OK)
+        p->pushes++;
+    return NULL;
+}
+
+/* Runs `gddr-ctl -s EP watch -i 0.2 -n 3`; returns its stdout (malloc'd). */
+static char *run_watch(const char *ep)
+{
+    char bin[512], err[256];
+    gt_bin_path(bin, sizeof bin, "gddr-ctl");
+    char *argv[] = { bin, "-s", (char *)ep, "watch", "-i", "0.2", "-n", "3", NULL };
+    char *out = NULL;
+    int status = 0;
+    ck_assert_msg(gt_run_capture(argv, 30000, 0, &out, &status, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "gddr-ctl watch failed: %s", out);
+    return out;
+}
+
+/* gddr-ctl watch: a header and one line per interval. While a worker
+ * pushes (each push on the newest version), pushes/s and MB/s in are
+ * positive, its staleness 0, one live worker; idle, the push and pull
+ * rates are 0, the staleness columns "-", and with no checkpoint_dir the
+ * checkpoint age is "-". */
+START_TEST(test_ctl_watch)
+{
+    gt_server s;
+    char err[512];
+    ck_assert_msg(gt_server_start(&s, NULL, err, sizeof err) == 0, "%s", err);
+    pusher p = { client(s.endpoint), 0, 0, 0 };
+    float w[4] = { 0 };
+    ck_assert_int_eq(gddr_register(p.c, "watched", w, 4, &p.id, NULL), GDDR_OK);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, push_loop, &p), 0);
+    char *busy = run_watch(s.endpoint);
+    p.stop = 1;
+    pthread_join(th, NULL);
+    char *idle = run_watch(s.endpoint);
+    const char *hdr = " pushes/s   pulls/s   MB/s in  MB/s out workers stale mean   p95   max   tau  rejected  ckpt age\n";
+    ck_assert_msg(strncmp(busy, hdr, strlen(hdr)) == 0, "header: %s", busy);
+    ck_assert_msg(strncmp(idle, hdr, strlen(hdr)) == 0, "header: %s", idle);
+    int lines = 0, positive = 0;
+    for (char *l = strchr(busy, '\n') + 1; *l; l = strchr(l, '\n') + 1, lines++) {
+        double pushes, pulls, in, out;
+        int workers;
+        char mean[16], p95[16], age[16];
+        ck_assert_msg(sscanf(l, "%lf %lf %lf %lf %d %15s %15s %*s %*s %*s %15s", &pushes, &pulls,
+                             &in, &out, &workers, mean, p95, age) == 8, "line: %s", l);
+        ck_assert_int_eq(workers, 1);
+        ck_assert_str_eq(age, "-");
+        if (pushes > 0) {
+            positive++;
+            ck_assert_msg(in > 0 && strcmp(p95, "0") == 0 && strcmp(mean, "0.00") == 0, "line: %s", l);
+        }
+    }
+    ck_assert_int_eq(lines, 3);
+    ck_assert_msg(positive >= 1 && p.pushes > 0, "no pushes seen while %ld were made:\n%s", p.pushes, busy);
+    lines = 0;
+    for (char *l = strchr(idle, '\n') + 1; *l; l = strchr(l, '\n') + 1, lines++) {
+        /* (MB/s out is not 0: it counts the replies to watch itself.) */
+        double pushes, pulls, in;
+        int tau;
+        char age[16];
+        ck_assert_msg(sscanf(l, "%lf %lf %lf %*f 1 - - 0 %d 0 %15s", &pushes, &pulls, &in, &tau,
+                             age) == 5, "idle line: %s", l);
+        ck_assert_msg(pushes == 0 && pulls == 0 && in < 0.01, "idle line: %s", l);
+        ck_assert_str_eq(age, "-");
+        ck_assert(tau >= 2 && tau <= 8);
+    }
+    ck_assert_int_eq(lines, 3);
+    free(busy);
+    free(idle);
+    gddr_client_close(&p.c);
+    stop_server(&s);
+}
+END_TEST
+
 Suite *suite_ops(void)
 {
     Suite *s = suite_create("ops");
     GT_ADD_CASE(s, "sighup_reload", test_sighup_reload, 30);
     GT_ADD_CASE(s, "metrics_http", test_metrics_http, 30);
     GT_ADD_CASE(s, "heartbeat", test_heartbeat_keeps_idle_worker_alive, 30);
+    GT_ADD_CASE(s, "idle_checkpoint", test_idle_checkpoint_skipped, 60);
+    GT_ADD_CASE(s, "ctl_watch", test_ctl_watch, 60);
     return s;
 }

@@ -85,6 +85,15 @@ START_TEST(test_keyfiles)
 }
 END_TEST
 
+/* 1 (after saying SKIP) when this libzmq cannot do CURVE. */
+static int no_curve(void)
+{
+    if (zmq_has("curve"))
+        return 0;
+    printf("SKIP curve: this libzmq has no CURVE support\n");
+    return 1;
+}
+
 static gddr_client_opts opts_for(const char *ep, const char *server_pub, const char *keyfile)
 {
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
@@ -100,12 +109,39 @@ static gddr_client_opts opts_for(const char *ep, const char *server_pub, const c
     return o;
 }
 
+/* Alice (on the list) opens a client, registers key (8 values; its id in
+ * *id), pushes 2s at lr 0.5 and pulls the values moved by 1: she is in.
+ * Returns her client. */
+static gddr_client *alice_trains(const gt_server *s, const keyset *k, const char *key, int *id)
+{
+    gddr_client_opts o = opts_for(s->endpoint, k->server_pub, k->alice_key);
+    o.timeout_ms = 30000; /* her replies come: a bound that only catches a hang */
+    o.reconnect_timeout_ms = 30000;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, g[8] = { 2, 2, 2, 2, 2, 2, 2, 2 }, out[8];
+    ck_assert_int_eq(gddr_register(c, key, w, 8, id, NULL), GDDR_OK);
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_push(c, *id, g, &v), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(c, *id, out, 0, &v), GDDR_OK);
+    ck_assert_int_eq(v, 1);
+    for (int i = 0; i < 8; i++)
+        ck_assert_float_eq(out[i], w[i] - 1.0f);
+    return c;
+}
+
+/* Stops the server; it must exit 0. */
+static void stop_ok(gt_server *s)
+{
+    int status = 0;
+    ck_assert_int_eq(gt_server_stop(s, 30000, &status), 0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
 START_TEST(test_allowlist)
 {
-    if (!zmq_has("curve")) {
-        printf("SKIP curve: this libzmq has no CURVE support\n");
+    if (no_curve())
         return;
-    }
     keyset k;
     make_keys(&k);
     char set1[200], set2[200], err[512];
@@ -116,20 +152,10 @@ START_TEST(test_allowlist)
     ck_assert_msg(gt_server_start(&s, sets, err, sizeof err) == 0, "%s", err);
 
     /* Alice is on the list: she registers, pushes and pulls. */
-    gddr_client_opts o = opts_for(s.endpoint, k.server_pub, k.alice_key);
-    o.timeout_ms = 30000; /* her replies come: a bound that only catches a hang */
-    o.reconnect_timeout_ms = 30000;
-    gddr_client *c = NULL;
-    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
-    float w[8] = { 1, 2, 3, 4, 5, 6, 7, 8 }, g[8] = { 2, 2, 2, 2, 2, 2, 2, 2 }, out[8];
     int id;
-    ck_assert_int_eq(gddr_register(c, "secure.w", w, 8, &id, NULL), GDDR_OK);
+    gddr_client *c = alice_trains(&s, &k, "secure.w", &id);
+    float out[8];
     uint64_t v = 0;
-    ck_assert_int_eq(gddr_push(c, id, g, &v), GDDR_OK);
-    ck_assert_int_eq(gddr_pull(c, id, out, 0, &v), GDDR_OK);
-    ck_assert_int_eq(v, 1);
-    for (int i = 0; i < 8; i++)
-        ck_assert_float_eq(out[i], w[i] - 1.0f);
 
     /* Mallory has a valid key pair but is not on the list. */
     gddr_client_opts om = opts_for(s.endpoint, k.server_pub, k.mallory_key);
@@ -160,9 +186,7 @@ START_TEST(test_allowlist)
     ck_assert_int_ge(atoi(line + strlen("\ngddr_auth_rejected_total ")), 1);
     free(text);
     gddr_client_close(&c);
-    int status = 0;
-    ck_assert_int_eq(gt_server_stop(&s, 30000, &status), 0);
-    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    stop_ok(&s);
     remove_keys(&k);
 }
 END_TEST
@@ -173,10 +197,8 @@ END_TEST
  * and are counted. */
 START_TEST(test_key_options)
 {
-    if (!zmq_has("curve")) {
-        printf("SKIP curve: this libzmq has no CURVE support\n");
+    if (no_curve())
         return;
-    }
     keyset k;
     make_keys(&k);
     FILE *f = fopen(k.allow, "w");
@@ -254,6 +276,42 @@ START_TEST(test_key_options)
 }
 END_TEST
 
+/* Under systemd with LoadCredential=curve_secret_key_file:PATH, the daemon
+ * takes its key from $CREDENTIALS_DIRECTORY (where systemd copies it, mode
+ * 400, for the service user) and no config names the key: a worker with the
+ * matching server key gets in, a plaintext one does not. */
+START_TEST(test_key_from_credential)
+{
+    if (no_curve())
+        return;
+    keyset k;
+    make_keys(&k);
+    char creds[96], cred[160], cmd[1024], set2[200], err[512];
+    snprintf(creds, sizeof creds, "%s/credentials", k.dir);
+    snprintf(cred, sizeof cred, "%s/curve_secret_key_file", creds);
+    snprintf(cmd, sizeof cmd, "mkdir '%s' && cp '%s' '%s' && chmod 400 '%s'", creds, k.server_key,
+             cred, cred);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_int_eq(unlink(k.server_key), 0); /* only the credential holds it */
+    snprintf(set2, sizeof set2, "authorized_keys=%s", k.allow);
+    const char *sets[] = { set2, "lr=0.5", NULL }; /* no curve_secret_key_file */
+    gt_server s;
+    setenv("CREDENTIALS_DIRECTORY", creds, 1);
+    int started = gt_server_start(&s, sets, err, sizeof err);
+    unsetenv("CREDENTIALS_DIRECTORY");
+    ck_assert_msg(started == 0, "%s", err);
+
+    int id;
+    gddr_client *c = alice_trains(&s, &k, "cred.w", &id);
+    gddr_client *m = NULL;
+    gddr_client_opts op = opts_for(s.endpoint, NULL, NULL);
+    ck_assert_int_eq(gddr_client_open(&op, &m), GDDR_ETIMEDOUT);
+    gddr_client_close(&c);
+    stop_ok(&s);
+    remove_keys(&k);
+}
+END_TEST
+
 /* Bad key settings stop the daemon before it listens, naming the key. */
 START_TEST(test_bad_key_config)
 {
@@ -302,6 +360,7 @@ Suite *suite_security(void)
     tcase_add_test(tc, test_allowlist);
     tcase_add_test(tc, test_key_options);
     tcase_add_test(tc, test_bad_key_config);
+    tcase_add_test(tc, test_key_from_credential);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,12 +1,11 @@
 /* minimal.c -- the smallest trainer: fits w to 3.0 under the loss
  * 0.5 * |w - 3|^2 through a gddr-ps server. Built by scripts/test-install.sh
- * against an installed libgddr-client with pkg-config, as a user would:
+ * against an installed libgddr-client with exactly this command:
  *
  *   cc minimal.c $(pkg-config --cflags --libs gddr-client) -o minimal
  *   ./minimal tcp://127.0.0.1:5555
  */
 #include <gddr/gddr.h>
-#include <math.h>
 #include <stdio.h>
 
 int main(int argc, char **argv)
@@ -40,8 +39,11 @@ int main(int argc, char **argv)
         }
     }
     double err = 0;
-    for (int i = 0; i < N; i++)
-        err = fmax(err, fabs(w[i] - 3.0));
+    for (int i = 0; i < N; i++) {
+        double d = w[i] > 3.0f ? w[i] - 3.0 : 3.0 - w[i];
+        if (d > err)
+            err = d;
+    }
     printf("minimal: w[0] = %.6f, max |w - 3| = %.3g\n", (double)w[0], err);
     gddr_client_close(&c);
     return err < 1e-3 ? 0 : 1;

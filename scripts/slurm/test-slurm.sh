@@ -7,7 +7,7 @@
 #
 #   scripts/slurm/test-slurm.sh [SERVERS [WORKERS]]     (make slurm-check)
 #
-# SERVERS defaults to 1; more need the client's server list (issue 10).
+# SERVERS defaults to 1.
 # It needs root and Debian's slurm-wlm and munge (installed here through
 # scripts/install-deps.sh --slurm when missing); where those cannot be
 # had it prints "SKIP: why" and exits 0.

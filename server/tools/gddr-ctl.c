@@ -3,6 +3,9 @@
  *   gddr-ctl [-s ENDPOINTS]... status        counters and staleness
  *   gddr-ctl [-s ENDPOINTS]... metrics       the Prometheus text
  *   gddr-ctl [-s ENDPOINTS]... checkpoint    write a checkpoint now
+ *   gddr-ctl [-s ENDPOINTS]... watch [-i SECONDS] [-n COUNT]
+ *                                            one line a second: rates, workers,
+ *                                            staleness, tau, rejections, checkpoint age
  *
  * ENDPOINTS is one endpoint or a comma-separated list (the servers of a
  * sharded model, in shard order: the syntax of the client's `server`
@@ -24,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gddr/gddr.h"
 #include "prom.h"
@@ -42,6 +46,7 @@ typedef struct srv {
 static void usage(void)
 {
     fprintf(stderr, "usage: gddr-ctl [-s ENDPOINT[,ENDPOINT...]]... status|metrics|checkpoint\n"
+                    "       gddr-ctl [-s ENDPOINT[,ENDPOINT...]]... watch [-i SECONDS] [-n COUNT]\n"
                     "       (or set GDDR_SERVER=ENDPOINT[,ENDPOINT...])\n");
 }
 
@@ -337,6 +342,116 @@ static int metrics_many(const srv *s, int n)
     return 0;
 }
 
+/* ---- watch ---------------------------------------------------------------- */
+
+/* What one look at all servers gives (summed; workers and max the largest). */
+typedef struct sample {
+    double pushes, pulls, bytes_in, bytes_out, rejected, stale_count, stale_sum;
+    double hist[17];
+    double stale_max, ckpt_age;
+    int live, tau_lo, tau_hi;
+} sample;
+
+static int take_sample(srv *s, int n, sample *out)
+{
+    memset(out, 0, sizeof *out);
+    out->ckpt_age = -1;
+    for (int k = 0; k < n; k++) {
+        free(s[k].metrics);
+        s[k].metrics = NULL;
+        int rc = fetch_metrics(&s[k]);
+        if (rc == GDDR_OK)
+            rc = gddr_server_stats_get(s[k].c, &s[k].st);
+        if (rc != GDDR_OK) {
+            fprintf(stderr, "gddr-ctl: %s: %s: %s\n", s[k].ep, gddr_strerror(rc),
+                    gddr_client_errmsg(s[k].c));
+            return -1;
+        }
+        const gddr_server_stats *st = &s[k].st;
+        const char *m = s[k].metrics;
+        out->pushes += (double)st->pushes;
+        out->pulls += (double)st->pulls;
+        out->rejected += (double)st->rejected;
+        out->bytes_in += metric_of(m, "gddr_bytes_received_total");
+        out->bytes_out += metric_of(m, "gddr_bytes_sent_total");
+        out->stale_count += metric_of(m, "gddr_staleness_count");
+        out->stale_sum += metric_of(m, "gddr_staleness_sum");
+        for (int b = 0; b < 17; b++)
+            out->hist[b] += (double)st->staleness_hist[b];
+        if ((double)st->staleness_max > out->stale_max)
+            out->stale_max = (double)st->staleness_max;
+        if (st->live_workers > out->live)
+            out->live = st->live_workers;
+        if (k == 0 || st->tau < out->tau_lo)
+            out->tau_lo = st->tau;
+        if (k == 0 || st->tau > out->tau_hi)
+            out->tau_hi = st->tau;
+        /* The oldest shard's checkpoint is the one that matters. */
+        double age = gddr__prom_sample(m, "gddr_checkpoint_age_seconds", -1);
+        if (age >= 0 && age > out->ckpt_age)
+            out->ckpt_age = age;
+    }
+    return 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Like redis-cli --stat: a header, then one line per interval with the
+ * rates over that interval, the staleness of the pushes applied in it
+ * (mean and p95; "-" without pushes) and the largest since the start. */
+static int watch(srv *s, int n, double every, long count)
+{
+    static const char *hdr = "%9s %9s %9s %9s %7s %10s %5s %5s %5s %9s %9s\n";
+    sample a, b;
+    if (take_sample(s, n, &a) < 0)
+        return 1;
+    double t0 = now_s();
+    for (long line = 0; count <= 0 || line < count; line++) {
+        if (line % 20 == 0)
+            printf(hdr, "pushes/s", "pulls/s", "MB/s in", "MB/s out", "workers", "stale mean",
+                   "p95", "max", "tau", "rejected", "ckpt age");
+        struct timespec nap = { (time_t)every, (long)((every - (double)(time_t)every) * 1e9) };
+        nanosleep(&nap, NULL);
+        if (take_sample(s, n, &b) < 0)
+            return 1;
+        double t1 = now_s(), dt = t1 - t0 > 1e-3 ? t1 - t0 : 1e-3;
+        double dn = b.stale_count - a.stale_count;
+        char mean[16] = "-", p95[16] = "-", tau[16], age[16] = "-";
+        if (dn > 0) {
+            snprintf(mean, sizeof mean, "%.2f", (b.stale_sum - a.stale_sum) / dn);
+            double want = 0.95 * dn, cum = 0;
+            int q = 16;
+            for (int k = 0; k < 17; k++) {
+                cum += b.hist[k] - a.hist[k];
+                if (cum >= want) {
+                    q = k;
+                    break;
+                }
+            }
+            snprintf(p95, sizeof p95, q == 16 ? ">=%d" : "%d", q);
+        }
+        if (b.tau_lo == b.tau_hi)
+            snprintf(tau, sizeof tau, "%d", b.tau_lo);
+        else
+            snprintf(tau, sizeof tau, "%d-%d", b.tau_lo, b.tau_hi);
+        if (b.ckpt_age >= 0)
+            snprintf(age, sizeof age, "%.0fs", b.ckpt_age);
+        printf("%9.1f %9.1f %9.2f %9.2f %7d %10s %5s %5.0f %5s %9.0f %9s\n",
+               (b.pushes - a.pushes) / dt, (b.pulls - a.pulls) / dt,
+               (b.bytes_in - a.bytes_in) / dt / 1e6, (b.bytes_out - a.bytes_out) / dt / 1e6, b.live,
+               mean, p95, b.stale_max, tau, b.rejected - a.rejected, age);
+        fflush(stdout);
+        a = b;
+        t0 = t1;
+    }
+    return 0;
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 int main(int argc, char **argv)
@@ -353,12 +468,31 @@ int main(int argc, char **argv)
     const char *env = getenv("GDDR_SERVER");
     if (n == 0 && env && env[0] && add_endpoints(s, &n, env) < 0)
         return 2;
+    const char *cmd = i < argc ? argv[i] : "";
+    double every = 1;
+    long count = 0;
+    if (strcmp(cmd, "watch") == 0) {
+        int j = i + 1;
+        for (; j + 1 < argc; j += 2) {
+            char *end;
+            if (strcmp(argv[j], "-i") == 0 && (every = strtod(argv[j + 1], &end)) >= 0.05 && !*end)
+                continue;
+            if (strcmp(argv[j], "-n") == 0 && (count = strtol(argv[j + 1], &end, 10)) > 0 && !*end)
+                continue;
+            break;
+        }
+        if (j != argc) {
+            usage();
+            return 2;
+        }
+        argc = i + 1; /* the options are taken */
+    }
     if (i + 1 != argc || n == 0) {
         usage();
         return 2;
     }
-    const char *cmd = argv[i];
-    if (strcmp(cmd, "status") && strcmp(cmd, "metrics") && strcmp(cmd, "checkpoint")) {
+    if (strcmp(cmd, "status") && strcmp(cmd, "metrics") && strcmp(cmd, "checkpoint") &&
+        strcmp(cmd, "watch")) {
         fprintf(stderr, "gddr-ctl: unknown command '%s'\n", cmd);
         usage();
         return 2;
@@ -381,6 +515,8 @@ int main(int argc, char **argv)
                 printf("checkpoint requested: %s\n", s[k].ep);
             else if (rc == GDDR_OK)
                 printf("checkpoint requested\n");
+        } else if (rc == GDDR_OK && strcmp(cmd, "watch") == 0) {
+            /* watch fetches in its loop */
         } else if (rc == GDDR_OK) {
             gddr_client_info(s[k].c, &s[k].info);
             rc = fetch_metrics(&s[k]);
@@ -397,7 +533,9 @@ int main(int argc, char **argv)
             failed = 1;
         }
     }
-    if (!failed && strcmp(cmd, "status") == 0) {
+    if (!failed && strcmp(cmd, "watch") == 0) {
+        failed = watch(s, n, every, count);
+    } else if (!failed && strcmp(cmd, "status") == 0) {
         if (n == 1) {
             status_one(&s[0]);
         } else {
