@@ -118,7 +118,9 @@ stop
 # writes a checkpoint, so the runs above did exercise io_uring.
 n=3
 start --deny io_uring_setup
-"$BIN/gddr-ctl" -s "$(cat "$tmp/ep")" checkpoint > /dev/null || fail "gddr-ctl checkpoint (control)"
+# (The daemon may be killed before its answer leaves: the request is taken,
+# then the checkpoint starts in the same loop turn. Only its death counts.)
+"$BIN/gddr-ctl" -s "$(cat "$tmp/ep")" checkpoint > /dev/null 2>&1 || true
 for _ in $(seq 100); do kill -0 "$pid" 2> /dev/null || break; sleep 0.1; done
 if kill -0 "$pid" 2> /dev/null; then fail "without io_uring_setup gddr-ps still runs after a checkpoint: is the filter applied?"; fi
 rc=0
