@@ -482,7 +482,9 @@ START_TEST(test_server_kill9_restart)
     gt_start_logged(&s, log2, sets2);
     ck_assert_str_eq(s.endpoint, listen + 7);
     char want[4200];
-    snprintf(want, sizeof want, "restored checkpoint %s: 4 tensors, 4 workers", ck.path);
+    /* (how many workers it names depends on how many had said hello when
+     * it was written, which a loaded machine decides) */
+    snprintf(want, sizeof want, "restored checkpoint %s: 4 tensors, ", ck.path);
     ck_assert_msg(gt_wait_for_text(log2, want, WAIT_MS) >= 0, "the restarted server did not log '%s'", want);
     gddr_client *obs = open_client(s.endpoint, 0, 1, 1, 0, 0);
     assert_server_matches(obs, &ck, "kill -9 restart");
