@@ -230,19 +230,48 @@ void ps_tensor_commit(ps_tensor *t, ps_vbuf *fresh)
 
 typedef struct reply_token {
     ps_conn *conn;
-    ps_vbuf *buf;
+    ps_vbuf *buf;   /* the version buffer the values are in, or NULL: a malloc'd copy */
     size_t bytes;   /* of this reply (a part may be less than the buffer) */
 } reply_token;
 
 /* ZeroMQ is done with a reply's values (sent or dropped): any thread. */
 static void reply_sent(void *data, void *hint)
 {
-    (void)data;
     reply_token *k = hint;
     atomic_fetch_sub(&k->conn->queued, (long long)k->bytes);
     conn_unref(k->conn);
-    ps_vbuf_unref(k->buf);
+    if (k->buf)
+        ps_vbuf_unref(k->buf);
+    else
+        free(data);
     free(k);
+}
+
+/* A pull reply's values handed to ZeroMQ: the token counts them against the
+ * connection's queued bytes until they are sent, and holds the buffer (b),
+ * or frees the copy (b NULL) then. r/pr: the header, filled for t. */
+static reply_token *pull_reply_begin(gddr_ps *ps, ps_conn *c, ps_vbuf *b, size_t bytes,
+                                     uint64_t req_id, const ps_tensor *t, Gddr__Reply *r,
+                                     Gddr__PullReply *pr)
+{
+    reply_token *k = malloc(sizeof *k);
+    if (!k)
+        return NULL;
+    if (b)
+        atomic_fetch_add(&b->refs, 1);
+    atomic_fetch_add(&c->refs, 1);
+    atomic_fetch_add(&c->queued, (long long)bytes);
+    k->conn = c;
+    k->buf = b;
+    k->bytes = bytes;
+    gddr__pull_reply__init(pr);
+    ps_reply_init(ps, r, req_id, t);
+    pr->id = t->id;
+    pr->version = t->version;
+    pr->payload_bytes = bytes;
+    r->body_case = GDDR__REPLY__BODY_PULL;
+    r->pull = pr;
+    return k;
 }
 
 /* One reply of a pull: values [lo, lo + len) of t's current buffer, sent
@@ -252,28 +281,16 @@ static int send_part(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
 {
     ps_vbuf *b = t->cur; /* sent as it is: the next update will not write into it */
     size_t bytes = len * sizeof(float);
-    reply_token *k = malloc(sizeof *k);
+    Gddr__Reply r;
+    Gddr__PullReply pr;
+    reply_token *k = pull_reply_begin(ps, c, b, bytes, req_id, t, &r, &pr);
     if (!k) {
         ps_reject(ps, ident, req_id, GDDR_ENOMEM, "no memory for a %zu-byte reply", bytes);
         return -1;
     }
-    atomic_fetch_add(&b->refs, 1);
-    atomic_fetch_add(&c->refs, 1);
-    atomic_fetch_add(&c->queued, (long long)bytes);
-    k->conn = c;
-    k->buf = b;
-    k->bytes = bytes;
-    Gddr__Reply r;
-    Gddr__PullReply pr = GDDR__PULL_REPLY__INIT;
-    ps_reply_init(ps, &r, req_id, t);
-    pr.id = t->id;
-    pr.version = t->version;
-    pr.payload_bytes = bytes;
     pr.offset = lo;
     pr.part = part;
     pr.parts = parts;
-    r.body_case = GDDR__REPLY__BODY_PULL;
-    r.pull = &pr;
     gddr__raw raw = { b->data + lo, bytes, reply_sent, k };
     ps_send_reply(ps, ident, &r, &raw, 1);
     return 0;
@@ -387,20 +404,6 @@ static ps_pview *pview_get(gddr_ps *ps, uint32_t rank, const ps_tensor *t, int *
     return v;
 }
 
-typedef struct lazy_token {
-    ps_conn *conn;
-    size_t bytes;
-} lazy_token;
-
-static void lazy_sent(void *data, void *hint)
-{
-    lazy_token *k = hint;
-    atomic_fetch_sub(&k->conn->queued, (long long)k->bytes);
-    conn_unref(k->conn);
-    free(k);
-    free(data);
-}
-
 /* A lazy reply: the chunks rank's view lacks, some held back (at most the
  * tensor's tau pulls in a row), packed, with their bitmap. Returns -1 when
  * it could not be built (no memory): the caller answers whole. */
@@ -412,9 +415,8 @@ static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
     size_t bmlen = (t->nchunks + 7) / 8;
     uint8_t *bm = v ? calloc(bmlen ? bmlen : 1, 1) : NULL;
     float *packed = bm ? malloc(t->n * sizeof(float) + 4) : NULL;
-    lazy_token *k = packed ? malloc(sizeof *k) : NULL;
-    if (!k) {
-        free(bm), free(packed);
+    if (!packed) {
+        free(bm);
         return -1;
     }
     const uint64_t V = t->version;
@@ -451,22 +453,17 @@ static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
     ps->lazy_chunks_sent += sent;
     ps->lazy_chunks_same += same;
     size_t bytes = o * sizeof(float);
-    atomic_fetch_add(&c->refs, 1);
-    atomic_fetch_add(&c->queued, (long long)bytes);
-    k->conn = c;
-    k->bytes = bytes;
     Gddr__Reply r;
-    Gddr__PullReply pr = GDDR__PULL_REPLY__INIT;
-    ps_reply_init(ps, &r, req_id, t);
-    pr.id = t->id;
-    pr.version = V;
-    pr.payload_bytes = bytes;
+    Gddr__PullReply pr;
+    reply_token *k = pull_reply_begin(ps, c, NULL, bytes, req_id, t, &r, &pr);
+    if (!k) {
+        free(bm), free(packed);
+        return -1; /* (the view was updated: the whole reply that follows covers it) */
+    }
     pr.bitmap.data = bm;
     pr.bitmap.len = bmlen;
     pr.view_version = view;
-    r.body_case = GDDR__REPLY__BODY_PULL;
-    r.pull = &pr;
-    gddr__raw raw = { packed, bytes, lazy_sent, k };
+    gddr__raw raw = { packed, bytes, reply_sent, k };
     ps_send_reply(ps, ident, &r, &raw, 1);
     free(bm);
     ps->pulls_served++;
