@@ -31,6 +31,8 @@ pkgs=(
     python3-zmq           # the protocol test's own ZeroMQ socket
     python3-protobuf      # the protocol test decodes and encodes gddr.proto
     protobuf-compiler     # protoc --python_out, run by the protocol test
+    iproute2              # ip netns and tc: the network experiment and its smoke test
+    gnuplot-nox           # the network experiment's pictures (docs/network-*.png)
 )
 
 # --slurm: also what scripts/slurm/test-slurm.sh needs (a one-node Slurm
