@@ -16,7 +16,8 @@
 #
 # Options: --rates "R..." (tc rates: 100mbit, 1gbit), --modes "sync async",
 # --rows "...", --workers W (4), --steps S (200), --hidden H (1280), --batch B
-# (128), --eval-every SEC (3), --out DIR (kept: results.txt, curve-*.dat,
+# (128), --eval-every SEC (3), --sync-momentum M (0.9; another value labels
+# the mode sync-mM in the results), --out DIR (kept: results.txt, curve-*.dat,
 # table.md; default a new /tmp/gddr-net.XXXXXX).
 #
 # The model: the MLP 784-1280-10 (1,017,610 parameters, 4.07 MB a copy in
@@ -53,7 +54,7 @@ cd "$(dirname "$0")/.."
 BIN=${GDDR_BIN:-build/bin}
 BIN=$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")
 rates="100mbit" modes="sync async" rows="dense adadelay gddr-push gddr-both gddr-pipe acc2 acc4"
-workers=4 steps=200 hidden=1280 batch=128 eval_every=3 out= quick=0 smoke=0 plot=0
+workers=4 steps=200 hidden=1280 batch=128 eval_every=3 out= quick=0 smoke=0 plot=0 sync_momentum=0.9
 while [ $# -gt 0 ]; do
   case "$1" in
     --rates) rates=$2; shift 2 ;;
@@ -64,6 +65,7 @@ while [ $# -gt 0 ]; do
     --hidden) hidden=$2; shift 2 ;;
     --batch) batch=$2; shift 2 ;;
     --eval-every) eval_every=$2; shift 2 ;;
+    --sync-momentum) sync_momentum=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --smoke) smoke=1; shift ;;
@@ -293,8 +295,11 @@ row_flags() {
 
 # one RATE MODE ROW: a run; appends a NETROW line to $out/results.txt
 one() {
-  local rate=$1 mode=$2 row=$3 sets=(lr=0.1) flags r
-  [ "$mode" = sync ] && sets+=(momentum=0.9)
+  local rate=$1 mode=$2 row=$3 sets=(lr=0.1) flags r label=$2
+  if [ "$mode" = sync ]; then
+    sets+=(momentum="$sync_momentum")
+    [ "$sync_momentum" = 0.9 ] || label=sync-m$sync_momentum
+  fi
   [ "$row" = adadelay ] && sets+=(adadelay=0.5)
   read -r -a flags <<< "$(row_flags "$row")"
   shape "$rate" > /dev/null
@@ -330,7 +335,7 @@ one() {
   fin=$(field test_accuracy "$(ip netns exec "$ns_s" "$BIN/gddr-train" --server "$ep" "${data_args[@]}" --evaluate --quiet 2>&1 | grep '^RESULT' || true)")
   stop_server
   [ "$fail" = 0 ] || exit 1
-  local curve="$out/curve-$rate-$mode-$row.dat"
+  local curve="$out/curve-$rate-$label-$row.dat"
   awk -v t0="$t0" '/^EVAL/ { for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
       printf "%.2f %s %s\n", v["time"] - t0, v["test_accuracy"], v["version"] }' "$tmp/obs.log" > "$curve"
   local sm=0 sp=0 ap=0 al=0 res
@@ -343,7 +348,7 @@ one() {
   local t85 t80
   t85=$(awk '$2 >= 0.85 { print $1; found = 1; exit } END { if (!found) print "-" }' "$curve")
   t80=$(awk '$2 >= 0.80 { print $1; found = 1; exit } END { if (!found) print "-" }' "$curve")
-  awk -v rate="$rate" -v mode="$mode" -v row="$row" -v w="$workers" -v s="$steps" -v sm="$sm" -v sp="$sp" \
+  awk -v rate="$rate" -v mode="$label" -v row="$row" -v w="$workers" -v s="$steps" -v sm="$sm" -v sp="$sp" \
       -v up="$((tx1 - tx0))" -v dn="$((rx1 - rx0))" -v ap="$ap" -v al="$al" -v t85="$t85" -v t80="$t80" -v fin="${fin:-?}" \
       -v t0="$t0" -v t1="$t1" -v h="$hidden" -v b="$batch" '
     BEGIN { n = w * s
