@@ -14,6 +14,7 @@
 #                                                     rate-limited run, asserted
 #   scripts/experiment-network.sh --plot DIR...       PNGs under docs/ from result folders
 #
+# (--table FILE... prints the Markdown table of result files.)
 # Options: --rates "R..." (tc rates: 100mbit, 1gbit), --modes "sync async",
 # --rows "...", --workers W (4), --steps S (200), --hidden H (1280), --batch B
 # (128), --eval-every SEC (3), --sync-momentum M (0.9; another value labels
@@ -103,8 +104,8 @@ if [ "$plot" = 1 ]; then
   res=$(mktemp /tmp/gddr-net-plot.XXXXXX)
   trap 'rm -f "$res"' EXIT
   cat "${@/%//results.txt}" > "$res"
-  for rm in $(sed -n 's/.*rate=\([^ ]*\) mode=\([^ ]*\) .*/\1-\2/p' "$res" | sort -u); do
-    rate=${rm%-*} mode=${rm#*-}
+  for rm in $(sed -n 's/.*rate=\([^ ]*\) mode=\([^ ]*\) .*/\1:\2/p' "$res" | sort -u); do
+    rate=${rm%%:*} mode=${rm#*:}
     cmd="plot 0.85 w l dt 2 lc rgb 'gray' t '0.85'"
     for row in $(sed -n "s/.*rate=$rate mode=$mode row=\([^ ]*\) .*/\1/p" "$res"); do
       for d in "$@"; do
@@ -117,7 +118,7 @@ set terminal pngcairo size 900,560 noenhanced
 set output 'docs/network-accuracy-$rate-$mode.png'
 set title "Server's test accuracy vs wall time: $rate, $mode, $(field workers "$(grep -m1 "rate=$rate mode=$mode" "$res")") workers"
 set xlabel 'seconds since the workers started'; set ylabel 'test accuracy (server model)'
-set yrange [0.6:0.9]; set key bottom right; set grid
+set yrange [0.1:0.9]; set key bottom right; set grid
 $cmd
 EOF
     echo "docs/network-accuracy-$rate-$mode.png"
@@ -130,7 +131,7 @@ set terminal pngcairo size 1100,560 noenhanced
 set output 'docs/network-step-time.png'
 set title 'Step time per row (bar: mean, whisker: p95; per worker, one loop iteration)'
 set ylabel 'ms'; set style fill solid 0.5; set boxwidth 0.7; set grid y
-set xtics rotate by -45 font ',8'; set yrange [0:*]
+set xtics rotate by -45 font ',8'; set yrange [0:*]; set rmargin 10; set bmargin 8
 plot '$res.st' u 0:2:xtic(1) w boxes t 'mean', '' u 0:2:2:3 w yerrorbars pt -1 lc rgb 'black' t 'p95'
 EOF
   rm -f "$res.st"
