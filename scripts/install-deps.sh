@@ -33,6 +33,8 @@ pkgs=(
     protobuf-compiler     # protoc --python_out, run by the protocol test
     systemd               # systemd-analyze: the unit's security rating and verify
     python3-seccomp       # runs gddr-ps under the unit's system-call filter (test-unit.sh)
+    iproute2              # ip netns and tc: the network experiment and its smoke test
+    gnuplot-nox           # the network experiment's pictures (docs/network-*.png)
 )
 
 # --slurm: also what scripts/slurm/test-slurm.sh needs (a one-node Slurm

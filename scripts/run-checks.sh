@@ -7,12 +7,16 @@
 # block of the docs compiled), the Debian packages (scripts/test-deb.sh), the protocol
 # test (tests/protocol: the wire spoken from Python without libgddr-client),
 # the Python package's tests (python/tests: gddr and gddr.torch over
-# libgddr-client) and the Check suite (build/bin/gddr-tests).
+# libgddr-client), the network smoke test (scripts/experiment-network.sh
+# --smoke: two namespaces, a rate-limited veth, one short run; skipped with
+# the reason when not root or without ip netns) and the Check suite
+# (build/bin/gddr-tests).
 #
 # Usage: scripts/run-checks.sh [suite...]
 #   no suite     everything
 #   protocol     the protocol test (may be named with Check suites)
 #   python       the Python package's tests (likewise)
+#   network      the network smoke test (likewise)
 #   other names  those Check suites only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,11 +26,13 @@ export CK_DEFAULT_TIMEOUT="${CK_DEFAULT_TIMEOUT:-60}"
 status=0
 protocol=0
 python=0
+network=0
 suites=()
 for s in "$@"; do
   case "$s" in
     protocol) protocol=1 ;;
     python) python=1 ;;
+    network) network=1 ;;
     *) suites+=("$s") ;;
   esac
 done
@@ -55,6 +61,7 @@ if [ $# -eq 0 ]; then
   scripts/test-deb.sh || status=$?
   protocol=1
   python=1
+  network=1
 fi
 if [ "$protocol" -eq 1 ]; then
   # Debian's python3 explicitly: it has python3-zmq, python3-protobuf and
@@ -65,6 +72,9 @@ if [ "$python" -eq 1 ]; then
   # The package loads the library of this build ($GDDR_BIN/../lib); -rs
   # prints why a test was skipped (no torch, no GPU).
   timeout 600 /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests || status=$?
+fi
+if [ "$network" -eq 1 ]; then
+  timeout 120 scripts/experiment-network.sh --smoke || status=$?
 fi
 if [ $# -eq 0 ] || [ "${#suites[@]}" -gt 0 ]; then
   timeout 1200 "$GDDR_BIN/gddr-tests" ${suites[@]+"${suites[@]}"} || status=$?

@@ -13,6 +13,7 @@
  */
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,8 +26,8 @@
 typedef struct args {
     const char *config, *server, *workload, *data;
     int rank, world, synthetic, epochs, steps, batch, hidden, stale, quiet, verbose, timeout_ms;
-    int pipeline, evaluate;
-    double progress, clip_norm, dc_lambda, delay_fraction;
+    int pipeline, evaluate, step_times;
+    double progress, evaluate_every, clip_norm, dc_lambda, delay_fraction;
     int dc_mode, dc_adaptive, residual_ckpt, accumulate;
     double pull_alpha;
     unsigned long long seed;
@@ -37,6 +38,26 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static volatile sig_atomic_t stop_eval;
+static void on_stop(int sig)
+{
+    (void)sig;
+    stop_eval = 1;
+}
+
+static double wall_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
 }
 
 static void log_cb(void *user, int level, const char *msg)
@@ -75,7 +96,13 @@ static void usage(FILE *f)
             "  --verbose              log the library's info lines (reconnects, orphans)\n"
             "  --evaluate             train nothing: pull the server's current parameters as an\n"
             "                         observer and evaluate them on the test set (the accuracy of\n"
-            "                         the model the server keeps; run it after the workers are done)\n");
+            "                         the model the server keeps; run it after the workers are done)\n"
+            "  --evaluate-every SEC   with --evaluate: keep watching; every SEC seconds pull the\n"
+            "                         server's model, evaluate it and print a line\n"
+            "                         EVAL time=<unix seconds of the pull> test_accuracy=... version=...\n"
+            "                         until SIGTERM/SIGINT or the server is gone (then the RESULT line)\n"
+            "  --step-times           time every step (gradient and gddr_step, the whole loop\n"
+            "                         iteration) and add step_mean_ms= step_p95_ms= to the RESULT line\n");
 }
 
 static int parse_args(int argc, char **argv, args *a)
@@ -105,6 +132,7 @@ static int parse_args(int argc, char **argv, args *a)
         { "residual-checkpoint-steps", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { "verbose", 0, 0, 'v' },
         { "pipeline", 0, 0, 'P' },        { "evaluate", 0, 0, 'E' },
         { "accumulate-steps", 1, 0, 'K' }, { "pull-delay-fraction", 1, 0, 'Y' },
+        { "evaluate-every", 1, 0, 'V' },  { "step-times", 0, 0, 'Z' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -141,6 +169,8 @@ static int parse_args(int argc, char **argv, args *a)
         case 'R': a->residual_ckpt = atoi(optarg); break;
         case 'K': a->accumulate = atoi(optarg); break;
         case 'Y': a->pull_alpha = atof(optarg); break;
+        case 'V': a->evaluate_every = atof(optarg); break;
+        case 'Z': a->step_times = 1; break;
         case 'h': usage(stdout); exit(0);
         default: usage(stderr); return -1;
         }
@@ -151,6 +181,10 @@ static int parse_args(int argc, char **argv, args *a)
     }
     if (a->batch < 1 || a->epochs < 1 || a->steps < 0 || a->stale < 0 || a->hidden < 1) {
         fprintf(stderr, "gddr-train: --batch, --epochs and --hidden must be positive, --steps and --simulate-staleness not negative\n");
+        return -1;
+    }
+    if (a->evaluate_every < 0 || (a->evaluate_every > 0 && !a->evaluate)) {
+        fprintf(stderr, "gddr-train: --evaluate-every takes a positive SEC and needs --evaluate\n");
         return -1;
     }
     if (a->pipeline && a->stale > 0) {
@@ -336,6 +370,34 @@ int main(int argc, char **argv)
         /* The server's parameters, as registered and pulled above. */
         uint64_t version = 0;
         gddr_tensor_version(c, 0, &version);
+        if (a.evaluate_every > 0 && !quad) {
+            /* A watcher: the time printed is that of the pull (the model's
+             * moment), not of the end of the evaluation. */
+            signal(SIGTERM, on_stop);
+            signal(SIGINT, on_stop);
+            double t_pull = wall_s();
+            for (;;) {
+                double test_loss = 0;
+                double acc = gddr_model_evaluate(m, &test, &test_loss);
+                printf("EVAL time=%.3f test_accuracy=%.4f test_loss=%.4f version=%llu\n", t_pull, acc,
+                       test_loss, (unsigned long long)version);
+                fflush(stdout);
+                double next = t_pull + a.evaluate_every;
+                while (!stop_eval && wall_s() < next) {
+                    struct timespec nap = { 0, 20 * 1000 * 1000 };
+                    nanosleep(&nap, NULL);
+                }
+                if (stop_eval)
+                    break;
+                t_pull = wall_s();
+                int rc = GDDR_OK;
+                for (int i = 0; i < nt && rc == GDDR_OK; i++)
+                    rc = gddr_pull(c, i, params[i], 0, NULL);
+                if (rc != GDDR_OK)
+                    break; /* the server is gone: the last line stands */
+                gddr_tensor_version(c, 0, &version);
+            }
+        }
         if (quad) {
             printf("RESULT server_model=1 w=%.6f loss=%.6g version=%llu\n", (double)qw,
                    gddr_quadratic_loss(qw), (unsigned long long)version);
@@ -362,6 +424,7 @@ int main(int argc, char **argv)
     uint64_t rng = a.seed * 0x9E3779B97F4A7C15ull + (uint64_t)rank + 1;
     double loss_ema = NAN, last_print = now_s(), t_train = now_s(), compute_s = 0, wait_s = 0;
     int pos = shard.n;
+    double *step_ms = a.step_times && steps > 0 ? malloc((size_t)steps * sizeof *step_ms) : NULL;
     if (!a.quiet)
         printf("[rank %d] %s on %s: %ld steps, batch %d, %d tensors (mode %s, loaded in %.1f s)\n",
                rank, a.workload, quad ? "f(w)=0.5(w-5)^2" : a.synthetic ? "synthetic data" : "Fashion-MNIST",
@@ -385,6 +448,7 @@ int main(int argc, char **argv)
             }
         }
         double tc = now_s(), loss;
+        double t_step = tc;
         if (quad) {
             qg = (float)gddr_quadratic_grad(qw);
             loss = gddr_quadratic_loss(qw);
@@ -432,6 +496,8 @@ int main(int argc, char **argv)
                     gddr_client_errmsg(c));
             return 1;
         }
+        if (step_ms)
+            step_ms[s] = (now_s() - t_step) * 1e3;
         if (use_hist) {
             int slot = (int)((s + 1) % h.slots);
             for (int i = 0; i < nt; i++) {
@@ -478,7 +544,7 @@ int main(int argc, char **argv)
         overlap = 0;
     double mean_tau = k.tau_count ? (double)k.tau_sum / (double)k.tau_count : 0.0;
     if (quad) {
-        printf("RESULT rank=%d w=%.6f loss=%.6g steps=%ld bytes_pushed=%llu bytes_pulled=%llu mean_staleness=%.3f\n",
+        printf("RESULT rank=%d w=%.6f loss=%.6g steps=%ld bytes_pushed=%llu bytes_pulled=%llu mean_staleness=%.3f",
                rank, (double)qw, gddr_quadratic_loss(qw), steps, (unsigned long long)k.bytes_pushed,
                (unsigned long long)k.bytes_pulled, have_stats ? st.worker_staleness_mean : -1.0);
     } else {
@@ -488,13 +554,24 @@ int main(int argc, char **argv)
         printf("RESULT rank=%d test_accuracy=%.4f test_loss=%.4f train_loss=%.4f steps=%ld "
                "bytes_pushed=%llu bytes_pulled=%llu values_pushed=%llu mean_staleness=%.3f "
                "max_staleness=%llu train_seconds=%.2f compute_seconds=%.2f reconnects=%llu "
-               "comm_seconds=%.3f wait_seconds=%.3f overlap=%.3f mean_tau=%.3f\n",
+               "comm_seconds=%.3f wait_seconds=%.3f overlap=%.3f mean_tau=%.3f",
                rank, acc, test_loss, train_loss, steps, (unsigned long long)k.bytes_pushed,
                (unsigned long long)k.bytes_pulled, (unsigned long long)k.values_pushed,
                have_stats ? st.worker_staleness_mean : -1.0,
                (unsigned long long)(have_stats ? st.staleness_max : 0), train_s, compute_s,
                (unsigned long long)k.reconnects, comm_s, wait_s, overlap, mean_tau);
     }
+    if (step_ms) {
+        /* Appended to the RESULT line; p95 by nearest rank. */
+        double sum = 0;
+        for (long i = 0; i < steps; i++)
+            sum += step_ms[i];
+        qsort(step_ms, (size_t)steps, sizeof *step_ms, cmp_double);
+        long i95 = (long)ceil(0.95 * (double)steps) - 1;
+        printf(" step_mean_ms=%.2f step_p95_ms=%.2f", sum / (double)steps, step_ms[i95 < 0 ? 0 : i95]);
+        free(step_ms);
+    }
+    printf("\n");
     fflush(stdout);
     history_free(&h);
     free(order);
