@@ -143,7 +143,10 @@ endif
 # scripts/run-checks.sh checks that a second make has nothing to do.
 .SECONDARY:
 
-$(PROTO_C) $(PROTO_H): proto/gddr.proto
+# One protoc-c run makes both files: a grouped target (&:), so make runs it
+# once. Two plain targets ran it twice in a fresh build, the second time after
+# the client's objects were compiled, and a second make then rebuilt them.
+$(PROTO_C) $(PROTO_H) &: proto/gddr.proto
 	@mkdir -p $(BUILD)/proto
 	@echo "  PROTOC $<"
 	$(Q)protoc-c --c_out=$(BUILD)/proto --proto_path=proto $<
