@@ -297,10 +297,10 @@ static int send_part(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
 }
 
 static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
-                     uint32_t rank, float alpha, int full);
+                     uint32_t rank, float alpha, int full, int bits);
 
 static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
-                        uint64_t part_bytes, uint32_t rank, float lazy, int full)
+                        uint64_t part_bytes, uint32_t rank, float lazy, int full, int bits)
 {
     size_t bytes = t->n * sizeof(float);
     long long queued = c ? atomic_load(&c->queued) : 0;
@@ -316,7 +316,7 @@ static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_
         return;
     }
     ps_tensor_settle(ps, t); /* the update in flight is this version's */
-    if (lazy > 0 && send_lazy(ps, ident, c, req_id, t, rank, lazy, full) == 0)
+    if ((lazy > 0 || bits) && send_lazy(ps, ident, c, req_id, t, rank, lazy, full, bits) == 0)
         return;
     /* Parts of whole chunks; one part is the plain reply. */
     size_t per = part_bytes / ((size_t)t->chunk * sizeof(float));
@@ -338,17 +338,22 @@ static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_
     ps->pulls_served++;
 }
 
-/* ---- lazy pulls (GDDR on pulls) ----------------------------------------------- */
+/* ---- lazy and delta pulls (pull-side savings) --------------------------------- */
 
 /* A worker's view of one tensor, as the server knows it: the version each
  * chunk had when the worker last got it, and how many lazy pulls in a row
- * held it back while it had changed. 10 bytes a chunk (a chunk is 1024
- * floats by default: 0.24% of the tensor) per worker and tensor pulled. */
+ * held it back while it had changed: 10 bytes a chunk (a chunk is 1024
+ * floats by default: 0.24% of the tensor) per worker and tensor pulled.
+ * Delta pulls (Pull.delta_bits) add an exact copy of the worker's values
+ * (4 bytes a value) and a byte a chunk saying whether it still differs. */
 typedef struct ps_pview {
     uint64_t *seen;
     uint16_t *age;
     size_t nchunks;
     uint64_t pulls;   /* lazy pulls so far: the hold mask's step */
+    float *mirror;    /* delta pulls: the worker's values, bit for bit */
+    uint8_t *inexact; /* delta pulls: per chunk, mirror != server values */
+    size_t n;
 } ps_pview;
 
 static atomic_llong pview_bytes;
@@ -358,13 +363,20 @@ long long ps_pview_bytes(void)
     return atomic_load(&pview_bytes);
 }
 
+static long long pview_size(const ps_pview *v)
+{
+    return (long long)(v->nchunks * 10) + (v->mirror ? (long long)(v->n * 4 + v->nchunks) : 0);
+}
+
 void ps_pviews_free(ps_worker *w)
 {
     for (size_t i = 0; i < w->npv; i++)
         if (w->pv[i]) {
-            atomic_fetch_sub(&pview_bytes, (long long)(w->pv[i]->nchunks * 10));
+            atomic_fetch_sub(&pview_bytes, pview_size(w->pv[i]));
             free(w->pv[i]->seen);
             free(w->pv[i]->age);
+            free(w->pv[i]->mirror);
+            free(w->pv[i]->inexact);
             free(w->pv[i]);
         }
     free(w->pv);
@@ -372,9 +384,10 @@ void ps_pviews_free(ps_worker *w)
     w->npv = 0;
 }
 
-/* rank's view of t; *fresh = 1 when it was just made (the worker's values
- * are unknown: everything goes). NULL when out of memory. */
-static ps_pview *pview_get(gddr_ps *ps, uint32_t rank, const ps_tensor *t, int *fresh)
+/* rank's view of t, with the copy of its values when `mirror`; *fresh = 1
+ * when the server does not know the worker's values (a view just made, or a
+ * copy just added): everything goes, as float32. NULL when out of memory. */
+static ps_pview *pview_get(gddr_ps *ps, uint32_t rank, const ps_tensor *t, int mirror, int *fresh)
 {
     ps_worker *w = &ps->workers[rank];
     *fresh = 0;
@@ -397,42 +410,95 @@ static ps_pview *pview_get(gddr_ps *ps, uint32_t rank, const ps_tensor *t, int *
             return NULL;
         }
         v->nchunks = t->nchunks;
-        atomic_fetch_add(&pview_bytes, (long long)(t->nchunks * 10));
+        v->n = t->n;
+        atomic_fetch_add(&pview_bytes, pview_size(v));
         w->pv[t->id] = v;
+        *fresh = 1;
+    }
+    if (mirror && !v->mirror) {
+        float *m = malloc(t->n * sizeof(float) + 4);
+        uint8_t *x = calloc(t->nchunks + 1, 1);
+        if (!m || !x) {
+            free(m), free(x);
+            return NULL;
+        }
+        long long before = pview_size(v);
+        v->mirror = m;
+        v->inexact = x;
+        atomic_fetch_add(&pview_bytes, pview_size(v) - before);
         *fresh = 1;
     }
     return v;
 }
 
-/* A lazy reply: the chunks rank's view lacks, some held back (at most the
- * tensor's tau pulls in a row), packed, with their bitmap. Returns -1 when
- * it could not be built (no memory): the caller answers whole. */
+/* Largest |w - m| over len values (inf when a difference overflows). */
+static float delta_amax(const float *w, const float *m, size_t len)
+{
+    float a = 0;
+    for (size_t i = 0; i < len; i++) {
+        float d = fabsf(w[i] - m[i]);
+        a = d > a ? d : a;
+    }
+    return a;
+}
+
+/* One chunk of a delta reply: q = round((w - m) / s), and m += q * s as the
+ * worker will do it (float32, no fused multiply-add: -ffp-contract=off).
+ * Returns whether m still differs from w. */
+static int delta_encode(const float *w, float *m, size_t len, float s, int bits, void *out)
+{
+    const float qmax = bits == 8 ? 127.0f : 32767.0f;
+    int8_t *q8 = out;
+    int16_t *q16 = out;
+    int differs = 0;
+    for (size_t i = 0; i < len; i++) {
+        float q = s > 0 ? rintf((w[i] - m[i]) / s) : 0.0f;
+        q = q > qmax ? qmax : q < -qmax ? -qmax : q;
+        if (bits == 8)
+            q8[i] = (int8_t)q;
+        else
+            q16[i] = (int16_t)q;
+        m[i] = m[i] + q * s;
+        differs |= m[i] != w[i];
+    }
+    return differs;
+}
+
+/* A lazy or delta reply: the chunks rank's view lacks, some held back (at
+ * most the tensor's tau pulls in a row) when alpha > 0, packed as float32
+ * values or (bits 8/16, once the server knows the worker's values) as
+ * scaled differences from them, with their bitmap. Returns -1 when it could
+ * not be built (no memory): the caller answers whole. */
 static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
-                     uint32_t rank, float alpha, int full)
+                     uint32_t rank, float alpha, int full, int bits)
 {
     int fresh;
-    ps_pview *v = pview_get(ps, rank, t, &fresh);
+    ps_pview *v = pview_get(ps, rank, t, bits != 0, &fresh);
     size_t bmlen = (t->nchunks + 7) / 8;
     uint8_t *bm = v ? calloc(bmlen ? bmlen : 1, 1) : NULL;
-    float *packed = bm ? malloc(t->n * sizeof(float) + 4) : NULL;
+    float *scale = bm && bits ? malloc((t->nchunks + 1) * sizeof(float)) : NULL;
+    uint8_t *packed = bm && (scale || !bits) ? malloc(t->n * sizeof(float) + t->nchunks * 4 + 4) : NULL;
     if (!packed) {
-        free(bm);
+        free(bm), free(scale);
         return -1;
     }
     const uint64_t V = t->version;
     const uint32_t tau = (uint32_t)(t->tau > 0 ? t->tau : 1);
     const uint64_t prefix = gddr__hash_prefix(0x6c617a79ull /* "lazy" */, rank, t->keyhash, v->pulls++);
+    int enc = bits && !fresh && !full ? bits : 0;
     uint64_t view = V;
-    size_t o = 0, held = 0, sent = 0, same = 0;
+    size_t held = 0, sent = 0, same = 0;
+    /* Which chunks go (and, for a delta reply, their scales). */
     for (size_t ch = 0; ch < t->nchunks; ch++) {
         size_t lo = ch * t->chunk, len = lo + t->chunk <= t->n ? t->chunk : t->n - lo;
-        if (!fresh && t->mod[ch] <= v->seen[ch]) {
+        int inexact = v->inexact && v->inexact[ch];
+        if (!fresh && !full && t->mod[ch] <= v->seen[ch] && !(inexact && enc)) {
             v->seen[ch] = V; /* unchanged since the worker got it: its copy is current */
             v->age[ch] = 0;
             same++;
             continue;
         }
-        int hold = !fresh && !full && v->age[ch] < tau &&
+        int hold = !fresh && !full && alpha > 0 && v->age[ch] < tau &&
                    gddr__u32_to_uniform(gddr__hash_chunk(prefix, (uint32_t)ch)) < alpha;
         if (hold) {
             v->age[ch]++;
@@ -441,29 +507,62 @@ static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
             held++;
             continue;
         }
-        memcpy(packed + o, t->w + lo, len * sizeof(float));
-        o += len;
+        if (enc) {
+            float a = delta_amax(t->w + lo, v->mirror + lo, len);
+            if (!isfinite(a))
+                enc = 0; /* a difference overflows: this reply goes as values */
+            scale[ch] = a / (bits == 8 ? 127.0f : 32767.0f);
+        }
         bm[ch / 8] |= (uint8_t)(1u << (ch % 8));
         v->seen[ch] = V;
         v->age[ch] = 0;
         sent++;
     }
-    ps->lazy_pulls++;
+    size_t nsel = sent;
+    size_t o = enc ? nsel * sizeof(float) : 0, k = 0;
+    for (size_t ch = 0; ch < t->nchunks; ch++) {
+        if (!(bm[ch / 8] >> (ch % 8) & 1))
+            continue;
+        size_t lo = ch * t->chunk, len = lo + t->chunk <= t->n ? t->chunk : t->n - lo;
+        if (enc) {
+            memcpy(packed + k++ * sizeof(float), &scale[ch], sizeof(float));
+            v->inexact[ch] = (uint8_t)delta_encode(t->w + lo, v->mirror + lo, len, scale[ch], enc, packed + o);
+            o += len * (size_t)(enc / 8);
+        } else {
+            memcpy(packed + o, t->w + lo, len * sizeof(float));
+            o += len * sizeof(float);
+            if (v->mirror) {
+                memcpy(v->mirror + lo, t->w + lo, len * sizeof(float));
+                v->inexact[ch] = 0;
+            }
+        }
+    }
+    free(scale);
+    ps->lazy_pulls += alpha > 0;
     ps->lazy_chunks_held += held;
     ps->lazy_chunks_sent += sent;
     ps->lazy_chunks_same += same;
-    size_t bytes = o * sizeof(float);
+    if (enc) {
+        ps->delta_pulls++;
+        ps->delta_chunks += nsel;
+    }
+    size_t bytes = o;
     Gddr__Reply r;
     Gddr__PullReply pr;
-    reply_token *k = pull_reply_begin(ps, c, NULL, bytes, req_id, t, &r, &pr);
-    if (!k) {
+    reply_token *tk = pull_reply_begin(ps, c, NULL, bytes, req_id, t, &r, &pr);
+    if (!tk) {
         free(bm), free(packed);
+        if (v->mirror) { /* the whole reply that follows is the worker's view */
+            memcpy(v->mirror, t->w, t->n * sizeof(float));
+            memset(v->inexact, 0, t->nchunks);
+        }
         return -1; /* (the view was updated: the whole reply that follows covers it) */
     }
     pr.bitmap.data = bm;
     pr.bitmap.len = bmlen;
     pr.view_version = view;
-    gddr__raw raw = { packed, bytes, reply_sent, k };
+    pr.delta_bits = (uint32_t)enc;
+    gddr__raw raw = { packed, bytes, reply_sent, tk };
     ps_send_reply(ps, ident, &r, &raw, 1);
     free(bm);
     ps->pulls_served++;
@@ -492,12 +591,16 @@ int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Reque
     float lazy = owner && isfinite(p->delay_fraction) && p->delay_fraction > 0
                      ? (p->delay_fraction < 1 ? p->delay_fraction : 1)
                      : 0;
+    if (p->delta_bits != 0 && p->delta_bits != 8 && p->delta_bits != 16)
+        return ps_reject(ps, ident, rq->req_id, GDDR_EINVAL,
+                         "pull with delta_bits %u: 0, 8 or 16 only", p->delta_bits);
+    int bits = owner ? (int)p->delta_bits : 0;
     ps_tensor *t = ps_tensor_by_id(ps, p->id);
     if (!t)
         return ps_reject(ps, ident, rq->req_id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)",
                          p->id, ps->ntensors);
     if (pull_ready(ps, t, p->min_version, p->step)) {
-        send_values(ps, ident, c, rq->req_id, t, p->part_bytes, rq->rank, lazy, p->full);
+        send_values(ps, ident, c, rq->req_id, t, p->part_bytes, rq->rank, lazy, p->full, bits);
         return GDDR_OK;
     }
     /* A sync step or the ssp bound will release it. A min_version far ahead
@@ -535,6 +638,7 @@ int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Reque
     q->part_bytes = p->part_bytes;
     q->lazy = lazy;
     q->full = p->full;
+    q->bits = bits;
     q->step = p->step;
     q->deadline_ms = gddr__now_ms() + (int64_t)wait;
     return GDDR_OK;
@@ -555,7 +659,8 @@ void ps_release_pulls(gddr_ps *ps)
         ps_pull *p = &ps->pulls[i];
         ps_tensor *t = ps_tensor_by_id(ps, p->id);
         if (t && pull_ready(ps, t, p->min_version, p->step)) {
-            send_values(ps, &p->ident, p->conn, p->req_id, t, p->part_bytes, p->rank, p->lazy, p->full);
+            send_values(ps, &p->ident, p->conn, p->req_id, t, p->part_bytes, p->rank, p->lazy, p->full,
+                        p->bits);
         } else if (!t || now >= p->deadline_ms || ps->stop) {
             if (ps->stop)
                 ps_reject(ps, &p->ident, p->req_id, GDDR_ESHUTDOWN, "server is shutting down");

@@ -142,6 +142,7 @@ typedef struct ps_pull {
     uint64_t part_bytes;         /* answer in parts of this size (0: whole) */
     float lazy;                  /* > 0: a lazy reply (Pull.delay_fraction), the owner's */
     int full;                    /* lazy: Pull.full */
+    int bits;                    /* 8 or 16: a delta reply (Pull.delta_bits), the owner's */
     int64_t deadline_ms;
 } ps_pull;
 
@@ -183,6 +184,7 @@ typedef struct gddr_ps {
     uint64_t duplicates;
     uint64_t push_parts, pull_parts; /* messages of pushes and pulls in parts */
     uint64_t lazy_pulls, lazy_chunks_held, lazy_chunks_sent, lazy_chunks_same; /* lazy pulls */
+    uint64_t delta_pulls, delta_chunks;  /* delta replies, and the chunks they encoded */
     uint64_t rejected[PS_NERR];
     uint64_t deaths, rejoins;
     ps_stale stale;

@@ -988,6 +988,7 @@ START_TEST(test_client_ini)
     ck_assert_uint_eq(o.part_bytes, d.part_bytes);
     ck_assert_int_eq(o.accumulate_steps, d.accumulate_steps);
     ck_assert(o.pull_delay_fraction == d.pull_delay_fraction);
+    ck_assert_int_eq(o.pull_delta_bits, d.pull_delta_bits);
 
     /* A file that sets nothing but the server gives the library's defaults
      * (the table's defaults and GDDR_CLIENT_OPTS_INIT agree). */

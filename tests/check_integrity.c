@@ -25,6 +25,7 @@
 #include "harness.h" /* first: it sets _GNU_SOURCE */
 
 #include <check.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
@@ -1289,6 +1290,102 @@ START_TEST(test_accumulate_steps)
 }
 END_TEST
 
+/* Pulls in reduced precision (pull_delta_bits): after every gddr_step the
+ * worker's view is within max|server - previous view| / (2 * 127) of the
+ * server's values per chunk (/ (2 * 32767) with 16 bits), the bytes pulled
+ * are a quarter (a half) of dense plus a scale a chunk, the server keeps
+ * 10 bytes a chunk + 4 a value + 1 a chunk for the view, and a whole pull
+ * is exact. One worker, dense pushes of values that change every chunk. */
+static void delta_pull_case(int bits)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.37", "chunk=64", "momentum=0.5");
+    enum { CH = 64, NC = 50, N = CH * NC, STEPS = 30 };
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.timeout_ms = 30000;
+    o.pull_delta_bits = bits;
+    gddr_client *c = open_opts(o, s.endpoint, 0, 1);
+    float *w = malloc(N * 4), *g = malloc(N * 4), *sv = malloc(N * 4), *prev = malloc(N * 4);
+    for (int i = 0; i < N; i++)
+        w[i] = (float)(i % 13) * 0.01f;
+    int id;
+    ck_assert_int_eq(gddr_register(c, "delta", w, N, &id, NULL), GDDR_OK);
+    const float *gp[1] = { g };
+    float *wp[1] = { w };
+    const double qmax = bits == 8 ? 127.0 : 32767.0;
+    double worst = 0; /* largest error / bound seen */
+    int inexact = 0;
+    for (int k = 0; k < STEPS; k++) {
+        memcpy(prev, w, N * 4);
+        for (int i = 0; i < N; i++) /* every chunk changes, by amounts that differ */
+            g[i] = sinf((float)(i * 7 + k * 13)) * (1.0f + (float)(i % 5));
+        ck_assert_int_eq(gddr_step(c, gp, wp), GDDR_OK);
+        observe(s.endpoint, "delta", sv, N);
+        for (int ch = 0; ch < NC; ch++) {
+            double amax = 0;
+            int off = 0;
+            for (int i = ch * CH; i < (ch + 1) * CH; i++)
+                amax = fmax(amax, fabs((double)sv[i] - prev[i]));
+            for (int i = ch * CH; i < (ch + 1) * CH; i++) {
+                /* half a step s = max / qmax of rounding, and float32
+                 * roundings of the quotient, the product and the sum */
+                double err = fabs((double)sv[i] - w[i]);
+                double bound = amax / qmax / 2 + 4 * FLT_EPSILON * (amax + fabs((double)sv[i])) + 1e-37;
+                ck_assert_msg(err <= bound, "step %d value %d: view off by %g, bound %g (max change %g)", k, i,
+                              err, bound, amax);
+                worst = fmax(worst, err / bound);
+                off |= err > 0;
+            }
+            inexact += off;
+        }
+    }
+    ck_assert_msg(inexact > 0, "the view was always exact: were the pulls reduced at all?");
+    gddr_client_counters kc;
+    gddr_client_counters_get(c, &kc);
+    /* The first pull is whole (the server does not know the view yet). */
+    uint64_t per = (uint64_t)N * (uint64_t)(bits / 8) + NC * 4;
+    ck_assert_msg(kc.bytes_pulled <= (uint64_t)N * 4 + (STEPS - 1) * per + STEPS * 256,
+                  "pulled %" PRIu64 " bytes; %d-bit deltas are %" PRIu64 " a pull", kc.bytes_pulled, bits, per);
+    ck_assert_msg(kc.bytes_pulled >= (uint64_t)(STEPS - 1) * per, "pulled only %" PRIu64 " bytes", kc.bytes_pulled);
+    double view = gt_server_metric(c, "gddr_pull_view_bytes");
+    ck_assert_msg(view == NC * 10.0 + N * 4.0 + NC, "the server keeps %g bytes for the view", view);
+    /* A whole pull: the worker's values are the server's, bit for bit. */
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_pull(c, id, w, 0, &v), GDDR_OK);
+    ck_assert_uint_eq(observe(s.endpoint, "delta", sv, N), v);
+    ck_assert_msg(memcmp(w, sv, N * 4) == 0, "after a whole pull the view differs");
+    /* The server's copy of the view did not see that pull: the next step's
+     * pull is full (exact), and the ones after are deltas from it again. */
+    for (int k = 0; k < 3; k++) {
+        memcpy(prev, w, N * 4);
+        ck_assert_int_eq(gddr_step(c, gp, wp), GDDR_OK);
+        observe(s.endpoint, "delta", sv, N);
+        if (k == 0)
+            ck_assert_msg(memcmp(w, sv, N * 4) == 0, "the pull after a whole pull is not exact");
+        for (int ch = 0; ch < NC; ch++) {
+            double amax = 0;
+            for (int i = ch * CH; i < (ch + 1) * CH; i++)
+                amax = fmax(amax, fabs((double)sv[i] - prev[i]));
+            for (int i = ch * CH; i < (ch + 1) * CH; i++)
+                ck_assert_msg(fabs((double)sv[i] - w[i]) <= amax / qmax / 2 + 4 * FLT_EPSILON * (amax + fabs((double)sv[i])),
+                              "after a whole pull, step %d: value %d off by %g", k, i, fabs((double)sv[i] - w[i]));
+        }
+    }
+    printf("integrity: %d-bit delta pulls: %d steps, %" PRIu64 " of %d dense bytes pulled, worst error %.2f of "
+           "its bound, %d chunk-views inexact, server keeps %.0f bytes for the view\n",
+           bits, STEPS, kc.bytes_pulled, STEPS * N * 4, worst, inexact, view);
+    gddr_client_close(&c);
+    free(w), free(g), free(sv), free(prev);
+    stop_server(&s);
+}
+
+START_TEST(test_delta_pull_bound)
+{
+    delta_pull_case(8);
+    delta_pull_case(16);
+}
+END_TEST
+
 /* GDDR on pulls (pull_delay_fraction): the worker's view of every chunk
  * is at most tau pulls stale, the staleness its pushes report counts the
  * oldest chunk of its view, a whole pull makes the view exact, and the
@@ -1800,6 +1897,7 @@ Suite *suite_integrity(void)
     ADD("parts_bit_exact", test_parts_bit_exact);
     ADD("accumulate_steps", test_accumulate_steps);
     ADD("lazy_pull_bound", test_lazy_pull_bound);
+    ADD("delta_pull_bound", test_delta_pull_bound);
     ADD("bogus_grad_norm_tau_recovers", test_bogus_grad_norm_tau_recovers);
     ADD("server_starts_late", test_server_starts_late);
     ADD("sigterm_during_startup", test_sigterm_during_startup);

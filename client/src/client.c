@@ -220,34 +220,63 @@ static float *view_own(ctensor *t)
     return t->last_own;
 }
 
-/* A lazy pull reply (bitmap set): the chunks sent go into the view, the
- * whole view into the caller's buffer; the view's version is its oldest
- * chunk's. */
+/* Adds a delta reply's chunk into the view: v += q * s, in float32 (a
+ * product, then a sum; -ffp-contract=off), exactly as the server did to
+ * its copy of the view. */
+static void delta_add(float *v, const uint8_t *q, size_t len, float s, int bits)
+{
+    if (bits == 8) {
+        for (size_t i = 0; i < len; i++)
+            v[i] = v[i] + (float)(int8_t)q[i] * s;
+    } else {
+        for (size_t i = 0; i < len; i++) {
+            int16_t x;
+            memcpy(&x, q + 2 * i, 2);
+            v[i] = v[i] + (float)x * s;
+        }
+    }
+}
+
+/* A lazy or delta pull reply (bitmap set): the chunks sent go into the view
+ * (as values, or as differences with a scale each), the whole view into the
+ * caller's buffer; the view's version is its oldest chunk's. */
 static void lazy_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__frames *f)
 {
     ctensor *t = &c->t[o->tensor];
     size_t chunk = c->info.chunk > 0 ? (size_t)c->info.chunk : 0;
     size_t nch = chunk ? (t->n + chunk - 1) / chunk : 0;
-    size_t bytes = f->n == 2 ? gddr__frame_size(f, 1) : 0, want = 0;
+    size_t bytes = f->n == 2 ? gddr__frame_size(f, 1) : 0, vals = 0, nsel = 0;
+    const int bits = (int)pr->delta_bits;
     int ok = f->n == 2 && chunk && pr->bitmap.len == (nch + 7) / 8 && pr->payload_bytes == bytes &&
+             (bits == 0 || bits == 8 || bits == 16) &&
              (nch % 8 == 0 || !(pr->bitmap.data[pr->bitmap.len - 1] >> (nch % 8)));
     for (size_t ch = 0; ok && ch < nch; ch++)
-        if (pr->bitmap.data[ch / 8] >> (ch % 8) & 1)
-            want += (ch + 1) * chunk <= t->n ? chunk : t->n - ch * chunk;
-    float *view = ok && want * 4 == bytes && o->track ? view_own(t) : NULL;
+        if (pr->bitmap.data[ch / 8] >> (ch % 8) & 1) {
+            vals += (ch + 1) * chunk <= t->n ? chunk : t->n - ch * chunk;
+            nsel++;
+        }
+    size_t want = bits ? nsel * 4 + vals * (size_t)(bits / 8) : vals * 4;
+    float *view = ok && want == bytes && o->track ? view_own(t) : NULL;
     if (!view) {
         o->rc = gddr__set_err(c, GDDR_ELENGTH,
-                              "lazy pull reply for '%s': %zu bytes for its bitmap of %zu bytes",
-                              t->key, bytes, pr->bitmap.len);
+                              "%s pull reply for '%s': %zu bytes for its bitmap of %zu bytes",
+                              bits ? "delta" : "lazy", t->key, bytes, pr->bitmap.len);
         t->view_dirty = 1;
         return;
     }
-    const float *src = gddr__frame_data(f, 1);
-    for (size_t ch = 0; ch < nch; ch++)
+    const uint8_t *src = gddr__frame_data(f, 1), *q = src + (bits ? nsel * 4 : 0);
+    for (size_t ch = 0, k = 0; ch < nch; ch++)
         if (pr->bitmap.data[ch / 8] >> (ch % 8) & 1) {
             size_t lo = ch * chunk, len = lo + chunk <= t->n ? chunk : t->n - lo;
-            memcpy(view + lo, src, len * 4);
-            src += len;
+            if (bits) {
+                float s;
+                memcpy(&s, src + 4 * k++, 4);
+                delta_add(view + lo, q, len, s, bits);
+                q += len * (size_t)(bits / 8);
+            } else {
+                memcpy(view + lo, q, len * 4);
+                q += len * 4;
+            }
         }
     memcpy(o->out, view, t->n * 4);
     o->version = pr->version;   /* the server's, for the step's wait */
@@ -301,7 +330,10 @@ static int pull_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__fr
         free(t->last_own);
         t->last_own = NULL;
         t->version = o->version;
-        t->view_dirty = 0;
+        /* The server's copy of a delta view does not know of this whole
+         * reply: the next delta pull must be full (exact), or the two
+         * would differ from here on. */
+        t->view_dirty = c->o.pull_delta_bits != 0;
     }
     c->k.pulls++;
     return 1;
@@ -643,6 +675,7 @@ int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int s
         return GDDR_EINVAL;
     if (opts->timeout_ms <= 0 || opts->delay_fraction < 0 || opts->delay_fraction >= 1 ||
         !(opts->pull_delay_fraction >= 0 && opts->pull_delay_fraction < 1) ||
+        (opts->pull_delta_bits != 0 && opts->pull_delta_bits != 8 && opts->pull_delta_bits != 16) ||
         opts->dc_lambda < 0 || opts->clip_norm < 0 || opts->replay_decay <= 0 ||
         opts->replay_decay > 1 || opts->dc_ms_decay < 0 || opts->dc_ms_decay >= 1)
         return GDDR_EINVAL;
@@ -938,8 +971,9 @@ int gddr__pull_view(gddr_client *c, int i, float *out, uint64_t min_version, uin
     p.min_version = min_version;
     p.step = step;
     p.wait_ms = (uint32_t)c->o.timeout_ms;
-    if (c->o.pull_delay_fraction > 0 && !c->o.observer) {
+    if ((c->o.pull_delay_fraction > 0 || c->o.pull_delta_bits) && !c->o.observer) {
         p.delay_fraction = (float)c->o.pull_delay_fraction;
+        p.delta_bits = (uint32_t)c->o.pull_delta_bits;
         p.full = t->view_dirty != 0;
     } else if (c->o.part_bytes && t->n * 4 > c->o.part_bytes) {
         p.part_bytes = c->o.part_bytes;

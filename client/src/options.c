@@ -18,9 +18,12 @@ typedef struct client_conf {
     long long seed;
     char curve_server_key[GDDR_CONF_STRMAX], curve_key_file[GDDR_CONF_STRMAX];
     long long heartbeat_ms, part_bytes, accumulate_steps;
+    int pull_delta_bits;
 } client_conf;
 
 static const char *const dc_modes[] = { "diag", "identity", NULL };
+/* pull_delta_bits: the index is the option's value / 8 (0, 8, 16). */
+static const char *const delta_bits[] = { "0", "8", "16", NULL };
 static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
 
 #define OFF(f) offsetof(client_conf, f)
@@ -70,6 +73,8 @@ const gddr__conf_key gddr__client_conf_table[] = {
       "push the mean of every k gradients (gradient accumulation); 1 = every step" },
     { "client", "pull_delay_fraction", GDDR_CONF_DOUBLE, OFF(pull_delay_fraction), "0", 0, 0.99, NULL, 0,
       "GDDR on pulls: hold back a changed chunk with this probability, at most tau pulls; 0 = whole pulls" },
+    { "client", "pull_delta_bits", GDDR_CONF_ENUM, OFF(pull_delta_bits), "0", 0, 0, delta_bits, 0,
+      "pulls carry 8- or 16-bit differences from the worker's view (error kept on the server); 0 = float32" },
     { NULL, NULL, 0, 0, NULL, 0, 0, NULL, 0, NULL },
 };
 
@@ -104,6 +109,7 @@ int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, siz
     o->part_bytes = (uint64_t)cc.part_bytes;
     o->accumulate_steps = (int)cc.accumulate_steps;
     o->pull_delay_fraction = cc.pull_delay_fraction;
+    o->pull_delta_bits = cc.pull_delta_bits * 8;
     if (cc.curve_server_key[0]) {
         snprintf(curve_server_buf, sizeof curve_server_buf, "%s", cc.curve_server_key);
         snprintf(curve_file_buf, sizeof curve_file_buf, "%s", cc.curve_key_file);
@@ -136,6 +142,7 @@ int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gd
         OVR(async_pipeline); OVR(log); OVR(log_user); OVR(log_level); OVR(observer);
         OVR(curve_server_key); OVR(curve_key_file); OVR(heartbeat_ms);
         OVR(part_bytes); OVR(accumulate_steps); OVR(pull_delay_fraction);
+        OVR(pull_delta_bits);
 #undef OVR
     }
     rc = gddr_client_open(&o, out);

@@ -30,6 +30,7 @@ typedef struct args {
     double progress, evaluate_every, clip_norm, dc_lambda, delay_fraction;
     int dc_mode, dc_adaptive, residual_ckpt, accumulate;
     double pull_alpha;
+    int pull_bits;
     unsigned long long seed;
 } args;
 
@@ -90,6 +91,8 @@ static void usage(FILE *f)
             "  --accumulate-steps K   push the mean of every K gradients (gradient accumulation)\n"
             "  --pull-delay-fraction A  GDDR on pulls: hold a changed chunk back with probability A\n"
             "                         (at most tau pulls); pulls bring only what the view lacks\n"
+            "  --pull-delta-bits 8|16 pulls bring 8- or 16-bit differences from the view (error\n"
+            "                         kept on the server; 1/4 or 1/2 of the bytes)\n"
             "  --timeout-ms MS        bound on every wait\n"
             "  --progress SEC         seconds between progress lines (default 2; 0 = none)\n"
             "  --quiet                only the RESULT line\n"
@@ -132,6 +135,7 @@ static int parse_args(int argc, char **argv, args *a)
         { "residual-checkpoint-steps", 1, 0, 'R' }, { "help", 0, 0, 'h' }, { "verbose", 0, 0, 'v' },
         { "pipeline", 0, 0, 'P' },        { "evaluate", 0, 0, 'E' },
         { "accumulate-steps", 1, 0, 'K' }, { "pull-delay-fraction", 1, 0, 'Y' },
+        { "pull-delta-bits", 1, 0, 'B' },
         { "evaluate-every", 1, 0, 'V' },  { "step-times", 0, 0, 'Z' },
         { 0, 0, 0, 0 },
     };
@@ -169,6 +173,7 @@ static int parse_args(int argc, char **argv, args *a)
         case 'R': a->residual_ckpt = atoi(optarg); break;
         case 'K': a->accumulate = atoi(optarg); break;
         case 'Y': a->pull_alpha = atof(optarg); break;
+        case 'B': a->pull_bits = atoi(optarg); break;
         case 'V': a->evaluate_every = atof(optarg); break;
         case 'Z': a->step_times = 1; break;
         case 'h': usage(stdout); exit(0);
@@ -229,6 +234,8 @@ static int open_client(const args *a, int *rank_store, gddr_client **c)
         o.accumulate_steps = a->accumulate;
     if (a->pull_alpha > 0)
         o.pull_delay_fraction = a->pull_alpha;
+    if (a->pull_bits > 0)
+        o.pull_delta_bits = a->pull_bits;
     if (a->evaluate) {
         o.observer = 1; /* reads the model, never counts as a worker */
         o.rank = 0;

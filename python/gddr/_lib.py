@@ -52,6 +52,7 @@ class ClientOpts(ctypes.Structure):
         ("part_bytes", ctypes.c_uint64),
         ("accumulate_steps", ctypes.c_int),
         ("pull_delay_fraction", ctypes.c_double),
+        ("pull_delta_bits", ctypes.c_int),
     ]
 
 

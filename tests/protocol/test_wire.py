@@ -610,6 +610,96 @@ def test_lazy_pulls(pb, server, connect):
     assert "gddr_pull_view_bytes 30" in st.prometheus  # 3 chunks x 10 bytes, one worker
 
 
+def delta_pull(pb, c, tid, bits, full=False):
+    r = c.call(pb.Pull(id=tid, wait_ms=1000, delta_bits=bits, full=full))
+    assert r.kind == "pull", r
+    assert r.body.payload_bytes == len(r.frames[0])
+    return r.body, r.frames[0]
+
+
+def apply_delta(view, body, frame, chunk):
+    """The worker's side of a delta reply, from the comments in gddr.proto:
+    per chunk whose bit is set, a float32 scale first, then the chunks'
+    int8/int16 differences; view += float32(q) * scale in float32."""
+    import numpy as np
+    n = len(view)
+    sel = [ch for ch in range((n + chunk - 1) // chunk) if body.bitmap[ch // 8] >> (ch % 8) & 1]
+    v = np.array(view, dtype=np.float32)
+    if body.delta_bits == 0:
+        vals = np.frombuffer(frame, dtype="<f4")
+        o = 0
+        for ch in sel:
+            lo, hi = ch * chunk, min(n, (ch + 1) * chunk)
+            v[lo:hi] = vals[o:o + hi - lo]
+            o += hi - lo
+        assert o == len(vals)
+        return list(v)
+    scales = np.frombuffer(frame[:4 * len(sel)], dtype="<f4")
+    q = np.frombuffer(frame[4 * len(sel):], dtype="<i1" if body.delta_bits == 8 else "<i2")
+    o = 0
+    for ch, s in zip(sel, scales):
+        lo, hi = ch * chunk, min(n, (ch + 1) * chunk)
+        v[lo:hi] = v[lo:hi] + q[o:o + hi - lo].astype(np.float32) * np.float32(s)
+        o += hi - lo
+    assert o == len(q)
+    return list(v)
+
+
+@pytest.mark.parametrize("bits", [8, 16])
+def test_delta_pulls(pb, server, connect, bits):
+    """Pulls in reduced precision: the first delta pull is whole (float32),
+    the next carry scaled 8/16-bit differences from the worker's view,
+    within half a step of the server's values; repeated pulls with nothing
+    new converge to the server's values bit for bit (the error is kept on
+    the server), and `full` is exact at once."""
+    srv = server(chunk=4, lr=0.5)
+    a = worker(pb, connect, srv)
+    w = [0.1, -2.0, 3.5, 0.25, 1e-3, 7.0, -0.5, 2.0, 9.0, -9.0]
+    tid = register(pb, a, "w", w).body.id  # chunks [0..3] [4..7] [8, 9]
+    expect_error(pb, a.call(pb.Pull(id=tid, wait_ms=1000, delta_bits=5)), pb.E_INVAL)
+    b, f = delta_pull(pb, a, tid, bits)
+    assert (b.delta_bits, b.bitmap, b.version) == (0, bytes([0b111]), 0)
+    view = apply_delta([0.0] * 10, b, f, 4)
+    assert f32(view) == f32(w)
+    g = [0.3, 1.7, -0.9, 0.01, 2.5, -1.25, 0.125, 3.0, -0.7, 0.2]
+    push(pb, a, tid, g, step=1)
+    _, exact = pull(pb, a, tid)
+    server_w = unf32(exact)
+    b, f = delta_pull(pb, a, tid, bits)
+    assert (b.delta_bits, b.bitmap, b.version, b.view_version) == (bits, bytes([0b111]), 1, 1)
+    assert len(f) == 3 * 4 + 10 * bits // 8, "a scale a chunk, then the differences"
+    prev, view = view, apply_delta(view, b, f, 4)
+    qmax = 127 if bits == 8 else 32767
+    for ch in range(3):
+        lo, hi = 4 * ch, min(10, 4 * ch + 4)
+        amax = max(abs(server_w[i] - prev[i]) for i in range(lo, hi))
+        for i in range(lo, hi):
+            assert abs(view[i] - server_w[i]) <= amax / qmax / 2 + 1e-6 * (amax + abs(server_w[i])), (i, view[i])
+    # Nothing new: each pull sends what rounding left out, finer each time,
+    # until the view is the server's to the bit and the reply is empty.
+    for k in range(8):
+        b, f = delta_pull(pb, a, tid, bits)
+        view = apply_delta(view, b, f, 4)
+        if b.bitmap == bytes([0]):
+            break
+    assert b.bitmap == bytes([0]) and f == b"", "still %r after 8 pulls" % b
+    assert f32(view) == exact, "the view converged to the server's values"
+    assert k >= 1, "an 8/16-bit difference of these values cannot be exact at once"
+    # full: float32 values of every chunk, exact.
+    push(pb, a, tid, [1.0] * 10, step=2, version=1)
+    b, f = delta_pull(pb, a, tid, bits, full=True)
+    assert (b.delta_bits, b.bitmap) == (0, bytes([0b111]))
+    _, exact = pull(pb, a, tid)
+    assert f32(apply_delta(view, b, f, 4)) == exact == f
+    st = stats(pb, a, prometheus=True)
+    assert "gddr_pull_view_bytes 73" in st.prometheus  # 3 chunks x 11 bytes + 10 values x 4
+    assert "gddr_delta_pulls_total %d" % (k + 2) in st.prometheus  # the first and the full were values
+    # An observer keeps no view: whole float32 values.
+    o = connect(srv, observer=True)
+    r = o.call(pb.Pull(id=tid, wait_ms=1000, delta_bits=bits))
+    assert r.kind == "pull" and r.body.bitmap == b"" and r.body.delta_bits == 0 and r.frames[0] == exact
+
+
 def test_version_from_the_future(pb, server, connect):
     srv = server(chunk=4)
     a = worker(pb, connect, srv)

@@ -112,6 +112,13 @@ typedef struct gddr_client_opts {
                                probability but never more than tau pulls in a row (the view
                                is at most tau pulls stale per chunk; gddr_pull is always
                                whole and exact). 0 = whole pulls */
+    int pull_delta_bits;    /* 8 or 16: gddr_step's pulls bring, per chunk that differs from
+                               this worker's view, the difference in 8- or 16-bit integers
+                               with one scale (the server keeps an exact copy of the view,
+                               4 bytes a value, and carries what rounding left out into the
+                               next pull: nothing drifts; a value of the view is within
+                               max|difference| / 254 (/ 65534) of the server's). Composes
+                               with pull_delay_fraction. 0 = float32 values */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
@@ -122,7 +129,8 @@ typedef struct gddr_client_opts {
       .residual_checkpoint_steps = 0, .replay_decay = 0.5, .async_pipeline = 1, \
       .log = NULL, .log_user = NULL, .log_level = GDDR_LOG_WARN, .observer = 0, \
       .curve_server_key = NULL, .curve_key_file = NULL, .heartbeat_ms = 2000, \
-      .part_bytes = 4u << 20, .accumulate_steps = 1, .pull_delay_fraction = 0.0 }
+      .part_bytes = 4u << 20, .accumulate_steps = 1, .pull_delay_fraction = 0.0,   \
+      .pull_delta_bits = 0 }
 
 /* Fills *o with the defaults GDDR_CLIENT_OPTS_INIT gives. */
 void gddr_client_opts_init(gddr_client_opts *o);
