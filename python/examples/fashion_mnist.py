@@ -142,7 +142,7 @@ def evaluate(model, x, y, batch=1000):
 
 def client_options(args):
     opts = {}
-    for k in ("delay_fraction", "dc_lambda", "clip_norm", "timeout_ms"):
+    for k in ("delay_fraction", "pull_delta_bits", "dc_lambda", "clip_norm", "timeout_ms"):
         v = getattr(args, k)
         if v is not None:
             opts[k] = v
@@ -234,6 +234,8 @@ def main(argv=None):
     ap.add_argument("--decay", type=float, default=0.1,
                     help="learning-rate schedule: gradients scaled from 1 down to this (linear)")
     ap.add_argument("--delay-fraction", type=float, help="GDDR alpha")
+    ap.add_argument("--pull-delta-bits", type=int, choices=(8, 16),
+                    help="pulls as 8/16-bit differences from the worker's view")
     ap.add_argument("--dc-lambda", type=float, help="DC-ASGD lambda")
     ap.add_argument("--clip-norm", type=float, help="clip gradients to this global L2 norm")
     ap.add_argument("--timeout-ms", type=int, help="bound on every wait for the server")

@@ -74,6 +74,7 @@ static int train(char **argv)
     o.delay_fraction = atof(argv[4]);
     o.dc_lambda = atof(argv[5]);
     o.clip_norm = atof(argv[6]);
+    o.pull_delta_bits = atoi(argv[7]);
     size_t n = (size_t)atol(argv[2]);
     int steps = atoi(argv[3]);
     float *w = calloc(n, 4), *g = calloc(n, 4), *target = calloc(n, 4);
@@ -118,8 +119,8 @@ int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "layout") == 0)
         return layout();
-    if (argc == 9 && strcmp(argv[1], "train") == 0)
+    if (argc == 10 && strcmp(argv[1], "train") == 0)
         return train(argv + 2);
-    fprintf(stderr, "usage: c_peer layout | c_peer train EP KEY N STEPS ALPHA DC_LAMBDA CLIP\n");
+    fprintf(stderr, "usage: c_peer layout | c_peer train EP KEY N STEPS ALPHA DC_LAMBDA CLIP PULL_BITS\n");
     return 2;
 }

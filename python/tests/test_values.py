@@ -61,13 +61,13 @@ def test_step_in_place_sync(server, clients):
     assert c.counters()["steps"] == 3
 
 
-def py_train(endpoint, key, n, steps, alpha, dc, clip):
+def py_train(endpoint, key, n, steps, alpha, dc, clip, bits=0):
     """What c_peer train does, through the Python package."""
     target = ((np.arange(n) % 7).astype(np.float64) * 0.37 - 1.0).astype(np.float32)
     w = np.zeros(n, np.float32)
     g = np.empty_like(w)
     c = gddr.Client(endpoint, rank=0, world_size=1, delay_fraction=alpha, dc_lambda=dc,
-                    clip_norm=clip)
+                    clip_norm=clip, pull_delta_bits=bits)
     with c:
         c.register(key, w)
         c.pull(key, w)
@@ -78,19 +78,20 @@ def py_train(endpoint, key, n, steps, alpha, dc, clip):
     return w, k
 
 
-@pytest.mark.parametrize("alpha,dc,clip", [(0.0, 0.0, 0.0), (0.4, 0.0, 0.0), (0.6, 0.5, 1.0)],
-                         ids=["dense", "gddr-0.4", "gddr-0.6+dc+clip"])
-def test_bit_for_bit_with_the_c_client(server, c_peer, alpha, dc, clip):
+@pytest.mark.parametrize("alpha,dc,clip,bits", [(0.0, 0.0, 0.0, 0), (0.4, 0.0, 0.0, 0), (0.6, 0.5, 1.0, 0),
+                                                (0.4, 0.0, 0.0, 8)],
+                         ids=["dense", "gddr-0.4", "gddr-0.6+dc+clip", "gddr-0.4+8-bit-pulls"])
+def test_bit_for_bit_with_the_c_client(server, c_peer, alpha, dc, clip, bits):
     """The same steps from C and from Python, each on its own server of the
     same configuration, end with the same bits: on the client, on the
     server, and the same bytes on the wire."""
     n, steps, key = 3000, 30, "peer.w"
     cfg = dict(lr=0.1, chunk=256)
     s_c, s_py = server(**cfg), server(**cfg)
-    out = run([c_peer, "train", s_c.endpoint, key, n, steps, alpha, dc, clip]).splitlines()
+    out = run([c_peer, "train", s_c.endpoint, key, n, steps, alpha, dc, clip, bits]).splitlines()
     w_c = np.array([int(h, 16) for h in out[0].split()[1:]], dtype=np.uint32).view(np.float32)
     bytes_c, values_c = map(int, out[1].split()[1:])
-    w_py, k = py_train(s_py.endpoint, key, n, steps, alpha, dc, clip)
+    w_py, k = py_train(s_py.endpoint, key, n, steps, alpha, dc, clip, bits)
     assert w_c.view(np.uint32).tolist() == w_py.view(np.uint32).tolist()
     assert k["values_pushed"] == values_c
     # The headers differ only by varint lengths (each client draws a random
@@ -100,6 +101,8 @@ def test_bit_for_bit_with_the_c_client(server, c_peer, alpha, dc, clip):
     assert k["bytes_pushed"] >= 4 * values_c
     if alpha > 0:
         assert values_c < n * steps, "GDDR held some chunks back"
+    if bits:
+        assert k["bytes_pulled"] < n * 4 * steps / 2, "8-bit pulls: about a quarter of the bytes"
     # What the servers keep (after the residual flush at close) agrees too.
     v_c, ver_c = observer_values(s_c, key, n)
     v_py, ver_py = observer_values(s_py, key, n)
