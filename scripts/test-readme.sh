@@ -31,7 +31,8 @@ results=$(grep -c '^RESULT ' "$tmp/out" || true)
 [ "$results" = 4 ] || fail "expected 4 workers' RESULT lines, got $results"
 grep -q 'live workers' "$tmp/out" || fail "gddr-ctl status printed no 'live workers'"
 grep -qE '^gddr_pushes_total [1-9]' "$tmp/out" || fail "gddr-ctl metrics shows no pushes"
+[ "$(grep -cE '^ +[0-3] +left +[1-9]' "$tmp/out")" = 4 ] || fail "gddr-ctl top does not show the 4 workers as left"
 for _ in $(seq 100); do [ -e "$tmp/gddr-ps.pid" ] || break; sleep 0.1; done
 [ ! -e "$tmp/gddr-ps.pid" ] || fail "the server did not stop after the block's kill"
 grep -qE 'stopped: [1-9][0-9]* pushes' "$tmp/gddr-ps.log" || fail "the server log has no 'stopped: N pushes'"
-echo "$me: OK (the 'Running it by hand' block ran as pasted: 4 workers, status, metrics, a clean stop)"
+echo "$me: OK (the 'Running it by hand' block ran as pasted: 4 workers, status, metrics, top, a clean stop)"

@@ -117,6 +117,29 @@ char *ps_metrics_text(gddr_ps *ps)
     for (int r = 0; r < ps->cfg.max_workers; r++)
         if (ps->workers[r].state != PS_W_NONE)
             sb_printf(&b, "gddr_worker_staleness_ema{rank=\"%d\"} %g\n", r, ps->workers[r].stale.ema);
+    /* For gddr-ctl top: where each worker is and when it was last heard. */
+    sb_printf(&b, "# HELP gddr_worker_state A worker's state: 1 live, 2 dead (silent past worker_timeout_s), 3 left (said bye).\n"
+                  "# TYPE gddr_worker_state gauge\n");
+    for (int r = 0; r < ps->cfg.max_workers; r++)
+        if (ps->workers[r].state != PS_W_NONE)
+            sb_printf(&b, "gddr_worker_state{rank=\"%d\"} %d\n", r, ps->workers[r].state);
+    sb_printf(&b, "# HELP gddr_worker_step A worker's clock: its highest step pushed, plus one.\n# TYPE gddr_worker_step gauge\n");
+    for (int r = 0; r < ps->cfg.max_workers; r++)
+        if (ps->workers[r].state != PS_W_NONE)
+            sb_printf(&b, "gddr_worker_step{rank=\"%d\"} %llu\n", r, (unsigned long long)ps->workers[r].clock);
+    sb_printf(&b, "# HELP gddr_worker_duplicates_total Resent pushes of a worker answered as duplicates.\n"
+                  "# TYPE gddr_worker_duplicates_total counter\n");
+    for (int r = 0; r < ps->cfg.max_workers; r++)
+        if (ps->workers[r].state != PS_W_NONE)
+            sb_printf(&b, "gddr_worker_duplicates_total{rank=\"%d\"} %llu\n", r,
+                      (unsigned long long)ps->workers[r].duplicates);
+    int64_t now = gddr__now_ms();
+    sb_printf(&b, "# HELP gddr_worker_last_seen_seconds Seconds since a worker's last request.\n"
+                  "# TYPE gddr_worker_last_seen_seconds gauge\n");
+    for (int r = 0; r < ps->cfg.max_workers; r++)
+        if (ps->workers[r].state != PS_W_NONE)
+            sb_printf(&b, "gddr_worker_last_seen_seconds{rank=\"%d\"} %.3f\n", r,
+                      (double)(now - ps->workers[r].last_seen_ms) / 1000.0);
     sb_printf(&b, "# HELP gddr_worker_deaths_total Workers declared dead.\n# TYPE gddr_worker_deaths_total counter\n"
                   "gddr_worker_deaths_total %llu\n", (unsigned long long)ps->deaths);
     sb_printf(&b, "# HELP gddr_tau GDDR delay bound per tensor.\n# TYPE gddr_tau gauge\n");

@@ -297,17 +297,22 @@ static void *push_loop(void *arg)
     return NULL;
 }
 
-/* Runs `gddr-ctl -s EP watch -i 0.2 -n 3`; returns its stdout (malloc'd). */
-static char *run_watch(const char *ep)
+/* Runs `gddr-ctl -s EP CMD -i 0.2 -n 3`; returns its stdout (malloc'd). */
+static char *run_ctl_loop(const char *ep, const char *cmd)
 {
     char bin[512], err[256];
     gt_bin_path(bin, sizeof bin, "gddr-ctl");
-    char *argv[] = { bin, "-s", (char *)ep, "watch", "-i", "0.2", "-n", "3", NULL };
+    char *argv[] = { bin, "-s", (char *)ep, (char *)cmd, "-i", "0.2", "-n", "3", NULL };
     char *out = NULL;
     int status = 0;
     ck_assert_msg(gt_run_capture(argv, 30000, 0, &out, &status, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "gddr-ctl watch failed: %s", out);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "gddr-ctl %s failed: %s", cmd, out);
     return out;
+}
+
+static char *run_watch(const char *ep)
+{
+    return run_ctl_loop(ep, "watch");
 }
 
 /* gddr-ctl watch: a header and one line per interval. While a worker
@@ -368,6 +373,84 @@ START_TEST(test_ctl_watch)
 }
 END_TEST
 
+static gddr_client *client_rank(const char *ep, int rank, int world)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout_ms = 3000;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    return c;
+}
+
+/* gddr-ctl top: a frame per interval, a summary line, a header, a line per
+ * worker. Worker 0 keeps pushing (live, pushes/s > 0 in some frame, its
+ * pushes and step only grow); worker 1 pushed 3 times at steps 0-2 and
+ * closed (left, 3 pushes, step 3, staleness 0: each push on the newest
+ * version). */
+START_TEST(test_ctl_top)
+{
+    gt_server s;
+    char err[512];
+    const char *sets[] = { "max_workers=4", NULL };
+    ck_assert_msg(gt_server_start(&s, sets, err, sizeof err) == 0, "%s", err);
+    float w[4] = { 0 }, g[4] = { 1, 1, 1, 1 };
+    gddr_client *one = client_rank(s.endpoint, 1, 2);
+    int id1;
+    ck_assert_int_eq(gddr_register(one, "top", w, 4, &id1, NULL), GDDR_OK);
+    for (int k = 0; k < 3; k++) {
+        ck_assert_int_eq(gddr_pull(one, id1, w, 0, NULL), GDDR_OK);
+        ck_assert_int_eq(gddr_push(one, id1, g, NULL), GDDR_OK);
+    }
+    gddr_client_close(&one);
+    pusher p = { client_rank(s.endpoint, 0, 2), 0, 0, 0 };
+    ck_assert_int_eq(gddr_register(p.c, "top", w, 4, &p.id, NULL), GDDR_OK);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, push_loop, &p), 0);
+    char *out = run_ctl_loop(s.endpoint, "top");
+    p.stop = 1;
+    pthread_join(th, NULL);
+    int frames = 0, moving = 0;
+    double last0 = -1;
+    for (char *l = out; l && *l; frames++) {
+        int live, dead, left;
+        ck_assert_msg(sscanf(l, "workers: %d live, %d dead, %d left;", &live, &dead, &left) == 3,
+                      "summary: %s", l);
+        ck_assert_msg(live == 1 && dead == 0 && left == 1, "summary: %s", l);
+        l = strchr(l, '\n') + 1;
+        ck_assert_msg(strncmp(l, "  rank state       step  pushes/s     pushes   dups stale mean", 62) == 0,
+                      "header: %s", l);
+        l = strchr(l, '\n') + 1;
+        int r0, r1;
+        char st0[8], st1[8];
+        double step0, rate0, pushes0, step1, rate1, pushes1, dups1, mean1, max1;
+        ck_assert_msg(sscanf(l, "%d %7s %lf %lf %lf", &r0, st0, &step0, &rate0, &pushes0) == 5, "row: %s", l);
+        l = strchr(l, '\n') + 1;
+        ck_assert_msg(sscanf(l, "%d %7s %lf %lf %lf %lf %lf %*f %lf", &r1, st1, &step1, &rate1, &pushes1,
+                             &dups1, &mean1, &max1) == 8, "row: %s", l);
+        ck_assert_int_eq(r0, 0);
+        ck_assert_str_eq(st0, "live");
+        ck_assert_msg(pushes0 >= last0 && step0 >= 1, "row 0 went back: %s", out);
+        moving += rate0 > 0;
+        last0 = pushes0;
+        ck_assert_int_eq(r1, 1);
+        ck_assert_str_eq(st1, "left");
+        ck_assert_msg(step1 == 3 && pushes1 == 3 && rate1 == 0 && dups1 == 0 && mean1 == 0 && max1 == 0,
+                      "row 1: %s", out);
+        l = strchr(l, '\n');
+        if (l)
+            l += 1 + (l[1] == '\n'); /* the blank line between frames */
+    }
+    ck_assert_int_eq(frames, 3);
+    ck_assert_msg(moving >= 1 && p.pushes > 0, "no pushes/s while %ld pushes were made:\n%s", p.pushes, out);
+    free(out);
+    gddr_client_close(&p.c);
+    stop_server(&s);
+}
+END_TEST
+
 Suite *suite_ops(void)
 {
     Suite *s = suite_create("ops");
@@ -376,5 +459,6 @@ Suite *suite_ops(void)
     GT_ADD_CASE(s, "heartbeat", test_heartbeat_keeps_idle_worker_alive, 30);
     GT_ADD_CASE(s, "idle_checkpoint", test_idle_checkpoint_skipped, 60);
     GT_ADD_CASE(s, "ctl_watch", test_ctl_watch, 60);
+    GT_ADD_CASE(s, "ctl_top", test_ctl_top, 60);
     return s;
 }

@@ -6,6 +6,9 @@
  *   gddr-ctl [-s ENDPOINTS]... watch [-i SECONDS] [-n COUNT]
  *                                            one line a second: rates, workers,
  *                                            staleness, tau, rejections, checkpoint age
+ *   gddr-ctl [-s ENDPOINTS]... top [-i SECONDS] [-n COUNT]
+ *                                            per worker, every interval: state, step,
+ *                                            pushes/s, staleness, seconds since last heard
  *
  * ENDPOINTS is one endpoint or a comma-separated list (the servers of a
  * sharded model, in shard order: the syntax of the client's `server`
@@ -28,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gddr/gddr.h"
 #include "prom.h"
@@ -46,7 +50,7 @@ typedef struct srv {
 static void usage(void)
 {
     fprintf(stderr, "usage: gddr-ctl [-s ENDPOINT[,ENDPOINT...]]... status|metrics|checkpoint\n"
-                    "       gddr-ctl [-s ENDPOINT[,ENDPOINT...]]... watch [-i SECONDS] [-n COUNT]\n"
+                    "       gddr-ctl [-s ENDPOINT[,ENDPOINT...]]... watch|top [-i SECONDS] [-n COUNT]\n"
                     "       (or set GDDR_SERVER=ENDPOINT[,ENDPOINT...])\n");
 }
 
@@ -452,6 +456,135 @@ static int watch(srv *s, int n, double every, long count)
     return 0;
 }
 
+/* ---- top ------------------------------------------------------------------ */
+
+/* One worker as all servers see it: pushes and duplicates summed over the
+ * shards, its step and staleness the largest, last heard the most recent,
+ * and its state the liveliest (live if any shard hears it). */
+typedef struct wrow {
+    int seen_any, state;
+    double step, pushes, dups, mean_x_pushes, ema, max, seen_s;
+} wrow;
+
+#define TOP_MAX_RANKS 65536
+
+/* The value of metric{rank="r"} in text; `absent` when there is none. */
+static double rank_metric(const char *text, const char *name, int r, double absent)
+{
+    char full[96];
+    snprintf(full, sizeof full, "%s{rank=\"%d\"}", name, r);
+    return gddr__prom_sample(text, full, absent);
+}
+
+/* Fills rows[0..*nrows) from every server's metrics; -1 when one fails. */
+static int take_workers(srv *s, int n, wrow *rows, int *nrows)
+{
+    static const char key[] = "\ngddr_worker_state{rank=\"";
+    memset(rows, 0, TOP_MAX_RANKS * sizeof *rows);
+    *nrows = 0;
+    for (int k = 0; k < n; k++) {
+        free(s[k].metrics);
+        s[k].metrics = NULL;
+        int rc = fetch_metrics(&s[k]);
+        if (rc != GDDR_OK) {
+            fprintf(stderr, "gddr-ctl: %s: %s: %s\n", s[k].ep, gddr_strerror(rc),
+                    gddr_client_errmsg(s[k].c));
+            return -1;
+        }
+        const char *m = s[k].metrics;
+        for (const char *p = strstr(m, key); p; p = strstr(p + 1, key)) {
+            int r = atoi(p + sizeof key - 1);
+            if (r < 0 || r >= TOP_MAX_RANKS)
+                continue;
+            wrow *w = &rows[r];
+            int state = (int)rank_metric(m, "gddr_worker_state", r, 0);
+            double pushes = rank_metric(m, "gddr_worker_pushes_total", r, 0);
+            double seen = rank_metric(m, "gddr_worker_last_seen_seconds", r, -1);
+            double step = rank_metric(m, "gddr_worker_step", r, 0);
+            double ema = rank_metric(m, "gddr_worker_staleness_ema", r, 0);
+            double max = rank_metric(m, "gddr_worker_staleness_max", r, 0);
+            if (!w->seen_any || state == 1 || (state == 2 && w->state == 3))
+                w->state = state;
+            if (!w->seen_any || (seen >= 0 && seen < w->seen_s))
+                w->seen_s = seen;
+            w->seen_any = 1;
+            w->pushes += pushes;
+            w->dups += rank_metric(m, "gddr_worker_duplicates_total", r, 0);
+            w->mean_x_pushes += pushes * rank_metric(m, "gddr_worker_staleness_mean", r, 0);
+            if (step > w->step)
+                w->step = step;
+            if (ema > w->ema)
+                w->ema = ema;
+            if (max > w->max)
+                w->max = max;
+            if (r + 1 > *nrows)
+                *nrows = r + 1;
+        }
+    }
+    return 0;
+}
+
+static const char *state_name(int state)
+{
+    return state == 1 ? "live" : state == 2 ? "dead" : state == 3 ? "left" : "?";
+}
+
+/* Like top: every interval, one line a worker (the pushes/s over that
+ * interval). On a terminal each frame replaces the last; otherwise frames
+ * follow each other, a blank line between. */
+static int top(srv *s, int n, double every, long count)
+{
+    wrow *a = calloc(TOP_MAX_RANKS, sizeof *a), *b = calloc(TOP_MAX_RANKS, sizeof *b);
+    int na = 0, nb = 0, tty = isatty(STDOUT_FILENO), failed = 0;
+    if (!a || !b || take_workers(s, n, a, &na) < 0) {
+        free(a);
+        free(b);
+        return 1;
+    }
+    double t0 = now_s();
+    for (long frame = 0; count <= 0 || frame < count; frame++) {
+        struct timespec nap = { (time_t)every, (long)((every - (double)(time_t)every) * 1e9) };
+        nanosleep(&nap, NULL);
+        if (take_workers(s, n, b, &nb) < 0) {
+            failed = 1;
+            break;
+        }
+        double t1 = now_s(), dt = t1 - t0 > 1e-3 ? t1 - t0 : 1e-3, rate = 0;
+        int live = 0, dead = 0, left = 0;
+        for (int r = 0; r < nb; r++) {
+            if (!b[r].seen_any)
+                continue;
+            live += b[r].state == 1, dead += b[r].state == 2, left += b[r].state == 3;
+            rate += b[r].pushes - (r < na ? a[r].pushes : 0);
+        }
+        if (tty)
+            fputs("\033[H\033[2J", stdout);
+        else if (frame)
+            putchar('\n');
+        printf("workers: %d live, %d dead, %d left; %.1f pushes/s\n", live, dead, left, rate / dt);
+        printf("%6s %5s %10s %9s %10s %6s %10s %6s %5s %8s\n", "rank", "state", "step", "pushes/s",
+               "pushes", "dups", "stale mean", "ema", "max", "seen");
+        for (int r = 0; r < nb; r++) {
+            const wrow *w = &b[r];
+            if (!w->seen_any)
+                continue;
+            double d = w->pushes - (r < na ? a[r].pushes : 0);
+            char seen[24] = "-";
+            if (w->seen_s >= 0)
+                snprintf(seen, sizeof seen, "%.1fs", w->seen_s);
+            printf("%6d %5s %10.0f %9.1f %10.0f %6.0f %10.2f %6.2f %5.0f %8s\n", r, state_name(w->state),
+                   w->step, d / dt, w->pushes, w->dups, w->pushes > 0 ? w->mean_x_pushes / w->pushes : 0,
+                   w->ema, w->max, seen);
+        }
+        fflush(stdout);
+        wrow *t = a;
+        a = b, b = t, na = nb, t0 = t1;
+    }
+    free(a);
+    free(b);
+    return failed;
+}
+
 /* ---- main ------------------------------------------------------------------ */
 
 int main(int argc, char **argv)
@@ -471,7 +604,8 @@ int main(int argc, char **argv)
     const char *cmd = i < argc ? argv[i] : "";
     double every = 1;
     long count = 0;
-    if (strcmp(cmd, "watch") == 0) {
+    int looping = strcmp(cmd, "watch") == 0 || strcmp(cmd, "top") == 0;
+    if (looping) {
         int j = i + 1;
         for (; j + 1 < argc; j += 2) {
             char *end;
@@ -491,8 +625,7 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
-    if (strcmp(cmd, "status") && strcmp(cmd, "metrics") && strcmp(cmd, "checkpoint") &&
-        strcmp(cmd, "watch")) {
+    if (strcmp(cmd, "status") && strcmp(cmd, "metrics") && strcmp(cmd, "checkpoint") && !looping) {
         fprintf(stderr, "gddr-ctl: unknown command '%s'\n", cmd);
         usage();
         return 2;
@@ -515,8 +648,8 @@ int main(int argc, char **argv)
                 printf("checkpoint requested: %s\n", s[k].ep);
             else if (rc == GDDR_OK)
                 printf("checkpoint requested\n");
-        } else if (rc == GDDR_OK && strcmp(cmd, "watch") == 0) {
-            /* watch fetches in its loop */
+        } else if (rc == GDDR_OK && looping) {
+            /* watch and top fetch in their loops */
         } else if (rc == GDDR_OK) {
             gddr_client_info(s[k].c, &s[k].info);
             rc = fetch_metrics(&s[k]);
@@ -535,6 +668,8 @@ int main(int argc, char **argv)
     }
     if (!failed && strcmp(cmd, "watch") == 0) {
         failed = watch(s, n, every, count);
+    } else if (!failed && strcmp(cmd, "top") == 0) {
+        failed = top(s, n, every, count);
     } else if (!failed && strcmp(cmd, "status") == 0) {
         if (n == 1) {
             status_one(&s[0]);
