@@ -2,8 +2,8 @@
  *
  * The front thread copies the state into fresh buffers (one memcpy per
  * tensor, the only time pushes wait) and hands them to the checkpoint
- * writer thread (checkpoint.c), which writes them through liburing while
- * training goes on. Sections:
+ * writer thread (checkpoint_write.c), which writes them through liburing
+ * while training goes on. Sections:
  *   "meta"          u64 format (2), u64 previous epoch, u64 tensor count
  *   "tensor/<id>"   a tensor_head, the key, values, momentum (if any),
  *                   the sync accumulator and its chunk flags (if a step
