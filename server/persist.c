@@ -214,8 +214,7 @@ static int restore_tensor(gddr_ps *ps, const gddr_ckpt_section *sec, char *err, 
     memcpy(key, p, h.keylen);
     key[h.keylen] = 0;
     p += h.keylen;
-    /* tensor_new is in server.c; we rebuild through the public registration
-     * path's allocator exposed for restores. */
+    /* The allocator a registration uses (tensor.c). */
     ps_tensor *t = gddr_ps_tensor_create(ps, key, h.n);
     if (!t) {
         snprintf(err, errlen, "out of memory restoring tensor '%s'", key);
