@@ -18,8 +18,7 @@
  *   main.c      the daemon: command line, config, signals
  *   server.c    the front thread: loop, dispatch, registrations, pushes
  *   ops.c       SIGHUP reload, the HTTP metrics endpoint
- *   stats.c     staleness statistics, the Prometheus text, the dynamic
- *               tau controller
+ *   stats.c     staleness statistics, the Prometheus text
  *   persist.c   what goes in a checkpoint and when (snapshot.h)
  *   workers.c   who is a worker: hello, sessions, exactly-once records,
  *               byes and deaths
@@ -33,6 +32,7 @@
  *   tensor.c    tensors and their version buffers, settling updates
  *   apply.c     the apply pool
  *   reply.c     reply headers, sending, refusals
+ *   tau.c       the dynamic tau controller
  *   checkpoint_{format,read,write}.c  the checkpoint files (checkpoint.h)
  *   config.c    the config table and file (config.h)
  */
@@ -417,7 +417,8 @@ void ps_stale_add(ps_stale *s, uint64_t tau, double decay);
 double ps_stale_mean(const ps_stale *s);
 /* Prometheus text into a malloc'd string. */
 char *ps_metrics_text(gddr_ps *ps);
-/* The dynamic tau controller. Returns 1 when tau changed. */
+
+/* tau.c: the dynamic tau controller. Returns 1 when tau changed. */
 int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double grad_norm);
 
 #endif
