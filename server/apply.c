@@ -6,7 +6,7 @@
  * thread, or the front thread when it must wait for that job (it helps
  * instead of sleeping). Jobs on different tensors run at the same time on
  * different threads; the front thread keeps jobs on one tensor in order by
- * waiting for the previous one first (ps_tensor_settle, server.c), so no
+ * waiting for the previous one first (ps_tensor_settle, tensor.c), so no
  * two threads ever write the same element and no locks are taken inside a
  * job. A job owns the message its payload lives in until it is done.
  * Tensors smaller than INLINE_MAX elements are applied by the front thread

@@ -8,6 +8,10 @@
  * content, the newest `keep` kept. The byte layout is in
  * docs/checkpoint-format.md.
  *
+ * Files: checkpoint_format.c (the layout, file names, listing),
+ * checkpoint_read.c (loading), checkpoint_write.c (writing and the writer
+ * thread).
+ *
  * Every function returns a gddr_err (GDDR_OK = 0) unless it says otherwise.
  * A directory belongs to one server: two processes writing checkpoints into
  * the same directory is not supported.

@@ -14,7 +14,7 @@
  * ZeroMQ's I/O thread once the bytes are on the wire, gives back the peer's
  * queued bytes and drops the references. An update writes in place when no
  * reply holds the buffer, and into a fresh (recycled) one when some does
- * (copy on write, server.c), so a reply is never torn and never shows a
+ * (copy on write, tensor.c), so a reply is never torn and never shows a
  * newer version than its header says, and no pull copies the tensor.
  */
 #include <pthread.h>
@@ -126,19 +126,6 @@ void ps_conns_close(gddr_ps *ps)
     ps->conns = NULL;
 }
 
-/* ---- version buffers ------------------------------------------------------- */
-
-static void vbuf_release(ps_vbuf *b);
-
-/* Bytes of version buffers alive (the tensors' current ones and those
- * unsent replies still hold): process-wide, as ZeroMQ's thread frees them. */
-static atomic_llong vbuf_bytes;
-
-long long ps_vbuf_bytes(void)
-{
-    return atomic_load(&vbuf_bytes);
-}
-
 long long ps_conns_queued_bytes(gddr_ps *ps)
 {
     long long sum = 0;
@@ -148,85 +135,7 @@ long long ps_conns_queued_bytes(gddr_ps *ps)
     return sum;
 }
 
-void ps_vbuf_unref(ps_vbuf *b)
-{
-    if (b && atomic_fetch_sub(&b->refs, 1) == 1)
-        vbuf_release(b);
-}
-
-/* Spare buffers for copy on write: a buffer freed by the last reply that
- * held it is kept for the next update of that size instead of going back to
- * the allocator (a fresh large buffer costs page faults on first write).
- * Filled from ZeroMQ's I/O thread, taken by the front thread. */
-#define SPARES 8
-#define SPARE_MIN_BYTES 65536
-static pthread_mutex_t spare_mu = PTHREAD_MUTEX_INITIALIZER;
-static ps_vbuf *spare[SPARES];
-
-static void vbuf_release(ps_vbuf *b)
-{
-    if (b->bytes >= SPARE_MIN_BYTES) {
-        pthread_mutex_lock(&spare_mu);
-        for (int i = 0; i < SPARES; i++)
-            if (!spare[i]) {
-                spare[i] = b;
-                b = NULL;
-                break;
-            }
-        pthread_mutex_unlock(&spare_mu);
-        if (!b)
-            return;
-    }
-    atomic_fetch_sub(&vbuf_bytes, (long long)b->bytes);
-    free(b->data);
-    free(b);
-}
-
-ps_vbuf *ps_vbuf_new(size_t n)
-{
-    size_t bytes = n * sizeof(float);
-    ps_vbuf *b = NULL;
-    pthread_mutex_lock(&spare_mu);
-    for (int i = 0; i < SPARES; i++)
-        if (spare[i] && spare[i]->bytes == bytes) {
-            b = spare[i];
-            spare[i] = NULL;
-            break;
-        }
-    pthread_mutex_unlock(&spare_mu);
-    if (!b) {
-        b = malloc(sizeof *b);
-        if (!b || posix_memalign((void **)&b->data, 64, bytes ? bytes : 64) != 0) {
-            free(b);
-            return NULL;
-        }
-        b->bytes = bytes;
-        atomic_fetch_add(&vbuf_bytes, (long long)bytes);
-    }
-    atomic_init(&b->refs, 1);
-    return b;
-}
-
-int ps_tensor_begin_write(ps_tensor *t, ps_vbuf **fresh)
-{
-    /* Only the front thread adds references, and the I/O thread only
-     * drops them: a count of 1 stays 1 while we write. */
-    *fresh = NULL;
-    if (atomic_load(&t->cur->refs) == 1)
-        return 0;
-    *fresh = ps_vbuf_new(t->n);
-    return *fresh ? 0 : -1;
-}
-
-void ps_tensor_commit(ps_tensor *t, ps_vbuf *fresh)
-{
-    if (!fresh)
-        return;
-    ps_vbuf *old = t->cur;
-    t->cur = fresh;
-    t->w = fresh->data;
-    ps_vbuf_unref(old);
-}
+/* ---- pull replies ----------------------------------------------------------- */
 
 typedef struct reply_token {
     ps_conn *conn;

@@ -279,8 +279,11 @@ static void came_back(gddr_ps *ps, ps_tensor *t, snap_rec *r, uint32_t rank, uin
     o->bytes += rec_bytes(r);
 }
 
-void gddr_ps_snapshot_after_push(gddr_ps *ps, ps_tensor *t, uint32_t rank, const Gddr__Push *p,
-                                 gddr__frames *f)
+/* What a taken push tells about its worker's residual: it came back after
+ * a death, it sent chunks its snapshot held, it replayed orphans it was
+ * handed, it carries a new snapshot. */
+static void after_push(gddr_ps *ps, ps_tensor *t, uint32_t rank, const Gddr__Push *p,
+                       gddr__frames *f)
 {
     struct ps_orphans *o = state(ps);
     if (!o)
@@ -433,7 +436,7 @@ void gddr_ps_snapshot_worker_died(gddr_ps *ps, int rank)
 }
 
 /* Hands every undelivered orphan to the live worker that just pushed. */
-void gddr_ps_snapshot_offer_orphans(gddr_ps *ps, zmq_msg_t *ident, uint32_t rank)
+static void offer_orphans(gddr_ps *ps, zmq_msg_t *ident, uint32_t rank)
 {
     struct ps_orphans *o = ps->orphans;
     if (!o)
@@ -470,6 +473,13 @@ void gddr_ps_snapshot_offer_orphans(gddr_ps *ps, zmq_msg_t *ident, uint32_t rank
         gddr_log(GDDR_LOG_INFO, "orphan of rank %u (tensor '%s', %zu values, |.|_1 %.6g) handed to rank %u",
                  x->from_rank, t->key, x->nvals, x->l1, rank);
     }
+}
+
+void gddr_ps_orphans_pushed(gddr_ps *ps, zmq_msg_t *ident, ps_tensor *t, uint32_t rank,
+                            const Gddr__Push *p, gddr__frames *f)
+{
+    after_push(ps, t, rank, p, f);
+    offer_orphans(ps, ident, rank);
 }
 
 void gddr_ps_snapshot_free(gddr_ps *ps)

@@ -2,8 +2,8 @@
  *
  * The front thread copies the state into fresh buffers (one memcpy per
  * tensor, the only time pushes wait) and hands them to the checkpoint
- * writer thread (checkpoint.c), which writes them through liburing while
- * training goes on. Sections:
+ * writer thread (checkpoint_write.c), which writes them through liburing
+ * while training goes on. Sections:
  *   "meta"          u64 format (2), u64 previous epoch, u64 tensor count
  *   "tensor/<id>"   a tensor_head, the key, values, momentum (if any),
  *                   the sync accumulator and its chunk flags (if a step
@@ -214,8 +214,7 @@ static int restore_tensor(gddr_ps *ps, const gddr_ckpt_section *sec, char *err, 
     memcpy(key, p, h.keylen);
     key[h.keylen] = 0;
     p += h.keylen;
-    /* tensor_new is in server.c; we rebuild through the public registration
-     * path's allocator exposed for restores. */
+    /* The allocator a registration uses (tensor.c). */
     ps_tensor *t = gddr_ps_tensor_create(ps, key, h.n);
     if (!t) {
         snprintf(err, errlen, "out of memory restoring tensor '%s'", key);

@@ -13,12 +13,28 @@
  * reference counts of connections and version buffers, which ZeroMQ's I/O
  * thread drops (atomically) when it is done sending a reply (conn.c).
  *
- * Files: server.c (loop, dispatch, init and push), workers.c (who is a
- * worker: hello, sessions, exactly-once records, deaths), conn.c (per-peer
- * accounting, zero-copy pull replies, parked pulls), apply.c (the pool),
- * orphan.c (residual snapshots and orphans), persist.c (checkpoints),
- * stats.c (metrics and the tau controller), auth.c (CURVE), ops.c (SIGHUP,
- * the HTTP metrics endpoint).
+ * Files, each calling only those listed after it (no file calls back
+ * into one that calls it):
+ *   main.c      the daemon: command line, config, signals
+ *   server.c    the front thread: loop, dispatch, registrations, pushes
+ *   ops.c       SIGHUP reload, the HTTP metrics endpoint
+ *   stats.c     staleness statistics, the Prometheus text
+ *   persist.c   what goes in a checkpoint and when (snapshot.h)
+ *   workers.c   who is a worker: hello, sessions, exactly-once records,
+ *               byes and deaths
+ *   sync.c      sync steps, the flushes waiting for them, what a change
+ *               of membership unblocks
+ *   conn.c      per-peer accounting, zero-copy pull replies, parked pulls
+ *   orphan.c    residual snapshots and orphans (snapshot.h)
+ *   parts.c     pushes in parts
+ *   auth.c      CURVE: the allowlist, ZAP, the handshake monitor
+ *   members.c   who counts now: expected and live workers, slowest clock
+ *   tensor.c    tensors and their version buffers, settling updates
+ *   apply.c     the apply pool
+ *   reply.c     reply headers, sending, refusals
+ *   tau.c       the dynamic tau controller
+ *   checkpoint_{format,read,write}.c  the checkpoint files (checkpoint.h)
+ *   config.c    the config table and file (config.h)
  */
 #ifndef GDDR_SERVER_PS_H
 #define GDDR_SERVER_PS_H
@@ -225,22 +241,14 @@ typedef struct gddr_ps {
     volatile sig_atomic_t stop, reload, ckpt_now;
 } gddr_ps;
 
-/* server.c */
+/* server.c: the front thread (loop, dispatch, registrations, pushes). */
 int gddr_ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path, char *err,
                  size_t errlen);
 /* Runs until stop is set; `ready` is called once after the socket is bound. */
 int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *));
 void gddr_ps_close(gddr_ps **ps);
-/* Allocates and registers an empty tensor (used by init and restore). */
-ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n);
-ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id);
-/* Waits for t's update in flight, if any, and makes its values current.
- * Call before reading or writing t's values (w, mom, acc, touched). */
-void ps_tensor_settle(gddr_ps *ps, ps_tensor *t);
-void ps_settle_all(gddr_ps *ps);
-/* The mode in force now (hybrid: async during the warm-up); t, when given,
- * may end the warm-up (its version reached async_warmup_steps). */
-int ps_tensor_mode(gddr_ps *ps, const ps_tensor *t);
+
+/* reply.c */
 void ps_send_reply(gddr_ps *ps, zmq_msg_t *ident, Gddr__Reply *r, const gddr__raw *raws, int nraw);
 void ps_reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id, const ps_tensor *t);
 /* Counts a rejection and answers it (ident NULL: only counted). Returns code. */
@@ -249,18 +257,64 @@ int ps_reject(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, const ch
 /* Same with Error.retry_ms set: the refusal is transient. */
 int ps_reject_retry(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, uint32_t retry_ms,
                     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-/* Re-checks what a change of membership may unblock (sync steps, ssp pulls). */
-void ps_membership_changed(gddr_ps *ps);
 /* A warning about a refused request, at most one a second (the rest are
  * counted and summed up in the next line), so hostile traffic cannot flood
  * the log. */
 void ps_log_refusal(gddr_ps *ps, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* workers.c */
+/* tensor.c */
+/* Allocates and registers an empty tensor (used by init and restore). */
+ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n);
+void ps_tensor_free(ps_tensor *t);
+ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id);
+/* Waits for t's update in flight, if any, and makes its values current.
+ * Call before reading or writing t's values (w, mom, acc, touched). */
+void ps_tensor_settle(gddr_ps *ps, ps_tensor *t);
+void ps_settle_all(gddr_ps *ps);
+/* The mode in force now (hybrid: async during the warm-up); t, when given,
+ * may end the warm-up (its version reached async_warmup_steps). */
+int ps_tensor_mode(gddr_ps *ps, const ps_tensor *t);
+/* Per-chunk offsets of a payload laid out by bitmap bm (NULL: dense). */
+void ps_chunk_offsets(const ps_tensor *t, const uint8_t *bm, int64_t *off);
+struct ps_job;
+/* Hands t's next update to the pool (t settled); see tensor.c. */
+void ps_tensor_submit(gddr_ps *ps, ps_tensor *t, struct ps_job *job, ps_vbuf *fresh,
+                      zmq_msg_t *msgs, int nmsgs, void *owned);
+void ps_vbuf_unref(ps_vbuf *b);
+/* A buffer of n floats (recycled when one of that size is spare); refs 1. */
+ps_vbuf *ps_vbuf_new(size_t n);
+/* Where the next update of t may write: *fresh = NULL when no reply holds
+ * t's buffer (write in place), else a fresh buffer that ps_tensor_commit()
+ * then makes current. -1 when that buffer cannot be had (no memory). */
+int ps_tensor_begin_write(ps_tensor *t, ps_vbuf **fresh);
+void ps_tensor_commit(ps_tensor *t, ps_vbuf *fresh);
+/* Bytes of pull-reply buffers alive. */
+long long ps_vbuf_bytes(void);
+
+/* sync.c */
+/* Applies the step being collected when enough workers pushed (or force);
+ * returns 1 when it did. */
+int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force);
+/* Applies a flush (a closing worker's held residual) as its own update.
+ * payload: the message vals lives in (the pool takes it), or NULL when the
+ * caller frees vals right after: then the update is waited for. */
+void ps_flush_apply(gddr_ps *ps, ps_tensor *t, const float *vals, const uint8_t *bitmap,
+                    float scale, zmq_msg_t *payload);
+/* Keeps a flush that arrived while a sync step is open, for after it. */
+int ps_flush_defer(gddr_ps *ps, ps_tensor *t, const Gddr__Push *p, const float *vals,
+                   size_t nfloats, float scale);
+/* Re-checks what a change of membership may unblock (sync steps, ssp pulls). */
+void ps_membership_changed(gddr_ps *ps);
+
+/* members.c */
+/* The workers a step waits for: cfg.workers, else the largest world a
+ * hello announced (at least 1). */
 int gddr_ps_expected_workers(const gddr_ps *ps);
 int gddr_ps_live_workers(gddr_ps *ps);
 /* The slowest live worker's clock (steps pushed), UINT64_MAX when none. */
 uint64_t ps_min_live_clock(gddr_ps *ps);
+
+/* workers.c */
 /* The session a request speaks for: Request.session, or the connection's. */
 uint64_t ps_request_session(const Gddr__Request *rq, const ps_conn *c);
 /* A worker's hello: checks and binds the rank to the session, or refuses.
@@ -300,16 +354,7 @@ void ps_release_pulls(gddr_ps *ps);
 /* Milliseconds until the next parked pull's deadline (at most cap). */
 int ps_pulls_next_timeout(gddr_ps *ps, int cap);
 void ps_pulls_free(gddr_ps *ps);
-void ps_vbuf_unref(ps_vbuf *b);
-/* A buffer of n floats (recycled when one of that size is spare); refs 1. */
-ps_vbuf *ps_vbuf_new(size_t n);
-/* Where the next update of t may write: *fresh = NULL when no reply holds
- * t's buffer (write in place), else a fresh buffer that ps_tensor_commit()
- * then makes current. -1 when that buffer cannot be had (no memory). */
-int ps_tensor_begin_write(ps_tensor *t, ps_vbuf **fresh);
-void ps_tensor_commit(ps_tensor *t, ps_vbuf *fresh);
-/* Bytes of pull-reply buffers alive, and reply bytes queued to peers. */
-long long ps_vbuf_bytes(void);
+/* Reply bytes queued to peers. */
 long long ps_conns_queued_bytes(gddr_ps *ps);
 
 /* apply.c: the apply pool. */
@@ -372,7 +417,8 @@ void ps_stale_add(ps_stale *s, uint64_t tau, double decay);
 double ps_stale_mean(const ps_stale *s);
 /* Prometheus text into a malloc'd string. */
 char *ps_metrics_text(gddr_ps *ps);
-/* The dynamic tau controller. Returns 1 when tau changed. */
+
+/* tau.c: the dynamic tau controller. Returns 1 when tau changed. */
 int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double grad_norm);
 
 #endif

@@ -16,7 +16,6 @@
  */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,228 +24,16 @@
 
 #include "blas.h"
 #include "checkpoint.h"
-#include "gddr_hash.h"
 #include "log.h"
 #include "ps.h"
 #include "residual.h"
 #include "snapshot.h"
-
-/* ---- replies ------------------------------------------------------------- */
-
-void ps_reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id, const ps_tensor *t)
-{
-    gddr__reply__init(r);
-    r->protocol = GDDR__CONST__PROTOCOL_VERSION;
-    r->req_id = req_id;
-    r->epoch = ps->epoch;
-    r->tau = t ? (uint32_t)t->tau : (uint32_t)ps->cfg.tau_init;
-}
-
-void ps_send_reply(gddr_ps *ps, zmq_msg_t *ident, Gddr__Reply *r, const gddr__raw *raws, int nraw)
-{
-    long n = gddr__send(ps->router, ident, &r->base, raws, nraw);
-    if (n > 0)
-        ps->bytes_out += (uint64_t)n;
-}
-
-static int vreject(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, uint32_t retry_ms,
-                   const char *fmt, va_list ap)
-{
-    char msg[512];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    ps->rejected[code > 0 && code < PS_NERR ? code : 0]++;
-    gddr_log(GDDR_LOG_DEBUG, "rejected request %llu: %s: %s", (unsigned long long)req_id,
-             gddr_strerror(code), msg);
-    Gddr__Reply r;
-    Gddr__Error e = GDDR__ERROR__INIT;
-    ps_reply_init(ps, &r, req_id, NULL);
-    e.code = (uint32_t)code;
-    e.message = msg;
-    e.retry_ms = retry_ms;
-    r.body_case = GDDR__REPLY__BODY_ERROR;
-    r.error = &e;
-    if (ident)
-        ps_send_reply(ps, ident, &r, NULL, 0);
-    return code;
-}
-
-int ps_reject(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = vreject(ps, ident, req_id, code, 0, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-int ps_reject_retry(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, uint32_t retry_ms,
-                    const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    int rc = vreject(ps, ident, req_id, code, retry_ms, fmt, ap);
-    va_end(ap);
-    return rc;
-}
-
-void ps_log_refusal(gddr_ps *ps, const char *fmt, ...)
-{
-    int64_t now = gddr__now_ms();
-    if (ps->last_refusal_log_ms && now - ps->last_refusal_log_ms < 1000) {
-        ps->refusals_unlogged++;
-        return;
-    }
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (ps->refusals_unlogged)
-        gddr_log(GDDR_LOG_WARN, "%s (and %llu more refusals not logged since the last line)", msg,
-                 (unsigned long long)ps->refusals_unlogged);
-    else
-        gddr_log(GDDR_LOG_WARN, "%s", msg);
-    ps->refusals_unlogged = 0;
-    ps->last_refusal_log_ms = now;
-}
-
-/* ---- tensors -------------------------------------------------------------- */
-
-ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id)
-{
-    return id < ps->ntensors ? ps->tensors[id] : NULL;
-}
-
-/* Hands t's next update to the pool (after t was settled): the front thread
- * goes on while it runs. msgs are the messages the payload lives in and
- * owned what else the job reads: the pool takes both unless the update was
- * small and is done already (t->pending stays NULL; they stay the caller's). */
-static void tensor_submit(gddr_ps *ps, ps_tensor *t, ps_job *job, ps_vbuf *fresh,
-                          zmq_msg_t *msgs, int nmsgs, void *owned)
-{
-    /* Which chunks this update changes, at the version it makes (lazy
-     * pulls send a worker only what changed since it last got a chunk). */
-    for (size_t c = 0; job->kind != PS_JOB_ACC && c < t->nchunks; c++) {
-        int hit = job->kind == PS_JOB_SYNC ? t->touched[c]
-                  : job->src               ? job->src[c] != NULL
-                  : job->off               ? job->off[c] >= 0
-                                           : 1;
-        if (hit)
-            t->mod[c] = t->version + 1;
-    }
-    job->dst = fresh ? fresh->data : NULL;
-    ps_task *k = ps_pool_submit(ps->pool, job, msgs, nmsgs, owned);
-    if (!k) {
-        ps_tensor_commit(t, fresh); /* done already */
-        return;
-    }
-    t->pending = k;
-    t->pending_fresh = fresh;
-}
-
-void ps_tensor_settle(gddr_ps *ps, ps_tensor *t)
-{
-    if (!t->pending)
-        return;
-    ps_pool_wait(ps->pool, t->pending);
-    t->pending = NULL;
-    ps_tensor_commit(t, t->pending_fresh);
-    t->pending_fresh = NULL;
-}
-
-void ps_settle_all(gddr_ps *ps)
-{
-    for (size_t i = 0; i < ps->ntensors; i++)
-        ps_tensor_settle(ps, ps->tensors[i]);
-}
-
-static void tensor_free(ps_tensor *t)
-{
-    ps_vbuf_unref(t->cur);
-    free(t->off);
-    free(t->mod);
-    free(t->mom);
-    free(t->acc);
-    free(t->touched);
-    free(t->contrib);
-    while (t->flushes) {
-        ps_flush *f = t->flushes;
-        t->flushes = f->next;
-        free(f->vals), free(f->bitmap), free(f);
-    }
-    free(t);
-}
-
-ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
-{
-    ps_tensor *t = calloc(1, sizeof *t);
-    if (!t)
-        return NULL;
-    snprintf(t->key, sizeof t->key, "%s", key);
-    t->n = n;
-    t->chunk = (uint32_t)ps->cfg.chunk;
-    t->nchunks = (n + t->chunk - 1) / t->chunk;
-    t->cur = ps_vbuf_new(n);
-    t->w = t->cur ? t->cur->data : NULL;
-    t->acc = calloc(n, sizeof(float));
-    t->touched = calloc(t->nchunks, 1);
-    t->off = malloc(t->nchunks * sizeof *t->off);
-    t->mod = calloc(t->nchunks, sizeof *t->mod);
-    t->keyhash = gddr_key_hash(t->key);
-    t->contrib = calloc((size_t)ps->cfg.max_workers, 1);
-    t->tau = (int)ps->cfg.tau_init;
-    ps_tensor **arr = t->w && t->acc && t->touched && t->off && t->mod && t->contrib
-                          ? realloc(ps->tensors, (ps->ntensors + 1) * sizeof *arr)
-                          : NULL;
-    if (!arr) {
-        tensor_free(t);
-        return NULL;
-    }
-    ps->tensors = arr;
-    t->id = (uint32_t)ps->ntensors;
-    ps->tensors[ps->ntensors++] = t;
-    return t;
-}
-
-/* Hybrid: a sync server runs async until the warm-up is over, and then
- * every tensor is sync at once. (Switching each tensor at its own version
- * deadlocked: pushes of different workers interleave, so a worker could
- * push one tensor as the last async update and the next as the first sync
- * one, while another worker did the opposite, and each step then waited
- * for a push the other would only send after its own step completed.) */
-int ps_tensor_mode(gddr_ps *ps, const ps_tensor *t)
-{
-    if (ps->cfg.mode != GDDR_PS_MODE_SYNC || ps->cfg.async_warmup_steps <= 0 || ps->warmup_over)
-        return ps->cfg.mode;
-    if (t && t->version >= (uint64_t)ps->cfg.async_warmup_steps) {
-        ps->warmup_over = 1;
-        gddr_log(GDDR_LOG_INFO, "async warm-up over: tensor '%s' reached version %llu, sync from now on",
-                 t->key, (unsigned long long)t->version);
-        return GDDR_PS_MODE_SYNC;
-    }
-    return GDDR_PS_MODE_ASYNC;
-}
 
 /* One read of the payload gives its L2 norm, and with it whether every
  * value is finite (a NaN or Inf makes the sum of squares NaN or Inf). */
 static double payload_norm(const float *v, size_t n)
 {
     return gddr_nrm2_cpu(v, n);
-}
-
-/* Per-chunk offsets of a payload laid out by bitmap (NULL: dense). */
-static void chunk_offsets(const ps_tensor *t, const uint8_t *bm, int64_t *off)
-{
-    size_t o = 0;
-    for (size_t c = 0; c < t->nchunks; c++) {
-        size_t lo = c * t->chunk;
-        if (!bm || (bm[c / 8] >> (c % 8) & 1)) {
-            off[c] = (int64_t)o;
-            o += lo + t->chunk <= t->n ? t->chunk : t->n - lo;
-        } else {
-            off[c] = -1;
-        }
-    }
 }
 
 /* The offset buffer, grown to t's chunks; kept across pushes, so the hot
@@ -261,83 +48,6 @@ static int64_t *offsets_for(gddr_ps *ps, const ps_tensor *t)
         ps->offcap = t->nchunks;
     }
     return ps->offbuf;
-}
-
-/* ---- sync steps ----------------------------------------------------------- */
-
-/* Applies a flush (a closing worker's held residual) as its own update.
- * payload: the message vals lives in (the pool takes it), or NULL when the
- * caller frees vals right after: then the update is waited for. */
-static void apply_flush(gddr_ps *ps, ps_tensor *t, const float *vals, const uint8_t *bitmap,
-                        float scale, zmq_msg_t *payload)
-{
-    ps_tensor_settle(ps, t);
-    chunk_offsets(t, bitmap, t->off);
-    if (ps->cfg.momentum > 0 && !t->mom)
-        t->mom = calloc(t->n, sizeof(float));
-    ps_vbuf *fresh;
-    if (ps_tensor_begin_write(t, &fresh) < 0)
-        gddr_log(GDDR_LOG_ERROR, "no memory for a copy of '%s': a pull in flight may see this update",
-                 t->key);
-    ps_job job = { PS_JOB_APPLY, t, NULL, vals, t->off, NULL, scale, (float)ps->cfg.momentum };
-    tensor_submit(ps, t, &job, fresh, payload, payload ? 1 : 0, NULL);
-    if (!payload)
-        ps_tensor_settle(ps, t);
-    t->version++;
-    ps->versions_total++;
-}
-
-/* Applies the step being collected when enough workers pushed. The divisor
- * is the number of live workers, so a step is the mean over the workers,
- * and a late push folded into a later step counts with the same weight:
- * over a run, N * (sum of applied updates) = lr * (sum of pushed grads). */
-static int sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
-{
-    if (t->npushes == 0)
-        return 0;
-    int live = gddr_ps_live_workers(ps);
-    if (live < 1)
-        live = 1;
-    int need = ps->cfg.sync_quorum > 0 && ps->cfg.sync_quorum < live ? (int)ps->cfg.sync_quorum
-                                                                      : live;
-    if (!force && (int)t->ncontrib < need)
-        return 0;
-    ps_tensor_settle(ps, t); /* the step's last push is folded in */
-    if (ps->cfg.momentum > 0 && !t->mom)
-        t->mom = calloc(t->n, sizeof(float));
-    /* A step whose workers left before it completed still divides by those
-     * who took part, not by who is left. */
-    int divisor = (int)t->ncontrib > live ? (int)t->ncontrib : live;
-    ps_vbuf *fresh;
-    if (ps_tensor_begin_write(t, &fresh) < 0)
-        gddr_log(GDDR_LOG_ERROR, "no memory for a copy of '%s': a pull in flight may see this step",
-                 t->key);
-    ps_job job = { PS_JOB_SYNC, t, NULL, NULL, NULL, NULL, 1.0f / (float)divisor,
-                   (float)ps->cfg.momentum };
-    tensor_submit(ps, t, &job, fresh, NULL, 0, NULL);
-    t->version++;
-    ps->versions_total++;
-    t->sync_divisor = (uint32_t)divisor;
-    memset(t->contrib, 0, (size_t)ps->cfg.max_workers);
-    t->ncontrib = 0;
-    t->npushes = 0;
-    /* Flushes that came in while the step was open go right after it. */
-    while (t->flushes) {
-        ps_flush *f = t->flushes;
-        t->flushes = f->next;
-        apply_flush(ps, t, f->vals, f->bitmap, f->scale, NULL);
-        free(f->vals), free(f->bitmap), free(f);
-        t->nflushes--;
-    }
-    return 1;
-}
-
-void ps_membership_changed(gddr_ps *ps)
-{
-    for (size_t i = 0; i < ps->ntensors; i++)
-        if (ps_tensor_mode(ps, ps->tensors[i]) == GDDR_PS_MODE_SYNC)
-            sync_try_complete(ps, ps->tensors[i], 0);
-    ps_release_pulls(ps);
 }
 
 /* ---- requests ------------------------------------------------------------- */
@@ -458,7 +168,7 @@ static int check_layout(const ps_tensor *t, const ProtobufCBinaryData *bm, uint6
                      (unsigned long long)payload_bytes, t->key, t->n);
             return GDDR_ELENGTH;
         }
-        chunk_offsets(t, NULL, off);
+        ps_chunk_offsets(t, NULL, off);
         *nfloats = t->n;
         return GDDR_OK;
     }
@@ -473,7 +183,7 @@ static int check_layout(const ps_tensor *t, const ProtobufCBinaryData *bm, uint6
         return GDDR_EBITMAP;
     }
     size_t o = 0;
-    chunk_offsets(t, bm->data, off);
+    ps_chunk_offsets(t, bm->data, off);
     for (size_t c = 0; c < t->nchunks; c++)
         if (off[c] >= 0) {
             size_t lo = c * t->chunk;
@@ -506,30 +216,6 @@ static void send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, cons
     ps_send_reply(ps, ident, &r, NULL, 0);
 }
 
-/* Keeps a flush that arrived while a sync step is open, for after it. */
-static int defer_flush(gddr_ps *ps, ps_tensor *t, const Gddr__Push *p, const float *vals,
-                       size_t nfloats, float scale)
-{
-    if (t->nflushes >= (uint32_t)ps->cfg.max_workers)
-        return GDDR_EBUSY;
-    ps_flush *f = calloc(1, sizeof *f);
-    if (f && (f->vals = malloc(nfloats * 4 + 4)) &&
-        (!p->bitmap.len || (f->bitmap = malloc(p->bitmap.len)))) {
-        memcpy(f->vals, vals, nfloats * 4);
-        if (p->bitmap.len)
-            memcpy(f->bitmap, p->bitmap.data, p->bitmap.len);
-        f->scale = scale;
-        ps_flush **pp = &t->flushes;
-        while (*pp)
-            pp = &(*pp)->next;
-        *pp = f;
-        t->nflushes++;
-        return GDDR_OK;
-    }
-    if (f)
-        free(f->vals), free(f);
-    return GDDR_ENOMEM;
-}
 
 /* The payload of a push being taken: one frame (vals, laid out by off),
  * or the kept frames of a push in parts (whole.src per chunk). */
@@ -556,13 +242,13 @@ static void submit_push(gddr_ps *ps, ps_tensor *t, ps_job *job, ps_vbuf *fresh, 
 {
     if (src->whole.src) {
         job->src = src->whole.src;
-        tensor_submit(ps, t, job, fresh, src->whole.msgs, src->whole.nmsgs, src->whole.src);
+        ps_tensor_submit(ps, t, job, fresh, src->whole.msgs, src->whole.nmsgs, src->whole.src);
         if (t->pending) /* the task took the frames and the chunk table */
             memset(&src->whole, 0, sizeof src->whole);
     } else {
         job->vals = src->vals;
         job->off = src->off;
-        tensor_submit(ps, t, job, fresh, src->frame, 1, NULL);
+        ps_tensor_submit(ps, t, job, fresh, src->frame, 1, NULL);
     }
 }
 
@@ -624,9 +310,9 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         uint32_t d = t->sync_divisor ? t->sync_divisor : (uint32_t)gddr_ps_expected_workers(ps);
         float scale = (float)(lr_eff / (double)d);
         if (t->npushes == 0) {
-            apply_flush(ps, t, src->vals, p->bitmap.len ? p->bitmap.data : NULL, scale, src->frame);
+            ps_flush_apply(ps, t, src->vals, p->bitmap.len ? p->bitmap.data : NULL, scale, src->frame);
             out.applied = 1;
-        } else if ((rc = defer_flush(ps, t, p, src->vals, nfloats, scale)) != GDDR_OK) {
+        } else if ((rc = ps_flush_defer(ps, t, p, src->vals, nfloats, scale)) != GDDR_OK) {
             return ps_reject(ps, ident, id, rc, "push to tensor '%s': cannot keep a flush for after the step",
                              t->key);
         }
@@ -640,7 +326,7 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         }
         t->npushes++;
         out.sync_target = t->version + 1;
-        out.applied = (uint8_t)sync_try_complete(ps, t, 0);
+        out.applied = (uint8_t)ps_sync_try_complete(ps, t, 0);
     } else {
         if (ps->cfg.momentum > 0 && !t->mom)
             t->mom = calloc(t->n, sizeof(float));
@@ -676,9 +362,8 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
     if (!p->flush && ps_tau_update(&ps->cfg, t, fresh_norm))
         gddr_log(GDDR_LOG_DEBUG, "tensor '%s': tau now %d (norm EMA %.4g, change rate %.3f)",
                  t->key, t->tau, t->norm_ema, t->rate_ema);
-    gddr_ps_snapshot_after_push(ps, t, rq->rank, p, f);
     send_push_reply(ps, ident, id, t, wt, 0);
-    gddr_ps_snapshot_offer_orphans(ps, ident, rq->rank);
+    gddr_ps_orphans_pushed(ps, ident, t, rq->rank, p, f);
     ps_release_pulls(ps);
     return GDDR_OK;
 }
@@ -1106,7 +791,7 @@ void gddr_ps_close(gddr_ps **pp)
     if (ps->pool)
         ps_pool_stop(&ps->pool);
     for (size_t i = 0; i < ps->ntensors; i++)
-        tensor_free(ps->tensors[i]);
+        ps_tensor_free(ps->tensors[i]);
     free(ps->tensors);
     ps_workers_free(ps);
     free(ps);

@@ -16,14 +16,19 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final);
 void gddr_ps_checkpoint_request(gddr_ps *ps, char *text, size_t len);
 
 /* orphan.c */
-/* Checks a push's residual snapshot (layout, values, the memory bound);
+/* Checks a push's residual snapshot (layout, values, the memory bound)
+ * before the push is taken, so that a bad one refuses the whole push;
  * GDDR_OK or an error code with msg filled. */
 int gddr_ps_snapshot_check(gddr_ps *ps, ps_tensor *t, uint32_t rank, const Gddr__Push *p,
                            gddr__frames *f, char *msg, size_t mlen);
-void gddr_ps_snapshot_after_push(gddr_ps *ps, ps_tensor *t, uint32_t rank, const Gddr__Push *p,
-                                 gddr__frames *f);
+/* The push path's hook, once a push of rank to t was taken and answered
+ * (f: the message that completed it): records what it says about the
+ * worker's residual (its snapshot, the chunks it sent, orphans it
+ * replayed, a return after a death), then hands the worker any orphan
+ * waiting for a live worker, after its push reply. */
+void gddr_ps_orphans_pushed(gddr_ps *ps, zmq_msg_t *ident, ps_tensor *t, uint32_t rank,
+                            const Gddr__Push *p, gddr__frames *f);
 void gddr_ps_snapshot_worker_died(gddr_ps *ps, int rank);
-void gddr_ps_snapshot_offer_orphans(gddr_ps *ps, zmq_msg_t *ident, uint32_t rank);
 void gddr_ps_snapshot_free(gddr_ps *ps);
 struct gddr_ckpt_section;
 struct gddr_ckpt;

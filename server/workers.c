@@ -29,43 +29,6 @@
 #include "ps.h"
 #include "snapshot.h"
 
-int gddr_ps_expected_workers(const gddr_ps *ps)
-{
-    int n = ps->cfg.workers ? (int)ps->cfg.workers : ps->announced_world;
-    return n < 1 ? 1 : n;
-}
-
-/* A rank counts as live when it is alive, or when it was never seen but the
- * run is young: a sync step must not complete with one worker just because
- * the others are still loading their data. */
-static int rank_live(gddr_ps *ps, int r, int64_t now)
-{
-    ps_worker *w = &ps->workers[r];
-    if (w->state != PS_W_NONE)
-        return w->state == PS_W_LIVE;
-    int64_t since = ps->first_hello_ms ? ps->first_hello_ms : now;
-    return now - since < (int64_t)(ps->cfg.worker_timeout_s * 1000);
-}
-
-int gddr_ps_live_workers(gddr_ps *ps)
-{
-    int64_t now = gddr__now_ms();
-    int exp = gddr_ps_expected_workers(ps), live = 0;
-    for (int r = 0; r < ps->cfg.max_workers; r++)
-        if ((r < exp && rank_live(ps, r, now)) || (r >= exp && ps->workers[r].state == PS_W_LIVE))
-            live++;
-    return live;
-}
-
-uint64_t ps_min_live_clock(gddr_ps *ps)
-{
-    uint64_t m = UINT64_MAX;
-    for (int r = 0; r < ps->cfg.max_workers; r++)
-        if (ps->workers[r].state == PS_W_LIVE && ps->workers[r].clock < m)
-            m = ps->workers[r].clock;
-    return m;
-}
-
 uint64_t ps_request_session(const Gddr__Request *rq, const ps_conn *c)
 {
     return rq->session ? rq->session : c ? c->session : 0;

@@ -1,0 +1,44 @@
+/* members.c -- who counts as a worker now: the expected world, the live
+ * ranks, the slowest live clock. Read by whatever waits for the workers
+ * (sync steps, ssp pulls, the snapshot bound, the metrics); the changes
+ * themselves -- hellos, byes, deaths -- are workers.c's. */
+#include <stdint.h>
+
+#include "ps.h"
+
+int gddr_ps_expected_workers(const gddr_ps *ps)
+{
+    int n = ps->cfg.workers ? (int)ps->cfg.workers : ps->announced_world;
+    return n < 1 ? 1 : n;
+}
+
+/* A rank counts as live when it is alive, or when it was never seen but the
+ * run is young: a sync step must not complete with one worker just because
+ * the others are still loading their data. */
+static int rank_live(gddr_ps *ps, int r, int64_t now)
+{
+    ps_worker *w = &ps->workers[r];
+    if (w->state != PS_W_NONE)
+        return w->state == PS_W_LIVE;
+    int64_t since = ps->first_hello_ms ? ps->first_hello_ms : now;
+    return now - since < (int64_t)(ps->cfg.worker_timeout_s * 1000);
+}
+
+int gddr_ps_live_workers(gddr_ps *ps)
+{
+    int64_t now = gddr__now_ms();
+    int exp = gddr_ps_expected_workers(ps), live = 0;
+    for (int r = 0; r < ps->cfg.max_workers; r++)
+        if ((r < exp && rank_live(ps, r, now)) || (r >= exp && ps->workers[r].state == PS_W_LIVE))
+            live++;
+    return live;
+}
+
+uint64_t ps_min_live_clock(gddr_ps *ps)
+{
+    uint64_t m = UINT64_MAX;
+    for (int r = 0; r < ps->cfg.max_workers; r++)
+        if (ps->workers[r].state == PS_W_LIVE && ps->workers[r].clock < m)
+            m = ps->workers[r].clock;
+    return m;
+}
