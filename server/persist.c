@@ -438,7 +438,10 @@ void gddr_ps_checkpoint_request(gddr_ps *ps, char *text, size_t len)
         snprintf(text, len, "no checkpoint_dir: nothing to write");
         return;
     }
-    if (ps->ckpt_pending && gddr__ckpt_writer_busy(ps->ckw)) {
+    /* The one being written joins only a request that has nothing newer to
+     * save: after a push since its copy, the request asks for the next. */
+    if (ps->ckpt_pending && gddr__ckpt_writer_busy(ps->ckw) && !ps->ckpt_now &&
+        ps->pushes == ps->ckpt_pending_pushes && ps->ntensors == ps->ckpt_pending_tensors) {
         ps->ckpt_joined++;
         snprintf(text, len, "joined checkpoint %llu, being written", (unsigned long long)ps->ckpt_seq);
         return;
@@ -520,6 +523,8 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
         return;
     }
     ps->ckpt_pending_crc = crc;
+    ps->ckpt_pending_pushes = ps->pushes;
+    ps->ckpt_pending_tensors = ps->ntensors;
     if (gddr__ckpt_writer_submit(ps->ckw, ++ps->ckpt_seq, s, n) != GDDR_OK) {
         for (size_t i = 0; i < n; i++)
             free(s[i].data);
