@@ -13,13 +13,16 @@
 #   scripts/experiment-network.sh --smoke             the make-check test: one short
 #                                                     rate-limited run, asserted
 #   scripts/experiment-network.sh --plot DIR...       PNGs under docs/ from result folders
+#                                                      (a row is drawn once per rate and mode:
+#                                                      from the first DIR that has it)
 #
 # (--table FILE... prints the Markdown table of result files.)
 # Options: --rates "R..." (tc rates: 100mbit, 1gbit), --modes "sync async",
 # --rows "...", --workers W (4), --steps S (200), --hidden H (1280), --batch B
 # (128), --eval-every SEC (3), --sync-momentum M (0.9; another value labels
-# the mode sync-mM in the results), --out DIR (kept: results.txt, curve-*.dat,
-# table.md; default a new /tmp/gddr-net.XXXXXX).
+# the mode sync-mM in the results), --tag T (appended to the mode's label,
+# e.g. async-500steps, so a longer series plots apart), --out DIR (kept:
+# results.txt, curve-*.dat, table.md; default a new /tmp/gddr-net.XXXXXX).
 #
 # The model: the MLP 784-1280-10 (1,017,610 parameters, 4.07 MB a copy in
 # float32): about a million parameters, so that a step moves megabytes and the
@@ -57,7 +60,7 @@ cd "$(dirname "$0")/.."
 BIN=${GDDR_BIN:-build/bin}
 BIN=$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")
 rates="100mbit" modes="sync async" rows="dense adadelay gddr-push gddr-both gddr-pipe acc2 acc4"
-workers=4 steps=200 hidden=1280 batch=128 eval_every=3 out= quick=0 smoke=0 plot=0 sync_momentum=0.9
+workers=4 steps=200 hidden=1280 batch=128 eval_every=3 out= quick=0 smoke=0 plot=0 sync_momentum=0.9 tag=
 while [ $# -gt 0 ]; do
   case "$1" in
     --rates) rates=$2; shift 2 ;;
@@ -69,6 +72,7 @@ while [ $# -gt 0 ]; do
     --batch) batch=$2; shift 2 ;;
     --eval-every) eval_every=$2; shift 2 ;;
     --sync-momentum) sync_momentum=$2; shift 2 ;;
+    --tag) tag=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --smoke) smoke=1; shift ;;
@@ -109,7 +113,7 @@ if [ "$plot" = 1 ]; then
   for rm in $(sed -n 's/.*rate=\([^ ]*\) mode=\([^ ]*\) .*/\1:\2/p' "$res" | sort -u); do
     rate=${rm%%:*} mode=${rm#*:}
     cmd="plot 0.85 w l dt 2 lc rgb 'gray' t '0.85'"
-    for row in $(sed -n "s/.*rate=$rate mode=$mode row=\([^ ]*\) .*/\1/p" "$res"); do
+    for row in $(sed -n "s/.*rate=$rate mode=$mode row=\([^ ]*\) .*/\1/p" "$res" | awk '!seen[$0]++'); do
       for d in "$@"; do
         f="$d/curve-$rate-$mode-$row.dat"
         [ -s "$f" ] && { cmd+=", '$f' u 1:2 w lp pt 7 ps 0.4 t '$row'"; break; }
@@ -127,7 +131,8 @@ EOF
   done
   # Step time per row: mean bar, p95 as an error bar's top.
   awk '{ r=""; for (i=1;i<=NF;i++) { split($i,kv,"="); v[kv[1]]=kv[2] }
-         printf "\"%s %s %s\" %s %s\n", v["rate"], v["mode"], v["row"], v["step_mean_ms"], v["step_p95_ms"] }' "$res" > "$res.st"
+         k = v["rate"] " " v["mode"] " " v["row"]; if (seen[k]++) next
+         printf "\"%s\" %s %s\n", k, v["step_mean_ms"], v["step_p95_ms"] }' "$res" > "$res.st"
   gnuplot <<EOF
 set terminal pngcairo size 1100,560 noenhanced
 set output 'docs/network-step-time.png'
@@ -305,6 +310,7 @@ one() {
     sets+=(momentum="$sync_momentum")
     [ "$sync_momentum" = 0.9 ] || label=sync-m$sync_momentum
   fi
+  [ -z "$tag" ] || label+=-$tag
   [ "$row" = adadelay ] && sets+=(adadelay=0.5)
   read -r -a flags <<< "$(row_flags "$row")"
   shape "$rate" > /dev/null
