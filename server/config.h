@@ -21,6 +21,7 @@ typedef struct gddr_ps_config {
     long long max_queued_reply_bytes;
     long long max_parked_pulls;
     long long max_snapshot_bytes;
+    long long max_pull_view_bytes;
     int allow_register;
     long long shard_index;
     long long shard_count;

@@ -293,13 +293,41 @@ void ps_pviews_free(ps_worker *w)
     w->npv = 0;
 }
 
+/* Whether `more` bytes of views fit under max_pull_view_bytes (0: the
+ * expected workers times the model with its views' chunk records, as for
+ * residual snapshots): a stranger asking for delta pulls under every free
+ * rank cannot make the server copy the model once per rank. Beyond it the
+ * pull is answered whole, which is always correct. */
+static int pview_fits(gddr_ps *ps, long long more)
+{
+    long long cap = ps->cfg.max_pull_view_bytes;
+    if (cap <= 0) {
+        long long model = 0;
+        for (size_t i = 0; i < ps->ntensors; i++)
+            model += (long long)(ps->tensors[i]->n * 4 + ps->tensors[i]->nchunks * 11);
+        cap = model * gddr_ps_expected_workers(ps) + (1 << 20);
+    }
+    if (atomic_load(&pview_bytes) + more <= cap)
+        return 1;
+    if (ps->pview_refused++ == 0)
+        gddr_log(GDDR_LOG_WARN, "pull views would pass max_pull_view_bytes = %lld: lazy and delta "
+                 "pulls beyond it are answered whole (gddr_pull_views_refused_total)", cap);
+    return 0;
+}
+
 /* rank's view of t, with the copy of its values when `mirror`; *fresh = 1
  * when the server does not know the worker's values (a view just made, or a
- * copy just added): everything goes, as float32. NULL when out of memory. */
+ * copy just added): everything goes, as float32. NULL when out of memory or
+ * over max_pull_view_bytes. */
 static ps_pview *pview_get(gddr_ps *ps, uint32_t rank, const ps_tensor *t, int mirror, int *fresh)
 {
     ps_worker *w = &ps->workers[rank];
     *fresh = 0;
+    ps_pview *have = t->id < w->npv ? w->pv[t->id] : NULL;
+    long long more = (have ? 0 : (long long)t->nchunks * 10) +
+                     (mirror && (!have || !have->mirror) ? (long long)(t->n * 4 + t->nchunks) : 0);
+    if (more && !pview_fits(ps, more))
+        return NULL;
     if (t->id >= w->npv) {
         size_t n = t->id + 1;
         ps_pview **nv = realloc(w->pv, n * sizeof *nv);

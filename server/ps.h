@@ -201,6 +201,7 @@ typedef struct gddr_ps {
     uint64_t push_parts, pull_parts; /* messages of pushes and pulls in parts */
     uint64_t lazy_pulls, lazy_chunks_held, lazy_chunks_sent, lazy_chunks_same; /* lazy pulls */
     uint64_t delta_pulls, delta_chunks;  /* delta replies, and the chunks they encoded */
+    uint64_t pview_refused;              /* lazy or delta pulls answered whole: max_pull_view_bytes */
     uint64_t rejected[PS_NERR];
     uint64_t deaths, rejoins;
     ps_stale stale;

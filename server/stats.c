@@ -192,8 +192,10 @@ char *ps_metrics_text(gddr_ps *ps)
     sb_printf(&b, "# HELP gddr_delta_pulls_total Pulls answered with 8/16-bit differences from the worker's view (Pull.delta_bits), and the chunks they encoded.\n# TYPE gddr_delta_pulls_total counter\n"
                   "gddr_delta_pulls_total %llu\n# HELP gddr_delta_chunks_total Chunks sent as differences by delta pulls.\n# TYPE gddr_delta_chunks_total counter\ngddr_delta_chunks_total %llu\n",
               (unsigned long long)ps->delta_pulls, (unsigned long long)ps->delta_chunks);
-    sb_printf(&b, "# HELP gddr_pull_view_bytes Memory of the workers' views kept for lazy pulls (10 bytes a chunk per worker and tensor).\n# TYPE gddr_pull_view_bytes gauge\n"
+    sb_printf(&b, "# HELP gddr_pull_view_bytes Memory of the workers' views kept for lazy and delta pulls (10 bytes a chunk per worker and tensor; delta pulls add 4 bytes a value and 1 a chunk).\n# TYPE gddr_pull_view_bytes gauge\n"
                   "gddr_pull_view_bytes %lld\n", ps_pview_bytes());
+    sb_printf(&b, "# HELP gddr_pull_views_refused_total Lazy or delta pulls answered whole because a new view would pass max_pull_view_bytes.\n# TYPE gddr_pull_views_refused_total counter\n"
+                  "gddr_pull_views_refused_total %llu\n", (unsigned long long)ps->pview_refused);
     sb_printf(&b, "# HELP gddr_handshake_failures_total Connections that failed the ZMTP/CURVE handshake (plaintext or wrong server key).\n# TYPE gddr_handshake_failures_total counter\n"
                   "gddr_handshake_failures_total %llu\n", (unsigned long long)ps->handshake_failed);
     sb_printf(&b, "# HELP gddr_connections Peer connections the server keeps accounts for.\n# TYPE gddr_connections gauge\n"

@@ -1386,6 +1386,64 @@ START_TEST(test_delta_pull_bound)
 }
 END_TEST
 
+/* max_pull_view_bytes: views beyond it are not made, and the pulls that
+ * would need them are answered whole (exact, float32) instead of failing.
+ * The cap fits worker 0's view of the tensor (13350 bytes) but not a second
+ * one: worker 0's pulls are 8-bit deltas, worker 1's whole. */
+START_TEST(test_pull_views_capped)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.25", "chunk=64", "max_pull_view_bytes=20000");
+    enum { CH = 64, NC = 50, N = CH * NC, STEPS = 6 };
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.timeout_ms = 30000;
+    o.pull_delta_bits = 8;
+    gddr_client *c[2] = { open_opts(o, s.endpoint, 0, 2), open_opts(o, s.endpoint, 1, 2) };
+    float *w[2] = { malloc(N * 4), malloc(N * 4) }, *g = malloc(N * 4), *sv = malloc(N * 4);
+    for (int i = 0; i < N; i++)
+        w[0][i] = w[1][i] = (float)(i % 11) * 0.1f;
+    int id;
+    for (int r = 0; r < 2; r++)
+        ck_assert_int_eq(gddr_register(c[r], "capped", w[r], N, &id, NULL), GDDR_OK);
+    uint64_t pulled[2][STEPS + 1] = { { 0 } };
+    int exact1 = 0;
+    for (int k = 0; k < STEPS; k++) {
+        for (int r = 0; r < 2; r++) {
+            for (int i = 0; i < N; i++)
+                g[i] = sinf((float)(i * 3 + k * 17 + r));
+            const float *gp[1] = { g };
+            float *wp[1] = { w[r] };
+            ck_assert_int_eq(gddr_step(c[r], gp, wp), GDDR_OK);
+            observe(s.endpoint, "capped", sv, N);
+            if (r == 1) {
+                ck_assert_msg(memcmp(w[1], sv, N * 4) == 0, "step %d: worker 1's whole pull is not exact", k);
+                exact1++;
+            }
+            gddr_client_counters kc;
+            gddr_client_counters_get(c[r], &kc);
+            pulled[r][k + 1] = kc.bytes_pulled;
+        }
+    }
+    for (int k = 1; k < STEPS; k++) {
+        uint64_t d0 = pulled[0][k + 1] - pulled[0][k], d1 = pulled[1][k + 1] - pulled[1][k];
+        ck_assert_msg(d0 <= (uint64_t)N + NC * 4 + 256, "step %d: worker 0 pulled %" PRIu64 " bytes, not deltas", k, d0);
+        ck_assert_msg(d1 >= (uint64_t)N * 4, "step %d: worker 1 pulled %" PRIu64 " bytes, less than whole", k, d1);
+    }
+    double view = gt_server_metric(c[0], "gddr_pull_view_bytes");
+    double refused = gt_server_metric(c[0], "gddr_pull_views_refused_total");
+    ck_assert_msg(view == NC * 10.0 + N * 4.0 + NC, "the server keeps %g bytes for views", view);
+    ck_assert_msg(refused >= STEPS, "%g pulls refused a view in %d steps", refused, STEPS);
+    printf("integrity: max_pull_view_bytes 20000: worker 0 delta pulls, worker 1 %d whole pulls (exact), "
+           "views %.0f bytes, %.0f refused\n", exact1, view, refused);
+    for (int r = 0; r < 2; r++) {
+        gddr_client_close(&c[r]);
+        free(w[r]);
+    }
+    free(g), free(sv);
+    stop_server(&s);
+}
+END_TEST
+
 /* GDDR on pulls (pull_delay_fraction): the worker's view of every chunk
  * is at most tau pulls stale, the staleness its pushes report counts the
  * oldest chunk of its view, a whole pull makes the view exact, and the
@@ -1898,6 +1956,7 @@ Suite *suite_integrity(void)
     ADD("accumulate_steps", test_accumulate_steps);
     ADD("lazy_pull_bound", test_lazy_pull_bound);
     ADD("delta_pull_bound", test_delta_pull_bound);
+    ADD("pull_views_capped", test_pull_views_capped);
     ADD("bogus_grad_norm_tau_recovers", test_bogus_grad_norm_tau_recovers);
     ADD("server_starts_late", test_server_starts_late);
     ADD("sigterm_during_startup", test_sigterm_during_startup);
