@@ -39,6 +39,7 @@
 #   acc2, acc4   --accumulate-steps 2 / 4 (same examples, 1/k of the pushes)
 #   q8           --pull-delta-bits 8 (pulls as 8-bit differences from the view)
 #   gddr-q8      --delay-fraction 0.4 --pull-delta-bits 8 (GDDR pushes, 8-bit pulls)
+#   gddr0.1-q8   --delay-fraction 0.1 --pull-delta-bits 8 (fewer chunks held: sync with momentum)
 # Server: lr 0.1; in sync also momentum 0.9 (one update of the mean of W
 # gradients a step: without momentum 200 steps stay near 0.80); in async no
 # momentum (with it 4 workers' stale updates diverge: 0.39 at lr 0.05).
@@ -299,6 +300,7 @@ row_flags() {
     acc4) echo "--accumulate-steps 4" ;;
     q8) echo "--pull-delta-bits 8" ;;
     gddr-q8) echo "--delay-fraction 0.4 --pull-delta-bits 8" ;;
+    gddr0.1-q8) echo "--delay-fraction 0.1 --pull-delta-bits 8" ;;
     *) echo "experiment-network: unknown row $1" >&2; exit 2 ;;
   esac
 }

@@ -15,9 +15,9 @@
 #include <string.h>
 
 void gddr__ckpt_seterr(char *err, size_t errlen, const char *fmt, ...)
-                       {
-                       if (!err || !errlen)
-                       return;
+{
+    if (!err || !errlen)
+        return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
