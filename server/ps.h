@@ -198,6 +198,8 @@ typedef struct gddr_ps {
     /* metrics */
     uint64_t pushes, pulls_served, inits, bytes_in, bytes_out, versions_total;
     uint64_t duplicates;
+    uint64_t push_chunks_sent, push_chunks_held; /* chunks of taken pushes, by presence */
+    int momentum_warned;                         /* sync + momentum + GDDR pushes: said once */
     uint64_t push_parts, pull_parts; /* messages of pushes and pulls in parts */
     uint64_t lazy_pulls, lazy_chunks_held, lazy_chunks_sent, lazy_chunks_same; /* lazy pulls */
     uint64_t delta_pulls, delta_chunks;  /* delta replies, and the chunks they encoded */

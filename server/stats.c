@@ -178,6 +178,9 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_snapshot_bytes %llu\n", (unsigned long long)oc.bytes);
     sb_printf(&b, "# HELP gddr_duplicate_pushes_total Resent pushes answered with their first outcome, not applied again.\n# TYPE gddr_duplicate_pushes_total counter\n"
                   "gddr_duplicate_pushes_total %llu\n", (unsigned long long)ps->duplicates);
+    sb_printf(&b, "# HELP gddr_push_chunks_total Chunks of pushes that passed the layout checks: sent, or held back by the worker's GDDR residual.\n# TYPE gddr_push_chunks_total counter\n"
+                  "gddr_push_chunks_total{outcome=\"sent\"} %llu\ngddr_push_chunks_total{outcome=\"held\"} %llu\n",
+              (unsigned long long)ps->push_chunks_sent, (unsigned long long)ps->push_chunks_held);
     sb_printf(&b, "# HELP gddr_push_parts_total Messages of pushes sent in parts (Push.parts > 1) taken in.\n# TYPE gddr_push_parts_total counter\n"
                   "gddr_push_parts_total %llu\n", (unsigned long long)ps->push_parts);
     sb_printf(&b, "# HELP gddr_pull_parts_total Replies of pulls answered in parts (Pull.part_bytes).\n# TYPE gddr_pull_parts_total counter\n"
