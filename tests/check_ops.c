@@ -26,16 +26,21 @@ static void write_file(const char *path, const char *text)
     ck_assert_int_eq(fclose(f), 0);
 }
 
-static gddr_client *client(const char *ep)
+static gddr_client *client_rank(const char *ep, int rank, int world)
 {
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
     o.server = ep;
-    o.rank = 0;
-    o.world_size = 1;
+    o.rank = rank;
+    o.world_size = world;
     o.timeout_ms = 3000;
     gddr_client *c = NULL;
     ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
     return c;
+}
+
+static gddr_client *client(const char *ep)
+{
+    return client_rank(ep, 0, 1);
 }
 
 /* Pushes g (all ones) and returns how far w[0] moved: the lr in force. */
@@ -373,17 +378,6 @@ START_TEST(test_ctl_watch)
 }
 END_TEST
 
-static gddr_client *client_rank(const char *ep, int rank, int world)
-{
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    o.server = ep;
-    o.rank = rank;
-    o.world_size = world;
-    o.timeout_ms = 3000;
-    gddr_client *c = NULL;
-    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
-    return c;
-}
 
 /* gddr-ctl top: a frame per interval, a summary line, a header, a line per
  * worker. Worker 0 keeps pushing (live, pushes/s > 0 in some frame, its
