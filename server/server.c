@@ -233,8 +233,8 @@ typedef struct push_src {
 static void count_held(gddr_ps *ps, ps_tensor *t, const push_src *src)
 {
     size_t held = 0;
-    for (size_t c = 0; c < t->nchunks; c++)
-        held += src->whole.src ? !src->whole.src[c] : src->off && src->off[c] < 0;
+    for (size_t c = 0; (src->whole.src || src->off) && c < t->nchunks; c++) /* dense: none held */
+        held += src->whole.src ? !src->whole.src[c] : src->off[c] < 0;
     ps->push_chunks_held += held;
     ps->push_chunks_sent += t->nchunks - held;
     uint64_t all = ps->push_chunks_held + ps->push_chunks_sent;
