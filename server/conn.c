@@ -301,12 +301,8 @@ void ps_pviews_free(ps_worker *w)
 static int pview_fits(gddr_ps *ps, long long more)
 {
     long long cap = ps->cfg.max_pull_view_bytes;
-    if (cap <= 0) {
-        long long model = 0;
-        for (size_t i = 0; i < ps->ntensors; i++)
-            model += (long long)(ps->tensors[i]->n * 4 + ps->tensors[i]->nchunks * 11);
-        cap = model * gddr_ps_expected_workers(ps) + (1 << 20);
-    }
+    if (cap <= 0)
+        cap = (long long)ps_per_worker_bound(ps, 4, 11, 0); /* pview_size with a mirror */
     if (atomic_load(&pview_bytes) + more <= cap)
         return 1;
     if (ps->pview_refused++ == 0)

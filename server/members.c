@@ -5,11 +5,23 @@
 #include <stdint.h>
 
 #include "ps.h"
+#include "residual.h"
 
 int gddr_ps_expected_workers(const gddr_ps *ps)
 {
     int n = ps->cfg.workers ? (int)ps->cfg.workers : ps->announced_world;
     return n < 1 ? 1 : n;
+}
+
+uint64_t ps_per_worker_bound(const gddr_ps *ps, uint64_t per_value, uint64_t per_chunk,
+                             uint64_t per_bitmap)
+{
+    uint64_t model = 0;
+    for (size_t i = 0; i < ps->ntensors; i++) {
+        const ps_tensor *t = ps->tensors[i];
+        model += t->n * per_value + t->nchunks * per_chunk + gddr_bitmap_bytes(t->nchunks) * per_bitmap;
+    }
+    return model * (uint64_t)gddr_ps_expected_workers(ps) + (1u << 20);
 }
 
 /* A rank counts as live when it is alive, or when it was never seen but the

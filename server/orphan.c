@@ -141,10 +141,7 @@ static uint64_t snapshot_limit(gddr_ps *ps)
 {
     if (ps->cfg.max_snapshot_bytes > 0)
         return (uint64_t)ps->cfg.max_snapshot_bytes;
-    uint64_t model = 0;
-    for (size_t i = 0; i < ps->ntensors; i++)
-        model += ps->tensors[i]->n * 4 + 2 * gddr_bitmap_bytes(ps->tensors[i]->nchunks);
-    return model * (uint64_t)gddr_ps_expected_workers(ps) + (1u << 20);
+    return ps_per_worker_bound(ps, 4, 0, 2);
 }
 
 int gddr_ps_snapshot_check(gddr_ps *ps, ps_tensor *t, uint32_t rank, const Gddr__Push *p,

@@ -314,6 +314,11 @@ void ps_membership_changed(gddr_ps *ps);
 /* The workers a step waits for: cfg.workers, else the largest world a
  * hello announced (at least 1). */
 int gddr_ps_expected_workers(const gddr_ps *ps);
+/* The default of a memory bound that gives every expected worker one copy
+ * of what it costs per tensor (per_value bytes a value, per_chunk a chunk,
+ * per_bitmap a chunk bitmap's bytes), plus 1 MiB of slack. */
+uint64_t ps_per_worker_bound(const gddr_ps *ps, uint64_t per_value, uint64_t per_chunk,
+                             uint64_t per_bitmap);
 int gddr_ps_live_workers(gddr_ps *ps);
 /* The slowest live worker's clock (steps pushed), UINT64_MAX when none. */
 uint64_t ps_min_live_clock(gddr_ps *ps);
