@@ -12,12 +12,15 @@
  * Tensors smaller than INLINE_MAX elements are applied by the front thread
  * at once: handing them over costs more than the work (a few microseconds).
  *
- * Update forms (DESIGN section 5, lr folded into the accumulated value so
- * that sync steps mixing pushes of different staleness stay exact):
- *   APPLY  v = mu*v + lr_eff*g ; w -= v      (async, ssp: one push)
- *   ACC    acc += lr_eff*g                     (sync: collect one push)
- *   SYNC   v = mu*v + acc/N   ; w -= v ; acc = 0   (sync: end of step)
- * With mu = 0 the momentum buffer is not touched and w -= lr_eff*g exactly.
+ * Update forms (the optimizer math is in optim.c):
+ *   APPLY  one push is one optimizer step with lr_eff   (async, ssp)
+ *   ACC    acc += f*g (f: AdaDelay's factor)           (sync: collect a push)
+ *   SYNC   one optimizer step on the step's mean; acc = 0 (sync: end of step)
+ *   JOIN   a flush added to the step just applied      (sync: a closing worker)
+ * With fill (fill.c) ACC also takes the pushing worker's credit off the
+ * chunks it sends and counts the chunks it holds back, and SYNC averages
+ * each chunk over the pushes that carried it and credits that mean to the
+ * workers that held it.
  * With job->dst set the new values go there (copy on write: a pull reply
  * still holds t->w), and chunks the job does not change are copied over.
  */
@@ -26,44 +29,35 @@
 
 #include "ps.h"
 
-/* The update loops, with restrict so the compiler vectorises them, built
- * for AVX-512, AVX2 and plain x86-64 and picked at load time. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
 #define PS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define PS_CLONES
 #endif
 
-/* out = w - s * g (out may be w) */
-PS_CLONES static void axpy_out(float *out, const float *w, const float *restrict g, float s, size_t n)
-{
-    if (out == w) {
-        float *restrict o = out;
-        for (size_t i = 0; i < n; i++)
-            o[i] -= s * g[i];
-    } else {
-        float *restrict o = out;
-        const float *restrict wi = w;
-        for (size_t i = 0; i < n; i++)
-            o[i] = wi[i] - s * g[i];
-    }
-}
-
-/* v = mu v + s g; out = w - v (out may be w) */
-PS_CLONES static void momentum_out(float *out, const float *w, float *restrict v,
-                                   const float *restrict g, float mu, float s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        v[i] = mu * v[i] + s * g[i];
-        out[i] = w[i] - v[i];
-    }
-}
-
 /* a += s * g */
 PS_CLONES static void acc_add(float *restrict a, const float *restrict g, float s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         a[i] += s * g[i];
+}
+
+/* a += s * g - cr; cr = 0 (a worker's credit taken off what it sends) */
+PS_CLONES static void acc_add_credit(float *restrict a, const float *restrict g, float s,
+                                     float *restrict cr, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        a[i] += s * g[i] - cr[i];
+        cr[i] = 0;
+    }
+}
+
+/* cr = s * g - cr: the net mass of what a worker sends now (in its credit
+ * buffer, which it frees), for APPLY and JOIN */
+PS_CLONES static void net_of_credit(float *restrict cr, const float *restrict g, float s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        cr[i] = s * g[i] - cr[i];
 }
 
 /* Chunk c's values in the payload (it starts at element lo), NULL absent. */
@@ -76,6 +70,27 @@ static const float *job_values(const ps_job *j, size_t c, size_t lo)
     return j->off[c] < 0 ? NULL : j->vals + j->off[c];
 }
 
+/* SYNC: the holders of chunk c in this step get its mean as credit. */
+static void grant_credit(const ps_job *j, size_t c, size_t lo, size_t len, const float *a, uint32_t n)
+{
+    float inv = 1.0f / (float)n;
+    for (uint32_t h = 0; h < j->nholders; h++) {
+        ps_fillw *fw = j->holders[h];
+        uint8_t k = fw->held[c];
+        if (!k)
+            continue;
+        float s = (float)k * inv;
+        acc_add(fw->cred + lo, a, s, len);
+        fw->held[c] = 0;
+    }
+}
+
+static void drop_holds(const ps_job *j, size_t c)
+{
+    for (uint32_t h = 0; h < j->nholders; h++)
+        j->holders[h]->held[c] = 0;
+}
+
 static void apply_chunk(const ps_job *j, size_t c)
 {
     ps_tensor *t = j->t;
@@ -84,39 +99,72 @@ static void apply_chunk(const ps_job *j, size_t c)
     size_t len = hi - lo;
     const float *w = t->w + lo;
     float *out = j->dst ? j->dst + lo : t->w + lo;
+    float *s1 = t->s1 ? t->s1 + lo : NULL, *s2 = t->s2 ? t->s2 + lo : NULL;
     switch (j->kind) {
-    case PS_JOB_APPLY: {
+    case PS_JOB_APPLY:
+    case PS_JOB_JOIN: {
         const float *g = job_values(j, c, lo);
         if (!g) {
             if (j->dst)
                 memcpy(out, w, len * sizeof *out);
             return;
         }
-        if (j->mu > 0 && t->mom)
-            momentum_out(out, w, t->mom + lo, g, j->mu, j->scale, len);
+        float gs = j->vscale * j->scale;
+        if (j->fw) {
+            float *cr = j->fw->cred + lo;
+            net_of_credit(cr, g, j->vscale, len);
+            g = cr;
+            gs = j->scale;
+        }
+        if (j->kind == PS_JOB_APPLY)
+            ps_upd_run(&j->upd, out, w, s1, s2, g, gs, len);
         else
-            axpy_out(out, w, g, j->scale, len);
+            ps_upd_join(&j->upd, out, w, s1, s2, g, gs, len);
+        if (j->fw)
+            memset(j->fw->cred + lo, 0, len * sizeof(float));
         return;
     }
     case PS_JOB_ACC: {
         const float *g = job_values(j, c, lo);
-        if (!g)
+        if (!g) {
+            if (j->fw && j->held) {
+                if (j->fw->held[c] < 255)
+                    j->fw->held[c]++;
+            } else {
+                t->cnt[c]++; /* a zero of this step */
+            }
             return;
-        acc_add(t->acc + lo, g, j->scale, len);
+        }
+        if (j->fw)
+            acc_add_credit(t->acc + lo, g, j->vscale, j->fw->cred + lo, len);
+        else
+            acc_add(t->acc + lo, g, j->vscale, len);
         t->touched[c] = 1;
+        t->cnt[c]++;
         return;
     }
     case PS_JOB_SYNC: {
-        if (!t->touched[c]) {
+        uint32_t n = t->cnt[c];
+        t->cnt[c] = 0;
+        if (!t->touched[c] || n == 0) {
+            /* No push carried it: it keeps its values and its state (and a
+             * chunk every pusher held gives nobody credit). */
+            drop_holds(j, c);
             if (j->dst)
                 memcpy(out, w, len * sizeof *out);
             return;
         }
         float *a = t->acc + lo;
-        if (j->mu > 0 && t->mom)
-            momentum_out(out, w, t->mom + lo, a, j->mu, j->scale, len);
-        else
-            axpy_out(out, w, a, j->scale, len);
+        float gs = j->scale;
+        if (n < j->npushes) {
+            /* Fill: the mean over the n pushes that carried it stands in
+             * for the others'. */
+            grant_credit(j, c, lo, len, a, n);
+            gs = j->scale * ((float)j->npushes / (float)n);
+        } else {
+            drop_holds(j, c);
+        }
+        ps_upd_run(&j->upd, out, w, s1, s2, a, gs, len);
         memset(a, 0, len * sizeof *a);
         t->touched[c] = 0;
         return;

@@ -14,6 +14,8 @@
 
 static const char *const mode_names[] = { "async", "sync", "ssp", NULL };
 static const char *const level_names[] = { "error", "warn", "info", "debug", NULL };
+/* In the order of PS_OPT_* (ps.h). */
+static const char *const opt_names[] = { "sgd", "adam", "adamw", "adagrad", NULL };
 
 #define OFF(f) offsetof(gddr_ps_config, f)
 #define BIG 9.2e18
@@ -48,6 +50,8 @@ const gddr__conf_key gddr_ps_conf_table[] = {
       "bound on the residual snapshots held for all workers; 0 = the expected workers times the model size" },
     { "server", "max_pull_view_bytes", GDDR_CONF_INT, OFF(max_pull_view_bytes), "0", 0, BIG, NULL, 1,
       "bound on the workers' views kept for lazy and delta pulls (beyond it pulls go whole); 0 = the expected workers times the model size" },
+    { "server", "max_fill_bytes", GDDR_CONF_INT, OFF(max_fill_bytes), "0", 0, BIG, NULL, 1,
+      "bound on all workers' fill credits (fill_held); beyond it held chunks count as zeros; 0 = the expected workers times the model size" },
     { "server", "allow_register", GDDR_CONF_BOOL, OFF(allow_register), "true", 0, 0, NULL, 1,
       "workers may register new tensors; false freezes the set (existing ones still answer)" },
     { "server", "shard_index", GDDR_CONF_INT, OFF(shard_index), "0", 0, 65535, NULL, 0,
@@ -67,13 +71,25 @@ const gddr__conf_key gddr_ps_conf_table[] = {
       NULL, 0, "sync mode: run async until a tensor reaches this version (hybrid); 0 = off" },
     { "consistency", "worker_timeout_s", GDDR_CONF_DOUBLE, OFF(worker_timeout_s), "10", 0.1,
       86400, NULL, 0, "a worker silent this long is declared dead" },
+    { "consistency", "fill_held", GDDR_CONF_BOOL, OFF(fill_held), "true", 0, 0, NULL, 1,
+      "sync: a chunk a GDDR worker holds back counts as the mean of those that sent it, credited and taken off when it comes" },
 
+    { "optimizer", "kind", GDDR_CONF_ENUM, OFF(opt_kind), "sgd", 0, 0, opt_names, 0,
+      "what the server runs for tensors registered without an optimizer of their own: sgd, adam, adamw or adagrad" },
     { "optimizer", "lr", GDDR_CONF_DOUBLE, OFF(lr), "0.1", 0, 1e6, NULL, 1,
-      "learning rate applied by the server" },
+      "learning rate applied by the server (a push may carry its own: a schedule on the worker)" },
     { "optimizer", "adadelay", GDDR_CONF_DOUBLE, OFF(adadelay), "0", 0, 1e6, NULL, 1,
       "AdaDelay: lr_eff = lr / (1 + adadelay * tau); 0 = off" },
     { "optimizer", "momentum", GDDR_CONF_DOUBLE, OFF(momentum), "0", 0, 0.9999, NULL, 1,
-      "heavy-ball momentum mu: v = mu*v + lr_eff*G, w -= v; 0 = off" },
+      "sgd: heavy-ball momentum mu: v = mu*v + lr_eff*G, w -= v; 0 = off" },
+    { "optimizer", "beta1", GDDR_CONF_DOUBLE, OFF(beta1), "0.9", 0, 0.999999, NULL, 1,
+      "adam, adamw: decay of the first moment" },
+    { "optimizer", "beta2", GDDR_CONF_DOUBLE, OFF(beta2), "0.999", 0, 0.999999, NULL, 1,
+      "adam, adamw: decay of the second moment" },
+    { "optimizer", "eps", GDDR_CONF_DOUBLE, OFF(eps), "1e-8", 1e-30, 1, NULL, 1,
+      "adam, adamw, adagrad: added to the root of the second moment" },
+    { "optimizer", "weight_decay", GDDR_CONF_DOUBLE, OFF(weight_decay), "0", 0, 1e6, NULL, 1,
+      "L2 weight decay (adamw: decoupled, w -= lr*weight_decay*w); 0 = off" },
     { "optimizer", "max_grad_norm", GDDR_CONF_DOUBLE, OFF(max_grad_norm), "0", 0, 1e30, NULL, 1,
       "reject a push whose values (as sent) have an L2 norm above this; 0 = off" },
 
@@ -171,6 +187,12 @@ int gddr_ps_config_validate(const gddr_ps_config *cfg, const char *path, char *e
     if (cfg->sync_quorum && cfg->workers && cfg->sync_quorum > cfg->workers) {
         snprintf(err, errlen, "%s: key 'sync_quorum': %lld is above workers %lld%s",
                  WHERE("sync_quorum"), cfg->sync_quorum, cfg->workers, ALSO("workers"));
+        return -1;
+    }
+    if (cfg->momentum > 0 && cfg->opt_kind != 0) {
+        snprintf(err, errlen, "%s: key 'momentum': %g is for kind = sgd; kind is %s%s (its first "
+                 "moment is beta1)", WHERE("momentum"), cfg->momentum, opt_names[cfg->opt_kind],
+                 ALSO("kind"));
         return -1;
     }
     if (cfg->authorized_keys[0] && !cfg->curve_secret_key_file[0]) {

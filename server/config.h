@@ -22,6 +22,7 @@ typedef struct gddr_ps_config {
     long long max_parked_pulls;
     long long max_snapshot_bytes;
     long long max_pull_view_bytes;
+    long long max_fill_bytes;
     int allow_register;
     long long shard_index;
     long long shard_count;
@@ -32,10 +33,13 @@ typedef struct gddr_ps_config {
     long long staleness_bound;
     long long async_warmup_steps;
     double worker_timeout_s;
+    int fill_held;
     /* [optimizer] */
+    int opt_kind;      /* PS_OPT_* (ps.h) */
     double lr;
     double adadelay;
     double momentum;
+    double beta1, beta2, eps, weight_decay;
     double max_grad_norm;
     /* [staleness] */
     double staleness_alarm;

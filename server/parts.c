@@ -40,7 +40,8 @@ struct ps_partial {
     /* what every part must repeat */
     uint64_t birth, base;
     float grad_norm, residual_l1;
-    int norm_from_payload;
+    int norm_from_payload, held;
+    double lr;
     double sumsq;            /* of the values held so far */
     const float **src;       /* per chunk: its values in a kept frame, NULL absent */
     zmq_msg_t *msgs;
@@ -126,6 +127,8 @@ static ps_partial *partial_begin(gddr_ps *ps, ps_partial *q, const Gddr__Request
     q->grad_norm = p->grad_norm;
     q->residual_l1 = p->residual_l1;
     q->norm_from_payload = p->norm_from_payload;
+    q->held = p->held;
+    q->lr = p->lr;
     q->sumsq = 0;
     q->src = calloc(t->nchunks, sizeof *q->src);
     q->msgs = calloc(p->parts, sizeof *q->msgs);
@@ -187,9 +190,9 @@ int ps_part_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__f
     }
     if (p->birth_version != q->birth || p->base_version != q->base ||
         p->grad_norm != q->grad_norm || p->residual_l1 != q->residual_l1 ||
-        p->norm_from_payload != q->norm_from_payload)
+        p->norm_from_payload != q->norm_from_payload || p->held != q->held || p->lr != q->lr)
         return part_refuse(ps, ident, id, q, GDDR_EPROTO,
-                           "parts of one push disagree on versions, norm or residual", t);
+                           "parts of one push disagree on versions, norm, residual, lr or held", t);
     /* The part's chunks: the next run, whole, the last one ending the tensor. */
     uint64_t c0 = p->first_chunk, nc = p->part_chunks;
     if (c0 != q->next_chunk || nc == 0 || nc > t->nchunks - c0 ||

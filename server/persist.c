@@ -5,11 +5,15 @@
  * writer thread (checkpoint_write.c), which writes them through liburing
  * while training goes on. Sections:
  *   "meta"          u64 format (2), u64 previous epoch, u64 tensor count
- *   "tensor/<id>"   a tensor_head, the key, values, momentum (if any),
- *                   the sync accumulator and its chunk flags (if a step
- *                   was being collected)
- *   "flush/<id>/<k>" a flush waiting for tensor id's open sync step:
+ *   "tensor/<id>"   a tensor_head, the key, values, the optimizer state
+ *                   (s1, s2 as present), the sync accumulator, its chunk
+ *                   flags and counts (if a step was being collected)
+ *   "opt/<id>"      the tensor's optimizer (an opt_rec); absent: the
+ *                   server's [optimizer] section (format 2 files)
+ *   "flushv/<id>/<k>" a flush waiting for tensor id's open sync step:
  *                   a flush_head, the bitmap (if sparse), the values
+ *                   (format 2 files: "flush/..." with the lr folded in)
+ *   "fill/<rank>/<id>" a worker's fill credits (fill.c)
  *   "workers"       per live or dead worker (not those that said bye): a
  *                   worker_rec, then its per-tensor exactly-once records
  *                   (ps_wtensor), so a push applied before the checkpoint
@@ -17,7 +21,7 @@
  *   "snap/..." "orphan/..."  residual snapshots and orphans (orphan.c)
  * A crash loses the pushes applied after the newest checkpoint: at most
  * checkpoint_interval_s seconds of updates (docs/operations.md). Format 1
- * files (before exactly-once) still load.
+ * files (before exactly-once) and 2 (before optimizers and fill) still load.
  *
  * Checkpoints asked for by a request are coalesced: while one is being
  * written, or one was started less than a second ago, a request joins it
@@ -35,12 +39,13 @@
 #include "residual.h"
 #include "snapshot.h"
 
-#define META_FORMAT 2
+#define META_FORMAT 3
 #define REQUEST_GAP_MS 1000
 
 typedef struct tensor_head {
     uint64_t version, n;
-    uint32_t chunk, flags; /* flags: 1 momentum, 2 sync accumulator */
+    uint32_t chunk, flags; /* flags: 1 s1 (momentum), 2 sync accumulator, 4 s2,
+                            * 8 per-chunk counts after the chunk flags */
     int32_t tau, calm;
     double norm_ema, rate_ema;
     uint32_t ncontrib, npushes;
@@ -58,11 +63,25 @@ typedef struct worker_rec {
     uint32_t nwt, pad;
 } worker_rec;
 
-typedef struct flush_head {
-    float scale;
+typedef struct flush_head_v2 {
+    float scale; /* lr_eff / workers */
     uint32_t has_bitmap;
     uint64_t nvals;
+} flush_head_v2;
+
+typedef struct flush_head {
+    float vscale;
+    uint32_t has_bitmap;
+    uint64_t nvals;
+    double lr;
+    uint32_t rank, pad;
 } flush_head;
+
+typedef struct opt_rec {
+    int32_t kind, explicit_;
+    double lr, momentum, beta1, beta2, eps, weight_decay;
+    double step_lr;
+} opt_rec;
 
 static int add_section(gddr_ckpt_section **s, size_t *n, size_t *cap, const char *name,
                        void *data, uint64_t len)
@@ -103,28 +122,43 @@ static int collect(gddr_ps *ps, gddr_ckpt_section **out, size_t *nout)
         ps_tensor *t = ps->tensors[i];
         int has_acc = t->npushes > 0;
         size_t keylen = strlen(t->key);
-        size_t len = sizeof(tensor_head) + keylen + t->n * 4 * (1 + (t->mom ? 1 : 0) + has_acc) +
-                     (has_acc ? t->nchunks + (size_t)ps->cfg.max_workers : 0);
+        size_t len = sizeof(tensor_head) + keylen +
+                     t->n * 4 * (1 + (t->s1 ? 1 : 0) + (t->s2 ? 1 : 0) + has_acc) +
+                     (has_acc ? t->nchunks * 5 + (size_t)ps->cfg.max_workers : 0);
         char *buf = malloc(len), *p = buf;
         if (!buf)
             goto fail;
-        tensor_head h = { t->version, t->n, t->chunk, (t->mom ? 1u : 0u) | (has_acc ? 2u : 0u),
+        tensor_head h = { t->version, t->n, t->chunk,
+                          (t->s1 ? 1u : 0u) | (has_acc ? 2u | 8u : 0u) | (t->s2 ? 4u : 0u),
                           t->tau, t->calm, t->norm_ema, t->rate_ema, t->ncontrib, t->npushes,
                           (uint32_t)keylen, t->sync_divisor };
         memcpy(p, &h, sizeof h), p += sizeof h;
         memcpy(p, t->key, keylen), p += keylen;
         memcpy(p, t->w, t->n * 4), p += t->n * 4;
-        if (t->mom)
-            memcpy(p, t->mom, t->n * 4), p += t->n * 4;
+        if (t->s1)
+            memcpy(p, t->s1, t->n * 4), p += t->n * 4;
+        if (t->s2)
+            memcpy(p, t->s2, t->n * 4), p += t->n * 4;
         if (has_acc) {
             memcpy(p, t->acc, t->n * 4), p += t->n * 4;
             memcpy(p, t->touched, t->nchunks), p += t->nchunks;
-            memcpy(p, t->contrib, (size_t)ps->cfg.max_workers);
+            memcpy(p, t->contrib, (size_t)ps->cfg.max_workers), p += ps->cfg.max_workers;
+            memcpy(p, t->cnt, t->nchunks * 4);
         }
         char name[64];
         snprintf(name, sizeof name, "tensor/%zu", i);
         if (add_section(&s, &n, &cap, name, buf, len) < 0) {
             free(buf);
+            goto fail;
+        }
+        opt_rec *o = malloc(sizeof *o);
+        if (!o)
+            goto fail;
+        *o = (opt_rec){ t->opt.kind, t->opt.explicit_, t->opt.lr, t->opt.momentum, t->opt.beta1,
+                        t->opt.beta2, t->opt.eps, t->opt.weight_decay, t->step_lr };
+        snprintf(name, sizeof name, "opt/%zu", i);
+        if (add_section(&s, &n, &cap, name, o, sizeof *o) < 0) {
+            free(o);
             goto fail;
         }
     }
@@ -141,13 +175,13 @@ static int collect(gddr_ps *ps, gddr_ckpt_section **out, size_t *nout)
             char *buf = malloc(len), *p = buf;
             if (!buf)
                 goto fail;
-            flush_head h = { f->scale, f->bitmap != NULL, nv };
+            flush_head h = { f->vscale, f->bitmap != NULL, nv, f->lr, f->rank, 0 };
             memcpy(p, &h, sizeof h), p += sizeof h;
             if (nb)
                 memcpy(p, f->bitmap, nb), p += nb;
             memcpy(p, f->vals, nv * 4);
             char name[64];
-            snprintf(name, sizeof name, "flush/%zu/%d", i, k);
+            snprintf(name, sizeof name, "flushv/%zu/%d", i, k);
             if (add_section(&s, &n, &cap, name, buf, len) < 0) {
                 free(buf);
                 goto fail;
@@ -177,7 +211,8 @@ static int collect(gddr_ps *ps, gddr_ckpt_section **out, size_t *nout)
         free(wbuf);
         goto fail;
     }
-    if (gddr_ps_orphan_sections(ps, &s, &n, &cap, add_section) < 0)
+    if (gddr_ps_orphan_sections(ps, &s, &n, &cap, add_section) < 0 ||
+        ps_fill_sections(ps, &s, &n, &cap, add_section) < 0)
         goto fail;
     *out = s;
     *nout = n;
@@ -198,8 +233,9 @@ static int restore_tensor(gddr_ps *ps, const gddr_ckpt_section *sec, char *err, 
         return -1;
     }
     memcpy(&h, sec->data, sizeof h);
-    int has_mom = h.flags & 1, has_acc = (h.flags & 2) != 0;
-    size_t want = sizeof h + h.keylen + h.n * 4 * (1 + has_mom + has_acc);
+    int has_s1 = h.flags & 1, has_acc = (h.flags & 2) != 0, has_s2 = (h.flags & 4) != 0;
+    int has_cnt = (h.flags & 8) != 0;
+    size_t want = sizeof h + h.keylen + h.n * 4 * (1 + has_s1 + has_s2 + has_acc);
     if (h.keylen == 0 || h.keylen >= 128 || h.n == 0 || sec->len < want) {
         snprintf(err, errlen, "section %s is inconsistent", sec->name);
         return -1;
@@ -227,25 +263,39 @@ static int restore_tensor(gddr_ps *ps, const gddr_ckpt_section *sec, char *err, 
     t->norm_ema = h.norm_ema;
     t->rate_ema = h.rate_ema;
     memcpy(t->w, p, h.n * 4), p += h.n * 4;
-    if (has_mom) {
-        t->mom = malloc(h.n * 4);
-        if (!t->mom) {
+    float **state[2] = { &t->s1, &t->s2 };
+    int has[2] = { has_s1, has_s2 };
+    for (int k = 0; k < 2; k++) {
+        if (!has[k])
+            continue;
+        *state[k] = malloc(h.n * 4);
+        if (!*state[k]) {
             snprintf(err, errlen, "out of memory");
             return -1;
         }
-        memcpy(t->mom, p, h.n * 4), p += h.n * 4;
+        memcpy(*state[k], p, h.n * 4), p += h.n * 4;
     }
     if (has_acc) {
-        size_t extra = t->nchunks + (size_t)ps->cfg.max_workers;
+        size_t extra = t->nchunks + (size_t)ps->cfg.max_workers + (has_cnt ? t->nchunks * 4 : 0);
         if (sec->len < want + extra) {
             snprintf(err, errlen, "section %s: sync step cut short", sec->name);
             return -1;
         }
         memcpy(t->acc, p, h.n * 4), p += h.n * 4;
         memcpy(t->touched, p, t->nchunks), p += t->nchunks;
-        memcpy(t->contrib, p, (size_t)ps->cfg.max_workers);
+        memcpy(t->contrib, p, (size_t)ps->cfg.max_workers), p += ps->cfg.max_workers;
         t->ncontrib = h.ncontrib;
         t->npushes = h.npushes;
+        if (has_cnt) {
+            memcpy(t->cnt, p, t->nchunks * 4);
+        } else {
+            /* Format 2 had no fill and folded lr into the accumulator: every
+             * push counted in every chunk, and the step's lr is the one
+             * the pushes were scaled with. */
+            for (size_t c = 0; c < t->nchunks; c++)
+                t->cnt[c] = t->touched[c] ? h.npushes : 0;
+            t->step_lr = 1.0; /* acc holds lr_eff * g already */
+        }
     }
     return 0;
 }
@@ -264,6 +314,40 @@ static void move_aside(const char *dir, uint64_t seq)
                  strerror(errno));
 }
 
+/* The optimizers ("opt/<id>"); a tensor without one keeps the section's. */
+static void restore_optimizers(gddr_ps *ps, const gddr_ckpt *c)
+{
+    for (size_t i = 0; i < c->n; i++) {
+        const gddr_ckpt_section *sec = &c->s[i];
+        unsigned long long id;
+        opt_rec o;
+        if (sscanf(sec->name, "opt/%llu", &id) != 1)
+            continue;
+        if (id >= ps->ntensors || sec->len != sizeof o) {
+            gddr_log(GDDR_LOG_WARN, "checkpoint section %s does not fit the tensors: ignored", sec->name);
+            continue;
+        }
+        memcpy(&o, sec->data, sizeof o);
+        ps_tensor *t = ps->tensors[id];
+        ps_optim po = { o.kind, o.explicit_, o.lr, o.momentum, o.beta1, o.beta2, o.eps, o.weight_decay };
+        char msg[128];
+        if (ps_optim_check(&po, msg, sizeof msg) < 0) {
+            gddr_log(GDDR_LOG_WARN, "checkpoint section %s: %s: ignored", sec->name, msg);
+            continue;
+        }
+        if (!o.explicit_ && po.kind != ps->cfg.opt_kind) {
+            gddr_log(GDDR_LOG_WARN, "tensor '%s' was trained with %s (the [optimizer] section then); "
+                     "kind = %s now: its optimizer state starts from zero", t->key,
+                     ps_optim_name(po.kind), ps_optim_name(ps->cfg.opt_kind));
+            free(t->s1), free(t->s2);
+            t->s1 = t->s2 = NULL;
+        }
+        if (o.explicit_)
+            t->opt = po;
+        t->step_lr = o.step_lr;
+    }
+}
+
 static void restore_flushes(gddr_ps *ps, const gddr_ckpt *c)
 {
     for (size_t i = 0; i < c->n; i++) {
@@ -271,12 +355,26 @@ static void restore_flushes(gddr_ps *ps, const gddr_ckpt *c)
         unsigned long long id;
         int k;
         flush_head h;
-        if (sscanf(sec->name, "flush/%llu/%d", &id, &k) != 2 || id >= ps->ntensors || sec->len < sizeof h)
+        int v2 = sscanf(sec->name, "flush/%llu/%d", &id, &k) == 2;
+        if (!v2 && sscanf(sec->name, "flushv/%llu/%d", &id, &k) != 2)
+            continue;
+        if (id >= ps->ntensors || sec->len < (v2 ? sizeof(flush_head_v2) : sizeof h))
             continue;
         ps_tensor *t = ps->tensors[id];
-        memcpy(&h, sec->data, sizeof h);
+        size_t hl = sizeof h;
+        if (v2) {
+            /* lr_eff / workers was folded in: keep it as the flush's lr
+             * (the step's 1/workers then divides once more: undo it). */
+            flush_head_v2 o;
+            memcpy(&o, sec->data, sizeof o);
+            h = (flush_head){ 1.0f, o.has_bitmap, o.nvals, 0, 0, 0 };
+            h.lr = (double)o.scale * (double)(t->sync_divisor ? t->sync_divisor : 1);
+            hl = sizeof o;
+        } else {
+            memcpy(&h, sec->data, sizeof h);
+        }
         size_t nb = h.has_bitmap ? (t->nchunks + 7) / 8 : 0;
-        if (sec->len != sizeof h + nb + h.nvals * 4 || h.nvals > t->n) {
+        if (sec->len != hl + nb + h.nvals * 4 || h.nvals > t->n || h.rank >= (uint32_t)ps->cfg.max_workers) {
             gddr_log(GDDR_LOG_WARN, "checkpoint section %s does not fit the tensors: ignored", sec->name);
             continue;
         }
@@ -286,11 +384,13 @@ static void restore_flushes(gddr_ps *ps, const gddr_ckpt *c)
                 free(f->vals), free(f);
             continue;
         }
-        const char *p = (const char *)sec->data + sizeof h;
+        const char *p = (const char *)sec->data + hl;
         if (nb)
             memcpy(f->bitmap, p, nb), p += nb;
         memcpy(f->vals, p, h.nvals * 4);
-        f->scale = h.scale;
+        f->vscale = h.vscale;
+        f->lr = h.lr;
+        f->rank = h.rank;
         ps_flush **pp = &t->flushes;
         while (*pp)
             pp = &(*pp)->next;
@@ -397,7 +497,7 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
         move_aside(ps->cfg.checkpoint_dir, seqs[i]);
     const gddr_ckpt_section *meta = gddr__ckpt_find(&c, "meta");
     uint64_t format = meta && meta->len >= 24 ? ((uint64_t *)meta->data)[0] : 0;
-    if (format != 1 && format != META_FORMAT) {
+    if (format < 1 || format > META_FORMAT) {
         snprintf(err, errlen, "%s: no usable meta section (format %llu)", c.path,
                  (unsigned long long)format);
         gddr__ckpt_free(&c);
@@ -422,8 +522,10 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
     }
     for (size_t i = 0; i < ps->ntensors; i++)
         ps_tensor_mode(ps, ps->tensors[i]); /* hybrid: ends the warm-up if it was over */
+    restore_optimizers(ps, &c);
     restore_flushes(ps, &c);
     size_t nw = restore_workers(ps, gddr__ckpt_find(&c, "workers"), (int)format);
+    ps_fill_restore(ps, &c);
     gddr_ps_orphan_restore(ps, &c, (int)format);
     gddr_log(GDDR_LOG_INFO, "restored checkpoint %s: %llu tensors, %zu workers", c.path,
              (unsigned long long)nt, nw);

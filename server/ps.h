@@ -32,6 +32,8 @@
  *   tensor.c    tensors and their version buffers, settling updates
  *   apply.c     the apply pool
  *   reply.c     reply headers, sending, refusals
+ *   fill.c      held chunks in sync steps: per-worker credits (fill_held)
+ *   optim.c     the optimizers' update loops (sgd, adam, adamw, adagrad)
  *   tau.c       the dynamic tau controller
  *   checkpoint_{format,read,write}.c  the checkpoint files (checkpoint.h)
  *   config.c    the config table and file (config.h)
@@ -75,9 +77,39 @@ typedef struct ps_vbuf {
 typedef struct ps_flush {
     float *vals;
     uint8_t *bitmap;      /* NULL: dense */
-    float scale;
+    float vscale;         /* the payload's scale (AdaDelay's factor); applied with
+                           * 1/(the workers of the step it follows) */
+    double lr;            /* the flush push's lr (0: the tensor's) */
+    uint32_t rank;        /* whose (its fill credits are taken off) */
     struct ps_flush *next;
 } ps_flush;
+
+/* A tensor's optimizer (optim.c). explicit_ = 0: the server's [optimizer]
+ * section decides, and follows its SIGHUP reloads; 1: the registration
+ * named it and the tensor keeps it. */
+enum { PS_OPT_SGD = 0, PS_OPT_ADAM = 1, PS_OPT_ADAMW = 2, PS_OPT_ADAGRAD = 3, PS_OPT_KINDS = 4 };
+typedef struct ps_optim {
+    int kind, explicit_;
+    double lr, momentum, beta1, beta2, eps, weight_decay;
+} ps_optim;
+
+/* One update's optimizer arguments, computed on the front thread. */
+typedef struct ps_upd {
+    int kind;
+    float lr;             /* the step size: lr_eff */
+    float mu, b1, b2, eps, wd;
+    float bc1, bc2;       /* Adam's bias corrections 1/(1-b^k) for the version k it makes */
+} ps_upd;
+
+/* What fill (fill.c) keeps per worker and tensor: the credit, in gradient
+ * units, of every value the server filled in for this worker while it held
+ * the chunk, and how often it held each chunk in the sync step being
+ * collected (granted as credit when the step completes). */
+typedef struct ps_fillw {
+    size_t n, nchunks;    /* the tensor's */
+    float *cred;          /* n floats */
+    uint8_t *held;        /* per chunk: holds in the open step */
+} ps_fillw;
 
 typedef struct ps_tensor {
     char key[128];
@@ -87,7 +119,9 @@ typedef struct ps_tensor {
     uint32_t chunk;    /* elements per chunk; the last may be short */
     ps_vbuf *cur;      /* the values of `version` */
     float *w;          /* = cur->data; changes only when an update is settled */
-    float *mom;        /* momentum buffer, NULL until momentum is used */
+    ps_optim opt;      /* its optimizer (explicit_ 0: the server's section) */
+    float *s1, *s2;    /* optimizer state, NULL until used: sgd momentum v;
+                        * adam/adamw m and v; adagrad's sum of squares G */
     uint64_t version;  /* updates applied or in flight (the values are this
                         * version's once the tensor is settled) */
     struct ps_task *pending; /* the update in flight, NULL when settled */
@@ -96,8 +130,16 @@ typedef struct ps_tensor {
     uint64_t *mod;     /* per chunk: the version that last changed it (lazy pulls) */
     uint32_t keyhash;  /* gddr_key_hash(key): names it in the lazy-pull hold mask */
     /* sync: the step being collected */
-    float *acc;        /* sum of lr_eff * g of this step's pushes */
+    float *acc;        /* sum of f * g of this step's pushes (f: AdaDelay's factor
+                        * 1/(1+adadelay*tau), minus fill credits) */
     uint8_t *touched;  /* per chunk: some push of this step carried it */
+    uint32_t *cnt;     /* per chunk: pushes of this step that count in its mean
+                        * (all but those holding it back under fill) */
+    double step_lr;    /* the lr of the step's last push (0: the tensor's) */
+    ps_fillw **holders; /* fill states of the workers holding chunks in this step
+                         * (max_workers entries; fill.c) */
+    uint32_t nholders;
+    ps_fillw **holders_alt; /* the completed step's, read by its update in flight */
     uint8_t *contrib;  /* per rank: pushed in this step */
     uint32_t ncontrib; /* distinct ranks in this step */
     uint32_t npushes;  /* pushes folded into this step */
@@ -134,6 +176,8 @@ typedef struct ps_worker {
     size_t nwt;
     struct ps_pview **pv; /* per tensor id: this worker's view for lazy pulls (conn.c) */
     size_t npv;
+    ps_fillw **fw;        /* per tensor id: fill credits (fill.c), NULL until it held a chunk */
+    size_t nfw;
     char client[64];    /* what its hello said it is (escaped), for logs */
 } ps_worker;
 
@@ -303,10 +347,10 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force);
  * payload: the message vals lives in (the pool takes it), or NULL when the
  * caller frees vals right after: then the update is waited for. */
 void ps_flush_apply(gddr_ps *ps, ps_tensor *t, const float *vals, const uint8_t *bitmap,
-                    float scale, zmq_msg_t *payload);
+                    float vscale, float scale, double lr, uint32_t rank, zmq_msg_t *payload);
 /* Keeps a flush that arrived while a sync step is open, for after it. */
 int ps_flush_defer(gddr_ps *ps, ps_tensor *t, const Gddr__Push *p, const float *vals,
-                   size_t nfloats, float scale);
+                   size_t nfloats, float vscale, uint32_t rank);
 /* Re-checks what a change of membership may unblock (sync steps, ssp pulls). */
 void ps_membership_changed(gddr_ps *ps);
 
@@ -367,16 +411,27 @@ void ps_pulls_free(gddr_ps *ps);
 long long ps_conns_queued_bytes(gddr_ps *ps);
 
 /* apply.c: the apply pool. */
-typedef enum { PS_JOB_APPLY, PS_JOB_ACC, PS_JOB_SYNC } ps_job_kind;
+/* APPLY: one push is an optimizer step (async, ssp). ACC: a push joins
+ * the sync step being collected. SYNC: the collected step is applied.
+ * JOIN: a flush is added to the step just applied (optim.c). */
+typedef enum { PS_JOB_APPLY, PS_JOB_ACC, PS_JOB_SYNC, PS_JOB_JOIN } ps_job_kind;
 typedef struct ps_job {
     ps_job_kind kind;
     ps_tensor *t;
-    float *dst;             /* APPLY, SYNC: write here, not into t->w (copy on write); NULL = in place */
-    const float *vals;      /* payload (APPLY, ACC) */
+    float *dst;             /* APPLY, SYNC, JOIN: write here, not into t->w (copy on write);
+                             * NULL = in place */
+    const float *vals;      /* payload (APPLY, ACC, JOIN) */
     const int64_t *off;     /* per chunk: offset into vals, -1 absent; NULL = dense */
     const float *const *src; /* or, when set, per chunk: its values, NULL absent (a push in parts) */
-    float scale;            /* APPLY, ACC: lr_eff; SYNC: 1/N */
-    float mu;               /* momentum */
+    float vscale;           /* APPLY, ACC, JOIN: the payload's scale (sync: AdaDelay's factor;
+                             * async: 1, the factor is in lr_eff) */
+    float scale;            /* APPLY 1; SYNC, JOIN: 1/(the step's workers) */
+    ps_upd upd;             /* APPLY, SYNC, JOIN: the optimizer step */
+    ps_fillw *fw;           /* APPLY, ACC, JOIN: the pushing worker's fill credits, or NULL */
+    int held;               /* ACC: its absent chunks are held (fill), not zeros */
+    uint32_t npushes;       /* SYNC: pushes in the step (the fill mean's weight) */
+    ps_fillw **holders;     /* SYNC: the workers that held chunks in the step */
+    uint32_t nholders;
 } ps_job;
 typedef struct ps_task ps_task;
 int ps_pool_start(ps_pool **out, int threads);
@@ -426,6 +481,45 @@ void ps_stale_add(ps_stale *s, uint64_t tau, double decay);
 double ps_stale_mean(const ps_stale *s);
 /* Prometheus text into a malloc'd string. */
 char *ps_metrics_text(gddr_ps *ps);
+
+/* optim.c */
+const char *ps_optim_name(int kind);
+/* The server's [optimizer] section as a tensor optimizer (explicit_ 0). */
+void ps_optim_from_config(const gddr_ps_config *cfg, ps_optim *o);
+/* t's optimizer in force: its own, or the section's (written to *tmp). */
+const ps_optim *ps_optim_of(const gddr_ps *ps, const ps_tensor *t, ps_optim *tmp);
+/* 0, or -1 with a sentence in msg: a registration's optimizer is refused. */
+int ps_optim_check(const ps_optim *o, char *msg, size_t len);
+int ps_optim_equal(const ps_optim *a, const ps_optim *b);
+/* "adam lr=0.001 beta1=0.9 ..." for logs and errors. */
+int ps_optim_describe(const ps_optim *o, char *buf, size_t len);
+/* State buffers the optimizer needs per element: 0, 1 (s1) or 2 (s1, s2). */
+int ps_optim_nstate(const ps_optim *o);
+/* Allocates what t's optimizer needs (zeros); -1 when out of memory. */
+int ps_optim_state(const gddr_ps *ps, ps_tensor *t);
+/* The arguments of t's next update with step size lr (bias corrections for
+ * the version it makes). */
+void ps_upd_for(const gddr_ps *ps, const ps_tensor *t, double lr, ps_upd *u);
+/* out = w updated by gradient gs*g (out may be w), s1/s2 the state. */
+void ps_upd_run(const ps_upd *u, float *out, const float *w, float *s1, float *s2, const float *g,
+                float gs, size_t n);
+/* The same gradient added to the update just applied (a flush; optim.c). */
+void ps_upd_join(const ps_upd *u, float *out, const float *w, float *s1, const float *s2,
+                 const float *g, float gs, size_t n);
+
+/* fill.c: held chunks in sync steps. */
+/* rank's fill state for t, created on first use within max_fill_bytes;
+ * NULL when fill is off or over the bound (the push is then taken as one
+ * whose absent chunks are zero). */
+ps_fillw *ps_fill_get(gddr_ps *ps, uint32_t rank, ps_tensor *t);
+/* rank's fill state for t if it has one. */
+ps_fillw *ps_fill_find(gddr_ps *ps, uint32_t rank, uint32_t id);
+/* Notes that fw held chunks in t's open step (t->holders). */
+void ps_fill_holding(ps_tensor *t, ps_fillw *fw);
+/* Drops a worker's credits (a new process for the rank). */
+void ps_fill_free_worker(gddr_ps *ps, ps_worker *w);
+/* Bytes held by every worker's fill state. */
+long long ps_fill_bytes(void);
 
 /* tau.c: the dynamic tau controller. Returns 1 when tau changed. */
 int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double grad_norm);

@@ -102,6 +102,18 @@ static int on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
                f->n == 3 ? gddr__frame_size(f, 2) : 0);
     }
     const float *vals = gddr__frame_data(f, 2);
+    ps_optim want;
+    char msg[256];
+    if (in->optimizer) {
+        const Gddr__Optimizer *o = in->optimizer;
+        want = (ps_optim){ (int)o->kind, 1, o->lr, o->momentum, o->beta1, o->beta2, o->eps,
+                           o->weight_decay };
+        if (ps_optim_check(&want, msg, sizeof msg) < 0)
+            return ps_reject(ps, ident, rq->req_id, GDDR_EINVAL, "tensor '%s': optimizer: %s",
+                             in->key, msg);
+        if (want.lr == 0)
+            want.lr = ps->cfg.lr;
+    }
     ps_tensor *t = NULL;
     for (size_t i = 0; i < ps->ntensors; i++)
         if (strcmp(ps->tensors[i]->key, in->key) == 0)
@@ -112,6 +124,16 @@ static int on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
             return ps_reject(ps, ident, rq->req_id, GDDR_ELENGTH,
                    "tensor '%s' exists with length %zu, not %llu", in->key, t->n,
                    (unsigned long long)in->n);
+        }
+        ps_optim tmp;
+        const ps_optim *have = ps_optim_of(ps, t, &tmp);
+        if (in->optimizer && !ps_optim_equal(have, &want)) {
+            char a[160], b[160];
+            ps_optim_describe(have, a, sizeof a);
+            ps_optim_describe(&want, b, sizeof b);
+            return ps_reject(ps, ident, rq->req_id, GDDR_ECONFIG,
+                             "tensor '%s' runs %s%s; this registration asks for %s", in->key, a,
+                             t->opt.explicit_ ? "" : " (the server's [optimizer] section)", b);
         }
     } else {
         if (!worker)
@@ -133,18 +155,33 @@ static int on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
             return ps_reject(ps, ident, rq->req_id, GDDR_ENOMEM, "no memory for tensor '%s'", in->key);
         }
         memcpy(t->w, vals, in->n * sizeof(float));
+        if (in->optimizer)
+            t->opt = want;
         created = 1;
         ps->inits++;
-        gddr_log(GDDR_LOG_INFO, "tensor '%s' registered by worker %u: id %u, %zu values, %zu chunks",
-                 t->key, rq->rank, t->id, t->n, t->nchunks);
+        ps_optim tmp;
+        ps_optim_describe(ps_optim_of(ps, t, &tmp), msg, sizeof msg);
+        gddr_log(GDDR_LOG_INFO, "tensor '%s' registered by worker %u: id %u, %zu values, %zu chunks, %s",
+                 t->key, rq->rank, t->id, t->n, t->nchunks, msg);
     }
     Gddr__Reply r;
     Gddr__InitReply ir = GDDR__INIT_REPLY__INIT;
+    Gddr__Optimizer ro = GDDR__OPTIMIZER__INIT;
+    ps_optim tmp;
+    const ps_optim *eff = ps_optim_of(ps, t, &tmp);
+    ro.kind = (Gddr__OptimizerKind)eff->kind;
+    ro.lr = eff->lr;
+    ro.momentum = eff->momentum;
+    ro.beta1 = eff->beta1;
+    ro.beta2 = eff->beta2;
+    ro.eps = eff->eps;
+    ro.weight_decay = eff->weight_decay;
     ps_reply_init(ps, &r, rq->req_id, t);
     ir.id = t->id;
     ir.version = t->version;
     ir.n = t->n;
     ir.created = created;
+    ir.optimizer = &ro;
     r.body_case = GDDR__REPLY__BODY_INIT;
     r.init = &ir;
     ps_send_reply(ps, ident, &r, NULL, 0);
@@ -227,9 +264,9 @@ typedef struct push_src {
 } push_src;
 
 /* Counts the chunks a push carries and those its worker's GDDR residual
- * held back, and says once when they meet server momentum in sync mode:
- * measured (docs/network.md), momentum 0.9 with a quarter or more of the
- * chunks held lost 5-10 pp of accuracy, where holding a tenth kept it. */
+ * held back, and says once when they meet server momentum in sync mode
+ * without fill: measured (docs/network.md), momentum 0.9 with a quarter or
+ * more of the chunks held and applied late lost 5-10 pp of accuracy. */
 static void count_held(gddr_ps *ps, ps_tensor *t, const push_src *src)
 {
     size_t held = 0;
@@ -238,12 +275,12 @@ static void count_held(gddr_ps *ps, ps_tensor *t, const push_src *src)
     ps->push_chunks_held += held;
     ps->push_chunks_sent += t->nchunks - held;
     uint64_t all = ps->push_chunks_held + ps->push_chunks_sent;
-    if (!ps->momentum_warned && ps->cfg.momentum >= 0.5 && all >= 1000 && ps->push_chunks_held * 4 >= all &&
-        ps_tensor_mode(ps, t) == GDDR_PS_MODE_SYNC) {
+    if (!ps->momentum_warned && !ps->cfg.fill_held && ps->cfg.momentum >= 0.5 && all >= 1000 &&
+        ps->push_chunks_held * 4 >= all && ps_tensor_mode(ps, t) == GDDR_PS_MODE_SYNC) {
         ps->momentum_warned = 1;
-        gddr_log(GDDR_LOG_WARN, "sync mode with momentum %g: the workers' GDDR residuals hold %.0f%% of "
-                 "the chunks back; measured, that costs accuracy with momentum (a delay of any origin "
-                 "does). Keep delay_fraction near 0.1 or lower the momentum (docs/network.md)",
+        gddr_log(GDDR_LOG_WARN, "sync mode with momentum %g and fill_held = false: the workers' GDDR "
+                 "residuals hold %.0f%% of the chunks back, and applied late they cost accuracy with "
+                 "momentum (measured 8-14 pp). Turn fill_held on (docs/results.md)",
                  ps->cfg.momentum, 100.0 * (double)ps->push_chunks_held / (double)all);
     }
 }
@@ -295,6 +332,9 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         !isfinite(p->residual_l1) || p->residual_l1 < 0) {
         return ps_reject(ps, ident, id, GDDR_ENONFINITE, "push to tensor '%s' holds NaN or Inf", t->key);
     }
+    if (!isfinite(p->lr) || p->lr < 0 || p->lr > 1e6)
+        return ps_reject(ps, ident, id, GDDR_EINVAL, "push to tensor '%s': lr %g is not in [0, 1e6]",
+                         t->key, p->lr);
     if (p->norm_from_payload && (p->bitmap.len || p->flush)) {
         return ps_reject(ps, ident, id, GDDR_EINVAL,
                          "push to tensor '%s': norm_from_payload needs a dense push that is not a flush",
@@ -322,40 +362,57 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         src->off = t->off;
     }
     uint64_t tau = t->version - p->base_version;
-    double lr_eff = ps->cfg.lr / (1.0 + ps->cfg.adadelay * (double)tau);
+    /* AdaDelay: the step of a push computed tau versions ago shrinks by
+     * 1 + adadelay*tau (async: in lr_eff; sync: as the push's weight f). */
+    double fac = 1.0 / (1.0 + ps->cfg.adadelay * (double)tau);
+    ps_optim otmp;
+    double lr = p->lr > 0 ? p->lr : ps_optim_of(ps, t, &otmp)->lr;
     int mode = ps_tensor_mode(ps, t);
     ps_wtensor out = { p->step, 0, 0, tau, 0, 0, (uint8_t)mode, p->residual_l1 };
+    if (ps_optim_state(ps, t) < 0)
+        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for the optimizer state of '%s'", t->key);
     if (mode == GDDR_PS_MODE_SYNC && p->flush) {
-        /* Mass of the worker's earlier steps: it weighs what one worker's
-         * share of those steps weighed, however many workers are left.
-         * (A flush always comes in one message.) */
+        /* Mass of the worker's earlier steps: joined to the last step with
+         * the weight one worker's share of it had, however many workers
+         * are left. (A flush always comes in one message.) */
         uint32_t d = t->sync_divisor ? t->sync_divisor : (uint32_t)gddr_ps_expected_workers(ps);
-        float scale = (float)(lr_eff / (double)d);
         if (t->npushes == 0) {
-            ps_flush_apply(ps, t, src->vals, p->bitmap.len ? p->bitmap.data : NULL, scale, src->frame);
+            ps_flush_apply(ps, t, src->vals, p->bitmap.len ? p->bitmap.data : NULL, (float)fac,
+                           1.0f / (float)d, p->lr, rq->rank, src->frame);
             out.applied = 1;
-        } else if ((rc = ps_flush_defer(ps, t, p, src->vals, nfloats, scale)) != GDDR_OK) {
+        } else if ((rc = ps_flush_defer(ps, t, p, src->vals, nfloats, (float)fac, rq->rank)) != GDDR_OK) {
             return ps_reject(ps, ident, id, rc, "push to tensor '%s': cannot keep a flush for after the step",
                              t->key);
         }
         out.sync_target = t->version + (out.applied ? 0 : 1);
     } else if (mode == GDDR_PS_MODE_SYNC) {
-        ps_job job = { PS_JOB_ACC, t, NULL, NULL, NULL, NULL, (float)lr_eff, 0 };
+        /* Fill (fill.c): a push whose absent chunks are held gets credits. */
+        int absent = src->off != NULL;
+        for (size_t c = 0; !absent && src->whole.src && c < t->nchunks; c++)
+            absent = src->whole.src[c] == NULL;
+        int held = p->held && absent && ps->cfg.fill_held;
+        ps_fillw *fw = held ? ps_fill_get(ps, rq->rank, t) : ps_fill_find(ps, rq->rank, t->id);
+        ps_job job = { .kind = PS_JOB_ACC, .t = t, .vscale = (float)fac, .fw = fw,
+                       .held = held && fw };
+        if (job.held)
+            ps_fill_holding(t, fw);
         submit_push(ps, t, &job, NULL, src);
         if (!t->contrib[rq->rank]) {
             t->contrib[rq->rank] = 1;
             t->ncontrib++;
         }
         t->npushes++;
+        if (p->lr > 0)
+            t->step_lr = p->lr;
         out.sync_target = t->version + 1;
         out.applied = (uint8_t)ps_sync_try_complete(ps, t, 0);
     } else {
-        if (ps->cfg.momentum > 0 && !t->mom)
-            t->mom = calloc(t->n, sizeof(float));
         ps_vbuf *fresh;
         if (ps_tensor_begin_write(t, &fresh) < 0)
             return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for a copy of tensor '%s'", t->key);
-        ps_job job = { PS_JOB_APPLY, t, NULL, NULL, NULL, NULL, (float)lr_eff, (float)ps->cfg.momentum };
+        ps_job job = { .kind = PS_JOB_APPLY, .t = t, .vscale = 1.0f, .scale = 1.0f,
+                       .fw = ps_fill_find(ps, rq->rank, t->id) };
+        ps_upd_for(ps, t, lr * fac, &job.upd);
         submit_push(ps, t, &job, fresh, src);
         t->version++;
         ps->versions_total++;
@@ -811,12 +868,12 @@ void gddr_ps_close(gddr_ps **pp)
     if (ps->zctx)
         zmq_ctx_term(ps->zctx);
     ps_conns_close(ps);
+    ps_workers_free(ps); /* (their fill credits leave the tensors' open steps: before these) */
     if (ps->pool)
         ps_pool_stop(&ps->pool);
     for (size_t i = 0; i < ps->ntensors; i++)
         ps_tensor_free(ps->tensors[i]);
     free(ps->tensors);
-    ps_workers_free(ps);
     free(ps);
     *pp = NULL;
 }

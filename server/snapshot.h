@@ -47,6 +47,11 @@ typedef struct gddr_ps_orphan_counts {
 } gddr_ps_orphan_counts;
 void gddr_ps_orphan_stats(gddr_ps *ps, gddr_ps_orphan_counts *out);
 
+/* fill.c: the fill credits in checkpoints ("fill/<rank>/<id>"). */
+int ps_fill_sections(gddr_ps *ps, struct gddr_ckpt_section **s, size_t *n, size_t *cap,
+                     gddr_ps_add_section_fn add);
+void ps_fill_restore(gddr_ps *ps, const struct gddr_ckpt *c);
+
 /* ops.c */
 void gddr_ps_reload(gddr_ps *ps);
 int gddr_ps_metrics_open(gddr_ps *ps, char *err, size_t errlen);

@@ -203,6 +203,14 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_handshake_failures_total %llu\n", (unsigned long long)ps->handshake_failed);
     sb_printf(&b, "# HELP gddr_connections Peer connections the server keeps accounts for.\n# TYPE gddr_connections gauge\n"
                   "gddr_connections %zu\n", ps_conns_count(ps));
+    unsigned long long optb = 0;
+    for (size_t i = 0; i < ps->ntensors; i++)
+        optb += (unsigned long long)ps->tensors[i]->n * 4 *
+                (unsigned long long)((ps->tensors[i]->s1 ? 1 : 0) + (ps->tensors[i]->s2 ? 1 : 0));
+    sb_printf(&b, "# HELP gddr_optimizer_state_bytes Memory of the optimizers' state (momentum; Adam's two moments; Adagrad's sum of squares), 4 bytes a value each.\n# TYPE gddr_optimizer_state_bytes gauge\n"
+                  "gddr_optimizer_state_bytes %llu\n", optb);
+    sb_printf(&b, "# HELP gddr_fill_bytes Memory of the workers' fill credits (fill_held: 4 bytes a value and 1 a chunk per worker and tensor).\n# TYPE gddr_fill_bytes gauge\n"
+                  "gddr_fill_bytes %lld\n", ps_fill_bytes());
     sb_printf(&b, "# HELP gddr_queued_reply_bytes Reply bytes handed to ZeroMQ and not yet sent, all peers.\n# TYPE gddr_queued_reply_bytes gauge\n"
                   "gddr_queued_reply_bytes %lld\n", ps_conns_queued_bytes(ps));
     sb_printf(&b, "# HELP gddr_pull_buffer_bytes Memory of tensor versions kept for pull replies (current ones and those unsent replies hold).\n# TYPE gddr_pull_buffer_bytes gauge\n"

@@ -8,21 +8,32 @@
 #include "log.h"
 #include "ps.h"
 
-/* Applies a flush (a closing worker's held residual) as its own update.
- * payload: the message vals lives in (the pool takes it), or NULL when the
- * caller frees vals right after: then the update is waited for. */
+/* The lr a push or step asked for (0: the tensor's). */
+static double lr_or_tensor(const gddr_ps *ps, const ps_tensor *t, double lr)
+{
+    ps_optim tmp;
+    return lr > 0 ? lr : ps_optim_of(ps, t, &tmp)->lr;
+}
+
+/* Adds a flush (a closing worker's held residual) to the step just
+ * applied (PS_JOB_JOIN, optim.c): with momentum, a step of its own would
+ * let every flushed chunk coast once more. payload: the message vals lives
+ * in (the pool takes it), or NULL when the caller frees vals right after:
+ * then the update is waited for. */
 void ps_flush_apply(gddr_ps *ps, ps_tensor *t, const float *vals, const uint8_t *bitmap,
-                    float scale, zmq_msg_t *payload)
+                    float vscale, float scale, double lr, uint32_t rank, zmq_msg_t *payload)
 {
     ps_tensor_settle(ps, t);
     ps_chunk_offsets(t, bitmap, t->off);
-    if (ps->cfg.momentum > 0 && !t->mom)
-        t->mom = calloc(t->n, sizeof(float));
+    if (ps_optim_state(ps, t) < 0)
+        gddr_log(GDDR_LOG_ERROR, "no memory for the optimizer state of '%s'", t->key);
     ps_vbuf *fresh;
     if (ps_tensor_begin_write(t, &fresh) < 0)
         gddr_log(GDDR_LOG_ERROR, "no memory for a copy of '%s': a pull in flight may see this update",
                  t->key);
-    ps_job job = { PS_JOB_APPLY, t, NULL, vals, t->off, NULL, scale, (float)ps->cfg.momentum };
+    ps_job job = { .kind = PS_JOB_JOIN, .t = t, .vals = vals, .off = t->off, .vscale = vscale,
+                   .scale = scale, .fw = ps_fill_find(ps, rank, t->id) };
+    ps_upd_for(ps, t, lr_or_tensor(ps, t, lr), &job.upd);
     ps_tensor_submit(ps, t, &job, fresh, payload, payload ? 1 : 0, NULL);
     if (!payload)
         ps_tensor_settle(ps, t);
@@ -33,7 +44,8 @@ void ps_flush_apply(gddr_ps *ps, ps_tensor *t, const float *vals, const uint8_t 
 /* Applies the step being collected when enough workers pushed. The divisor
  * is the number of live workers, so a step is the mean over the workers,
  * and a late push folded into a later step counts with the same weight:
- * over a run, N * (sum of applied updates) = lr * (sum of pushed grads). */
+ * over a run, N * (sum of applied gradients) = sum of pushed gradients
+ * (fill credits included: fill.c). */
 int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
 {
     if (t->npushes == 0)
@@ -46,8 +58,8 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     if (!force && (int)t->ncontrib < need)
         return 0;
     ps_tensor_settle(ps, t); /* the step's last push is folded in */
-    if (ps->cfg.momentum > 0 && !t->mom)
-        t->mom = calloc(t->n, sizeof(float));
+    if (ps_optim_state(ps, t) < 0)
+        gddr_log(GDDR_LOG_ERROR, "no memory for the optimizer state of '%s'", t->key);
     /* A step whose workers left before it completed still divides by those
      * who took part, not by who is left. */
     int divisor = (int)t->ncontrib > live ? (int)t->ncontrib : live;
@@ -55,8 +67,15 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     if (ps_tensor_begin_write(t, &fresh) < 0)
         gddr_log(GDDR_LOG_ERROR, "no memory for a copy of '%s': a pull in flight may see this step",
                  t->key);
-    ps_job job = { PS_JOB_SYNC, t, NULL, NULL, NULL, NULL, 1.0f / (float)divisor,
-                   (float)ps->cfg.momentum };
+    ps_job job = { .kind = PS_JOB_SYNC, .t = t, .scale = 1.0f / (float)divisor,
+                   .npushes = t->npushes, .holders = t->holders, .nholders = t->nholders };
+    ps_upd_for(ps, t, lr_or_tensor(ps, t, t->step_lr), &job.upd);
+    /* The job reads this step's holders; the next step collects into the
+     * other array. */
+    ps_fillw **h = t->holders;
+    t->holders = t->holders_alt;
+    t->holders_alt = h;
+    t->nholders = 0;
     ps_tensor_submit(ps, t, &job, fresh, NULL, 0, NULL);
     t->version++;
     ps->versions_total++;
@@ -64,11 +83,13 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     memset(t->contrib, 0, (size_t)ps->cfg.max_workers);
     t->ncontrib = 0;
     t->npushes = 0;
+    t->step_lr = 0;
     /* Flushes that came in while the step was open go right after it. */
     while (t->flushes) {
         ps_flush *f = t->flushes;
         t->flushes = f->next;
-        ps_flush_apply(ps, t, f->vals, f->bitmap, f->scale, NULL);
+        ps_flush_apply(ps, t, f->vals, f->bitmap, f->vscale, 1.0f / (float)divisor, f->lr, f->rank,
+                       NULL);
         free(f->vals), free(f->bitmap), free(f);
         t->nflushes--;
     }
@@ -85,7 +106,7 @@ void ps_membership_changed(gddr_ps *ps)
 
 /* Keeps a flush that arrived while a sync step is open, for after it. */
 int ps_flush_defer(gddr_ps *ps, ps_tensor *t, const Gddr__Push *p, const float *vals,
-                   size_t nfloats, float scale)
+                   size_t nfloats, float vscale, uint32_t rank)
 {
     if (t->nflushes >= (uint32_t)ps->cfg.max_workers)
         return GDDR_EBUSY;
@@ -95,7 +116,9 @@ int ps_flush_defer(gddr_ps *ps, ps_tensor *t, const Gddr__Push *p, const float *
         memcpy(f->vals, vals, nfloats * 4);
         if (p->bitmap.len)
             memcpy(f->bitmap, p->bitmap.data, p->bitmap.len);
-        f->scale = scale;
+        f->vscale = vscale;
+        f->lr = p->lr;
+        f->rank = rank;
         ps_flush **pp = &t->flushes;
         while (*pp)
             pp = &(*pp)->next;

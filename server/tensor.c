@@ -166,9 +166,13 @@ void ps_tensor_free(ps_tensor *t)
     ps_vbuf_unref(t->cur);
     free(t->off);
     free(t->mod);
-    free(t->mom);
+    free(t->s1);
+    free(t->s2);
     free(t->acc);
     free(t->touched);
+    free(t->cnt);
+    free(t->holders);
+    free(t->holders_alt);
     free(t->contrib);
     while (t->flushes) {
         ps_flush *f = t->flushes;
@@ -191,12 +195,17 @@ ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
     t->w = t->cur ? t->cur->data : NULL;
     t->acc = calloc(n, sizeof(float));
     t->touched = calloc(t->nchunks, 1);
+    t->cnt = calloc(t->nchunks, sizeof *t->cnt);
+    t->holders = calloc((size_t)ps->cfg.max_workers, sizeof *t->holders);
+    t->holders_alt = calloc((size_t)ps->cfg.max_workers, sizeof *t->holders_alt);
+    ps_optim_from_config(&ps->cfg, &t->opt);
     t->off = malloc(t->nchunks * sizeof *t->off);
     t->mod = calloc(t->nchunks, sizeof *t->mod);
     t->keyhash = gddr_key_hash(t->key);
     t->contrib = calloc((size_t)ps->cfg.max_workers, 1);
     t->tau = (int)ps->cfg.tau_init;
-    ps_tensor **arr = t->w && t->acc && t->touched && t->off && t->mod && t->contrib
+    ps_tensor **arr = t->w && t->acc && t->touched && t->cnt && t->holders && t->holders_alt &&
+                              t->off && t->mod && t->contrib
                           ? realloc(ps->tensors, (ps->ntensors + 1) * sizeof *arr)
                           : NULL;
     if (!arr) {

@@ -108,6 +108,7 @@ int ps_worker_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, uint
         w->wt = NULL;
         w->nwt = 0;
         ps_pviews_free(w); /* a new process has no view yet */
+        ps_fill_free_worker(ps, w); /* nor a residual: what was filled in for it stays */
         ps_parts_drop_rank(ps, rank); /* the old process's half-sent pushes */
         w->session = session;
         if (w->state == PS_W_DEAD || w->state == PS_W_LEFT)
@@ -188,6 +189,7 @@ void ps_workers_free(gddr_ps *ps)
     for (int r = 0; ps->workers && r < ps->cfg.max_workers; r++) {
         free(ps->workers[r].wt);
         ps_pviews_free(&ps->workers[r]);
+        ps_fill_free_worker(ps, &ps->workers[r]);
     }
     free(ps->workers);
     ps->workers = NULL;

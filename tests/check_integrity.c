@@ -1445,15 +1445,17 @@ START_TEST(test_pull_views_capped)
 END_TEST
 
 /* The server counts the chunks GDDR pushes carry and hold back, and in sync
- * mode with momentum says once, in its log, when a quarter or more are held
- * (measured to cost accuracy, docs/network.md); holding a tenth, it is
- * silent. One worker, 32 chunks, 40 steps: 1280 chunk-pushes. */
-static void held_case(double alpha, int expect_warning)
+ * mode with momentum and fill_held off says once, in its log, when a
+ * quarter or more are held (measured to cost accuracy, docs/network.md);
+ * holding a tenth, or with fill on (the default), it is silent. One
+ * worker, 32 chunks, 40 steps: 1280 chunk-pushes. */
+static void held_case(double alpha, int fill, int expect_warning)
 {
     char dir[64], log[160];
     gt_scratch_log(dir, sizeof dir, log, sizeof log);
     const char *sets[] = { "mode=sync", "workers=1", "momentum=0.9", "lr=0.01", "chunk=16",
-                           "tau_dynamic=false", "tau_init=4", NULL };
+                           "tau_dynamic=false", "tau_init=4",
+                           fill ? "fill_held=true" : "fill_held=false", NULL };
     gt_server s;
     gt_start_logged(&s, log, sets);
     enum { N = 512, NC = 32, STEPS = 40 };
@@ -1493,8 +1495,9 @@ static void held_case(double alpha, int expect_warning)
 
 START_TEST(test_held_chunks_counted)
 {
-    held_case(0.4, 1);
-    held_case(0.1, 0);
+    held_case(0.4, 0, 1);
+    held_case(0.1, 0, 0);
+    held_case(0.4, 1, 0);
 }
 END_TEST
 

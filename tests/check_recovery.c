@@ -295,7 +295,7 @@ static uint64_t ckpt_ntensors(const gddr_ckpt *c)
     ck_assert_msg(m && m->len >= 24, "%s has no meta section", c->path);
     uint64_t meta[3];
     memcpy(meta, m->data, sizeof meta);
-    ck_assert_uint_eq(meta[0], 2); /* format 2: exactly-once records in "workers" */
+    ck_assert_uint_eq(meta[0], 3); /* format 3: optimizers ("opt/") and fill credits */
     return meta[2];
 }
 

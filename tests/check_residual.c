@@ -195,6 +195,7 @@ START_TEST(test_wire_size_of_sparse_push)
         if (ns < nch) {
             p.bitmap.data = bm;
             p.bitmap.len = sizeof bm;
+            p.held = 1; /* the absent chunks are in the residual (Push.held) */
             saw_sparse = 1;
         } else {
             saw_dense = 1;

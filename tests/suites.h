@@ -17,7 +17,8 @@
     X(recovery)        \
     X(residual)        \
     X(integrity)       \
-    X(shard)
+    X(shard)           \
+    X(optim)
 
 #define GDDR__SUITE_DECL(name) Suite *suite_##name(void);
 GDDR_SUITES(GDDR__SUITE_DECL)

@@ -396,6 +396,12 @@ static void complete(gddr_client *c, gddr__frames *f)
         o->sid = r->init->id;
         o->version = r->init->version;
         o->created = r->init->created;
+        memset(&o->opt, 0, sizeof o->opt);
+        if (r->init->optimizer) {
+            const Gddr__Optimizer *so = r->init->optimizer;
+            o->opt = (gddr__optim){ 1, (int)so->kind, so->lr, so->momentum, so->beta1, so->beta2,
+                                    so->eps, so->weight_decay };
+        }
         break;
     case GDDR__REPLY__BODY_PULL:
         if (o->kind != OP_PULL)
@@ -594,6 +600,17 @@ static int register_one(gddr_client *c, int i, const float *vals, int timeout_ms
     in.key = t->key;
     in.n = t->n;
     in.payload_bytes = t->n * 4;
+    Gddr__Optimizer oz = GDDR__OPTIMIZER__INIT;
+    if (t->opt.set) {
+        oz.kind = (Gddr__OptimizerKind)t->opt.kind;
+        oz.lr = t->opt.lr;
+        oz.momentum = t->opt.momentum;
+        oz.beta1 = t->opt.beta1;
+        oz.beta2 = t->opt.beta2;
+        oz.eps = t->opt.eps;
+        oz.weight_decay = t->opt.weight_decay;
+        in.optimizer = &oz;
+    }
     rq.body_case = GDDR__REQUEST__BODY_INIT;
     rq.init = &in;
     gddr__raw raw = { vals, t->n * 4, NULL, NULL };
@@ -633,6 +650,7 @@ int gddr__reconnect(gddr_client *c)
                       : gddr__set_err(c, GDDR_ENOMEM, "no memory to register '%s' again", c->t[i].key);
             if (rc == GDDR_OK) {
                 c->t[i].sid = res.sid;
+                c->t[i].srv_opt = res.opt;
                 if (res.version < c->t[i].version)
                     gddr__logf(&c->log, GDDR_LOG_WARN,
                                "tensor '%s' is back at version %llu (we had %llu): updates after the server's last checkpoint were lost",
@@ -870,18 +888,51 @@ static int register_call(gddr_client *c, void *arg)
     return register_one(c, a->index, a->init, c->o.timeout_ms, &a->res);
 }
 
-int gddr_register(gddr_client *c, const char *key, const float *init, size_t n, int *id,
-                  uint64_t *version)
+int gddr_register_opt(gddr_client *c, const char *key, const float *init, size_t n,
+                      const char *optimizer, int *id, uint64_t *version)
 {
     if (!c || !key || !init || n == 0 || !id || strlen(key) >= 128)
         return c ? gddr__set_err(c, GDDR_EINVAL, "register: bad arguments") : GDDR_EINVAL;
+    gddr__optim opt;
+    char err[256];
+    if (gddr__optim_parse(optimizer, &opt, err, sizeof err) < 0)
+        return gddr__set_err(c, GDDR_EINVAL, "register '%s': %s", key, err);
     if (c->shards)
-        return gddr__shards_register(c, key, init, n, id, version);
-    return gddr__register_piece(c, key, init, n, gddr_key_hash(key), 0, id, version);
+        return gddr__shards_register(c, key, init, n, &opt, id, version);
+    return gddr__register_piece(c, key, init, n, gddr_key_hash(key), 0, &opt, id, version);
+}
+
+int gddr_register(gddr_client *c, const char *key, const float *init, size_t n, int *id,
+                  uint64_t *version)
+{
+    return gddr_register_opt(c, key, init, n, NULL, id, version);
+}
+
+int gddr_set_lr(gddr_client *c, double lr)
+{
+    if (!c || !isfinite(lr) || lr < 0 || lr > 1e6)
+        return c ? gddr__set_err(c, GDDR_EINVAL, "set_lr: %g is not in [0, 1e6]", lr) : GDDR_EINVAL;
+    atomic_store(&c->lr, lr);
+    if (c->shards)
+        gddr__shards_set_lr(c, lr);
+    return GDDR_OK;
+}
+
+int gddr_tensor_optimizer(gddr_client *c, int id, char *buf, size_t len)
+{
+    if (!c || !buf || len == 0)
+        return GDDR_EINVAL;
+    if (c->shards)
+        return gddr__shards_optimizer(c, id, buf, len);
+    if (id < 0 || id >= c->nt)
+        return gddr__set_err(c, GDDR_EINVAL, "no tensor id %d", id);
+    gddr__optim_format(&c->t[id].srv_opt, buf, len);
+    return GDDR_OK;
 }
 
 int gddr__register_piece(gddr_client *c, const char *key, const float *init, size_t n,
-                         uint32_t keyhash, uint32_t chunk0, int *id, uint64_t *version)
+                         uint32_t keyhash, uint32_t chunk0, const gddr__optim *opt, int *id,
+                         uint64_t *version)
 {
     if (c->pipe)
         return gddr__set_err(c, GDDR_ESTATE, "register: the step pipeline is running");
@@ -902,6 +953,8 @@ int gddr__register_piece(gddr_client *c, const char *key, const float *init, siz
     snprintf(t->key, sizeof t->key, "%s", key);
     t->keyhash = keyhash;
     t->chunk0 = chunk0;
+    if (opt)
+        t->opt = *opt;
     t->n = n;
     t->last_own = malloc(n * 4);
     t->g = malloc(n * 4);
@@ -927,6 +980,7 @@ int gddr__register_piece(gddr_client *c, const char *key, const float *init, siz
     }
     t->sid = a.res.sid;
     t->version = a.res.version;
+    t->srv_opt = a.res.opt;
     *id = c->nt - 1;
     if (version)
         *version = a.res.version;
@@ -1147,6 +1201,8 @@ int gddr__push_tensor(gddr_client *c, int i, const gddr__push_args *a, uint64_t 
     p.bitmap.len = a->bitmap ? a->bitmap_len : 0;
     p.payload_bytes = a->nvals * 4;
     p.flush = a->flush != 0;
+    p.held = a->held != 0;
+    p.lr = atomic_load(&c->lr);
     p.residual_l1 = a->residual_l1;
     gddr__raw raws[2] = { { a->vals, a->nvals * 4, NULL, NULL },
                           { a->snap, a->snap_vals * 4, NULL, NULL } };

@@ -13,6 +13,7 @@
 
 #include "gddr/gddr.h"
 #include "log.h"
+#include "optspec.h"
 #include "wire.h"
 
 typedef enum { OP_HELLO, OP_INIT, OP_PULL, OP_PUSH, OP_STATS, OP_ACK } op_kind;
@@ -29,6 +30,7 @@ typedef struct op {
     int applied, mode;
     uint32_t sid;      /* init reply: server id */
     int created;
+    gddr__optim opt;   /* init reply: the optimizer the server runs for the tensor */
     int track;         /* pull: also update the tensor's last values and version */
     int answered;      /* the server answered (also with an error) */
     /* pull: the reply becomes the tensor's last values and version (the
@@ -51,6 +53,7 @@ typedef struct gddr__push_args {
                             * (dense, exact) payload instead */
     float residual_l1;     /* what this worker holds of the tensor after the push */
     int flush;             /* the residual a closing worker still held */
+    int held;              /* absent chunks are held in the residual (Push.held) */
     const float *snap;     /* residual snapshot (held chunks, packed), or NULL */
     const uint8_t *snap_bm;
     size_t snap_vals;
@@ -78,6 +81,8 @@ typedef struct ctensor {
     uint32_t keyhash;  /* names the tensor in the GDDR mask hash */
     uint32_t chunk0;   /* this tensor's first chunk in the whole tensor (a piece of a
                         * tensor split over servers, shard.c; else 0) */
+    gddr__optim opt;   /* asked for at registration (set 0: the server's) */
+    gddr__optim srv_opt; /* what the server said it runs for this tensor */
     size_t n;
     uint32_t sid;      /* id on the server */
     uint64_t version;  /* of the last pull */
@@ -110,6 +115,7 @@ struct gddr_client {
     gddr__logger log;
     void *zctx, *sock;
     atomic_int lent;       /* messages ZeroMQ still reads from our buffers */
+    _Atomic double lr;     /* gddr_set_lr: the lr every push carries (0: the tensors') */
     uint64_t session;      /* random, once per client: ties our rank to us across reconnects */
     uint64_t next_req;
     op *ops;
@@ -147,12 +153,15 @@ int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int s
                             gddr_client **out, char *err, size_t errlen);
 /* gddr_register of a piece: keyhash and chunk0 place it in its whole tensor. */
 int gddr__register_piece(gddr_client *c, const char *key, const float *init, size_t n,
-                         uint32_t keyhash, uint32_t chunk0, int *id, uint64_t *version);
+                         uint32_t keyhash, uint32_t chunk0, const gddr__optim *opt, int *id,
+                         uint64_t *version);
 /* Where a tensor's pieces live: returns their count; off/len/shard per piece. */
 int gddr__shard_placement(const char *key, size_t n, int chunk, int S, size_t *off, size_t *len,
                           int *shard);
-int gddr__shards_register(gddr_client *c, const char *key, const float *init, size_t n, int *id,
-                          uint64_t *version);
+int gddr__shards_register(gddr_client *c, const char *key, const float *init, size_t n,
+                          const gddr__optim *opt, int *id, uint64_t *version);
+void gddr__shards_set_lr(gddr_client *c, double lr);
+int gddr__shards_optimizer(gddr_client *c, int id, char *buf, size_t len);
 int gddr__shards_pull(gddr_client *c, int id, float *out, uint64_t min_version, uint64_t *version);
 int gddr__shards_push(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
                       uint64_t *version);

@@ -352,6 +352,7 @@ int gddr__shard_placement(const char *key, size_t n, int chunk, int S, size_t *o
 struct reg_arg {
     stensor *t;
     const float *init;
+    const gddr__optim *opt;
     uint64_t *ver;     /* per piece */
 };
 
@@ -366,15 +367,16 @@ static int reg_one(gddr_client *c, int s, void *arg)
         if (p->shard != s)
             continue;
         int rc = gddr__register_piece(h->sub[s], a->t->key, a->init + p->off, p->n, keyhash,
-                                      (uint32_t)(p->off / (size_t)chunk), &p->id, &a->ver[k]);
+                                      (uint32_t)(p->off / (size_t)chunk), a->opt, &p->id,
+                                      &a->ver[k]);
         if (rc != GDDR_OK)
             return rc;
     }
     return GDDR_OK;
 }
 
-int gddr__shards_register(gddr_client *c, const char *key, const float *init, size_t n, int *id,
-                          uint64_t *version)
+int gddr__shards_register(gddr_client *c, const char *key, const float *init, size_t n,
+                          const gddr__optim *opt, int *id, uint64_t *version)
 {
     gddr__shards *h = c->shards;
     for (int i = 0; i < h->nt; i++)
@@ -404,7 +406,7 @@ int gddr__shards_register(gddr_client *c, const char *key, const float *init, si
     }
     for (int k = 0; k < t->np; k++)
         t->p[k] = (spiece){ sh[k], -1, off[k], len[k] };
-    struct reg_arg a = { t, init, ver };
+    struct reg_arg a = { t, init, opt, ver };
     int rc = fan(c, reg_one, &a);
     uint64_t v = UINT64_MAX;
     for (int k = 0; k < t->np; k++)
@@ -877,4 +879,20 @@ char *gddr__metrics_merge(const char *const *texts, int n)
     }
     *o = 0;
     return out;
+}
+
+void gddr__shards_set_lr(gddr_client *c, double lr)
+{
+    gddr__shards *h = c->shards;
+    for (int s = 0; s < h->S; s++)
+        gddr_set_lr(h->sub[s], lr);
+}
+
+int gddr__shards_optimizer(gddr_client *c, int id, char *buf, size_t len)
+{
+    gddr__shards *h = c->shards;
+    if (id < 0 || id >= h->nt)
+        return gddr__set_err(c, GDDR_EINVAL, "no tensor id %d", id);
+    const spiece *p = &h->t[id].p[0]; /* every piece runs the same: one answer */
+    return gddr_tensor_optimizer(h->sub[p->shard], p->id, buf, len);
 }

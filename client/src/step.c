@@ -513,6 +513,7 @@ static int dev_payloads(gddr_client *c, payload *pl, const float *const *w_bak,
         } else {
             p->bitmap = r->bitmap;
             p->bitmap_len = gddr_bitmap_bytes(r->nchunks);
+            p->held = 1; /* the absent chunks are in the residual */
         }
         rc = gddr__residual_snapshot(c, i, p->bitmap, &p->snap, &p->snap_bm, &p->snap_vals);
         if (rc != GDDR_OK)
@@ -635,6 +636,7 @@ static int residual_pack(gddr_client *c, int i, const float *g, payload *p)
     } else {
         p->bitmap = r->bitmap;
         p->bitmap_len = gddr_bitmap_bytes(r->nchunks);
+        p->held = 1; /* the absent chunks are in the residual */
     }
     return gddr__residual_snapshot(c, i, p->bitmap ? r->bitmap : NULL, &p->snap, &p->snap_bm,
                                    &p->snap_vals);

@@ -545,7 +545,8 @@ static void section_apply(size_t bytes)
     for (int ti = 0; ti < nth; ti++) {
         ps_pool *pool = NULL;
         ps_pool_start(&pool, threads[ti]);
-        ps_job job = { PS_JOB_APPLY, &t, NULL, g, NULL, NULL, 1e-6f, 0 };
+        ps_job job = { .kind = PS_JOB_APPLY, .t = &t, .vals = g, .vscale = 1.0f, .scale = 1.0f,
+                       .upd = { .kind = PS_OPT_SGD, .lr = 1e-6f } };
         double a[MAXV], m[MAXV], q[MAXV], v[MAXV];
         for (int k = 0; k < reps; k++) {
             double t0 = now_s();

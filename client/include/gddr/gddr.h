@@ -187,6 +187,28 @@ int gddr_client_info(gddr_client *c, gddr_server_info *out);
 int gddr_register(gddr_client *c, const char *key, const float *init, size_t n,
                   int *id, uint64_t *version);
 
+/* gddr_register() with the optimizer the server is to run for this tensor,
+ * as text: "KIND [key=value ...]", KIND sgd, adam, adamw or adagrad, keys
+ * lr, momentum (sgd), beta1, beta2 (or betas=B1,B2), eps, weight_decay;
+ * what is not given takes torch.optim's default, lr 0 (or none) the
+ * server's lr. NULL or "": the server's [optimizer] section. The first
+ * registration of a key decides; one that names another optimizer later
+ * fails with GDDR_ECONFIG (the message says what the tensor runs). */
+int gddr_register_opt(gddr_client *c, const char *key, const float *init, size_t n,
+                      const char *optimizer, int *id, uint64_t *version);
+
+/* What the server runs for tensor id, as text in the form
+ * gddr_register_opt() takes (e.g. "adam lr=0.001 beta1=0.9 ..."), into buf
+ * (len bytes, always NUL-terminated). */
+int gddr_tensor_optimizer(gddr_client *c, int id, char *buf, size_t len);
+
+/* Sets the learning rate every later push carries (a schedule on the
+ * worker: warm-up, step, cosine); the server uses it instead of the
+ * tensor's lr, still divided by AdaDelay's 1 + adadelay * staleness. 0:
+ * the tensor's lr. Thread-safe; a pipelined step in flight may go out with
+ * the value before. lr must be in [0, 1e6]. */
+int gddr_set_lr(gddr_client *c, double lr);
+
 /* Blocking pull: copies the tensor into out (n floats) once its version is
  * at least min_version (0: now). *version (may be NULL) receives the version
  * returned, which the next push of this tensor is tagged with. */

@@ -1,0 +1,536 @@
+/* check_optim.c -- the server's optimizers and fill, against a real gddr-ps.
+ *
+ *   fill_exact            held chunks in a sync step count as the mean of
+ *                         those who sent them; the credit comes off when the
+ *                         holder sends; the sum is exact (and without fill,
+ *                         or without Push.held, the old arithmetic)
+ *   fill_survives_restart the credits are in the checkpoint and carry on
+ *   flush_joins_step      a closing worker's flush adds to the last step, no
+ *                         momentum coasting over the flushed chunks
+ *   momentum_fill_converges  GDDR (alpha 0.4) with momentum 0.9 on a stiff
+ *                         quadratic converges like dense with fill, and does
+ *                         not without it
+ *   optimizers_match_reference  adam, adamw, adagrad, sgd+weight decay,
+ *                         async and sync, against the formulas computed here
+ *   register_optimizer    per-tensor optimizers: chosen at registration,
+ *                         reported back, a contradiction refused
+ *   push_lr               a push's own lr (gddr_set_lr) replaces the tensor's
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+#include "files.h"
+#include "harness.h"
+#include "wirekit.h"
+
+#define WAIT_MS 20000
+
+/* A push through the wire: bitmap (NULL dense), Push.held, Push.flush. */
+static void raw_push_full(raw_conn *r, uint32_t id, const float *vals, size_t nvals, const uint8_t *bm,
+                          size_t bmlen, int held, int flush, uint64_t version)
+{
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Push p = GDDR__PUSH__INIT;
+    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq.req_id = ++r->next_id;
+    rq.rank = r->rank;
+    rq.session = r->session;
+    p.id = id;
+    p.birth_version = p.base_version = version;
+    p.step = ++r->step;
+    p.grad_norm = 1.0f;
+    p.bitmap.data = (uint8_t *)bm;
+    p.bitmap.len = bm ? bmlen : 0;
+    p.held = held;
+    p.flush = flush;
+    p.payload_bytes = nvals * 4;
+    rq.body_case = GDDR__REQUEST__BODY_PUSH;
+    rq.push = &p;
+    gddr__raw raw = { vals, nvals * 4, NULL, NULL };
+    ck_assert(gddr__send(r->sock, NULL, &rq.base, &raw, 1) >= 0);
+    Gddr__Reply *rep = raw_recv(r, WAIT_MS, NULL);
+    ck_assert_msg(rep && rep->body_case == GDDR__REPLY__BODY_PUSH, "push of rank %u: %s", r->rank,
+                  rep && rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->message : "no reply");
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+/* Registers key (n zeros) through the wire; returns its id. */
+static uint32_t raw_register(raw_conn *r, const char *key, size_t n)
+{
+    float *z = calloc(n, 4);
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__InitTensor in = GDDR__INIT_TENSOR__INIT;
+    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq.req_id = ++r->next_id;
+    rq.rank = r->rank;
+    rq.session = r->session;
+    in.key = (char *)key;
+    in.n = n;
+    in.payload_bytes = n * 4;
+    rq.body_case = GDDR__REQUEST__BODY_INIT;
+    rq.init = &in;
+    gddr__raw raw = { z, n * 4, NULL, NULL };
+    ck_assert(gddr__send(r->sock, NULL, &rq.base, &raw, 1) >= 0);
+    Gddr__Reply *rep = raw_recv(r, WAIT_MS, NULL);
+    ck_assert_msg(rep && rep->body_case == GDDR__REPLY__BODY_INIT, "register %s", key);
+    uint32_t id = rep->init->id;
+    gddr__reply__free_unpacked(rep, NULL);
+    free(z);
+    return id;
+}
+
+/* The server's values of key once it has version v. */
+static void server_values(const char *ep, const char *key, float *out, size_t n, uint64_t v)
+{
+    gddr_client *obs = open_observer_on(ep, WAIT_MS);
+    float *z = calloc(n, 4);
+    int id;
+    ck_assert_int_eq(gddr_register(obs, key, z, n, &id, NULL), GDDR_OK);
+    uint64_t got = 0;
+    ck_assert_int_eq(gddr_pull(obs, id, out, v, &got), GDDR_OK);
+    ck_assert_uint_ge(got, v);
+    gddr_client_close(&obs);
+    free(z);
+}
+
+static void assert_near(const float *got, const float *want, size_t n, float tol, const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabsf(got[i] - want[i]) <= tol * (1.0f + fabsf(want[i])),
+                      "%s: element %zu is %.9g, expected %.9g", what, i, (double)got[i], (double)want[i]);
+}
+
+/* ---- fill ------------------------------------------------------------------------ */
+
+enum { FN = 8 }; /* two chunks of 4 */
+static const float FA0[4] = { 1, 2, 3, 4 };                  /* worker 0, step A: chunk 0 only */
+static const float FB[FN] = { 10, 20, 30, 40, 5, 6, 7, 8 };  /* worker 1, step A: dense */
+static const float FC[FN] = { 1, 1, 1, 1, 6, 8, 10, 12 };   /* worker 0, step B: its held chunk 1 + fresh */
+static const float FD[FN] = { 1, 1, 1, 1, 2, 2, 2, 2 };     /* worker 1, step B */
+
+static void fill_step_a(raw_conn *w0, raw_conn *w1, uint32_t id, int held)
+{
+    uint8_t bm = 0x01;
+    raw_push_full(w0, id, FA0, 4, &bm, 1, held, 0, 0);
+    raw_push_full(w1, id, FB, FN, NULL, 0, 0, 0, 0);
+}
+
+static void fill_step_b(raw_conn *w0, raw_conn *w1, uint32_t id)
+{
+    raw_push_full(w0, id, FC, FN, NULL, 0, 0, 0, 1);
+    raw_push_full(w1, id, FD, FN, NULL, 0, 0, 0, 1);
+}
+
+/* After step A with fill: chunk 0 the mean of both, chunk 1 the mean of the
+ * one that sent it (worker 1). */
+static const float FILL_A[FN] = { -5.5f, -11, -16.5f, -22, -5, -6, -7, -8 };
+/* After step B: worker 0's chunk 1 less its credit (FB's chunk 1) joins
+ * worker 1's; the sum over both steps is every gradient / 2, exactly. */
+static const float FILL_B[FN] = { -6.5f, -12, -17.5f, -23, -6.5f, -8, -9.5f, -11 };
+
+static void fill_case(const char *fill, int held, const float *want_a, const char *what)
+{
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=2", "lr=1", "chunk=4", fill);
+    raw_conn w0, w1;
+    raw_open(&w0, s.endpoint);
+    raw_open(&w1, s.endpoint);
+    raw_hello(&w0, 0, 2);
+    raw_hello(&w1, 1, 2);
+    uint32_t id = raw_register(&w0, "f", FN);
+    fill_step_a(&w0, &w1, id, held);
+    float w[FN];
+    server_values(s.endpoint, "f", w, FN, 1);
+    assert_same_floats(w, want_a, FN, what);
+    if (want_a == FILL_A) {
+        fill_step_b(&w0, &w1, id);
+        server_values(s.endpoint, "f", w, FN, 2);
+        assert_same_floats(w, FILL_B, FN, "fill, step B (credit taken off)");
+    }
+    raw_close(&w0);
+    raw_close(&w1);
+    stop_server(&s);
+}
+
+START_TEST(test_fill_exact)
+{
+    static const float nofill[FN] = { -5.5f, -11, -16.5f, -22, -2.5f, -3, -3.5f, -4 };
+    fill_case("fill_held=true", 1, FILL_A, "fill, step A");
+    /* Without fill, or from a push that does not say its absent chunks are
+     * held, an absent chunk is a zero of the step. */
+    fill_case("fill_held=false", 1, nofill, "fill_held = false, step A");
+    fill_case("fill_held=true", 0, nofill, "a sparse push without Push.held, step A");
+}
+END_TEST
+
+START_TEST(test_fill_survives_restart)
+{
+    char dir[] = "/tmp/gddr-test-fill-XXXXXX", set[128];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(set, sizeof set, "checkpoint_dir=%s", dir);
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=2", "lr=1", "chunk=4", "checkpoint_interval_s=0", set);
+    raw_conn w0, w1;
+    raw_open(&w0, s.endpoint);
+    raw_open(&w1, s.endpoint);
+    w0.session = 0x1111; /* sessions of their own: the same workers after the restart */
+    w1.session = 0x2222;
+    raw_hello(&w0, 0, 2);
+    raw_hello(&w1, 1, 2);
+    uint32_t id = raw_register(&w0, "f", FN);
+    fill_step_a(&w0, &w1, id, 1);
+    float w[FN];
+    server_values(s.endpoint, "f", w, FN, 1);
+    stop_server(&s); /* SIGTERM writes the final checkpoint */
+    gddr_ckpt c;
+    char err[256];
+    ck_assert_int_eq(gddr__ckpt_load_newest(dir, &c, err, sizeof err), GDDR_OK);
+    const gddr_ckpt_section *sec = gddr__ckpt_find(&c, "fill/0/0");
+    ck_assert_msg(sec && sec->len == 16 + FN * 4 + 2, "no fill credits of worker 0 in %s", c.path);
+    float cred[FN];
+    memcpy(cred, (const char *)sec->data + 16, sizeof cred);
+    const float want[FN] = { 0, 0, 0, 0, 5, 6, 7, 8 }; /* what was filled in for its chunk 1 */
+    assert_same_floats(cred, want, FN, "worker 0's credits in the checkpoint");
+    gddr__ckpt_free(&c);
+
+    START_SERVER(s, "mode=sync", "workers=2", "lr=1", "chunk=4", "checkpoint_interval_s=0", set);
+    uint64_t step0 = w0.step, step1 = w1.step;
+    raw_close(&w0);
+    raw_close(&w1);
+    raw_open(&w0, s.endpoint);
+    raw_open(&w1, s.endpoint);
+    w0.session = 0x1111, w0.step = step0;
+    w1.session = 0x2222, w1.step = step1;
+    raw_hello(&w0, 0, 2);
+    raw_hello(&w1, 1, 2);
+    id = raw_register(&w0, "f", FN);
+    fill_step_b(&w0, &w1, id);
+    server_values(s.endpoint, "f", w, FN, 2);
+    assert_same_floats(w, FILL_B, FN, "fill across a restart, step B");
+    raw_close(&w0);
+    raw_close(&w1);
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
+/* sync, momentum 0.9, lr 1, one worker: a step of g = 1 makes v = 1, w = -1;
+ * a flush of 2 joins it: v = 3, w = -3 (as its own step it would coast:
+ * v = 0.9 + 2, w = -3.9); the next step of g = 0 moves w by 0.9 * 3. */
+START_TEST(test_flush_joins_step)
+{
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=1", "lr=1", "momentum=0.9");
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    raw_hello(&r, 0, 1);
+    uint32_t id = raw_register(&r, "j", 1);
+    float one = 1, two = 2, zero = 0, w;
+    raw_push_full(&r, id, &one, 1, NULL, 0, 0, 0, 0);
+    server_values(s.endpoint, "j", &w, 1, 1);
+    ck_assert_msg(w == -1.0f, "after the step w = %.9g", (double)w);
+    raw_push_full(&r, id, &two, 1, NULL, 0, 0, 1, 1);
+    server_values(s.endpoint, "j", &w, 1, 2);
+    ck_assert_msg(fabsf(w - -3.0f) < 1e-6f, "after the flush w = %.9g, expected -3 (a flush that coasts: -3.9)",
+                  (double)w);
+    raw_push_full(&r, id, &zero, 1, NULL, 0, 0, 0, 2);
+    server_values(s.endpoint, "j", &w, 1, 3);
+    ck_assert_msg(fabsf(w - -5.7f) < 1e-5f, "after a zero step w = %.9g, expected -5.7", (double)w);
+    raw_close(&r);
+    stop_server(&s);
+}
+END_TEST
+
+/* ---- momentum and GDDR on a stiff quadratic ---------------------------------------- */
+
+enum { QN = 2048, QW = 4, QSTEPS = 200 };
+
+typedef struct qworker {
+    const char *ep;
+    int rank, rc;
+    gddr_client *c;
+} qworker;
+
+/* f(w) = sum h_i (w_i - 1)^2 / 2 with lr*h up to 0.5: heavy-ball with mu 0.9
+ * converges (stable to lr*h < 3.8), while a gradient a step late on part of
+ * the chunks is unstable beyond lr*h ~ 0.2. */
+static float q_h(size_t i)
+{
+    return 0.1f + 4.9f * (float)(i % 97) / 96.0f;
+}
+
+static void *q_main(void *arg)
+{
+    qworker *a = arg;
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = a->ep;
+    o.rank = a->rank;
+    o.world_size = QW;
+    o.timeout_ms = 30000;
+    o.delay_fraction = 0.4;
+    a->rc = gddr_client_open(&o, &a->c);
+    float *w = calloc(QN, 4), *g = calloc(QN, 4);
+    int id;
+    if (a->rc == GDDR_OK)
+        a->rc = gddr_register(a->c, "q", w, QN, &id, NULL);
+    const float *gp[1] = { g };
+    float *wp[1] = { w };
+    for (int s = 0; s < QSTEPS && a->rc == GDDR_OK; s++) {
+        for (size_t i = 0; i < QN; i++)
+            g[i] = q_h(i) * (w[i] - 1.0f);
+        a->rc = gddr_step(a->c, gp, wp);
+    }
+    free(w), free(g);
+    return NULL;
+}
+
+/* Trains QW GDDR workers and returns the largest |w - 1| of the server's
+ * model after they closed (INFINITY when a step failed: a gradient went
+ * non-finite). */
+static double q_run(const char *fill)
+{
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=4", "lr=0.1", "momentum=0.9", "chunk=128",
+                 "tau_dynamic=false", "tau_init=4", fill);
+    qworker a[QW];
+    pthread_t th[QW];
+    for (int r = 0; r < QW; r++) {
+        a[r] = (qworker){ s.endpoint, r, 0, NULL };
+        ck_assert_int_eq(pthread_create(&th[r], NULL, q_main, &a[r]), 0);
+    }
+    int failed = 0;
+    for (int r = 0; r < QW; r++) {
+        pthread_join(th[r], NULL);
+        failed |= a[r].rc != GDDR_OK;
+    }
+    for (int r = 0; r < QW; r++)
+        gddr_client_close(&a[r].c);
+    double worst = INFINITY;
+    if (!failed) {
+        float *w = malloc(QN * 4);
+        server_values(s.endpoint, "q", w, QN, QSTEPS);
+        worst = 0;
+        for (size_t i = 0; i < QN; i++)
+            worst = fmax(worst, isfinite(w[i]) ? fabs(w[i] - 1.0) : INFINITY);
+        free(w);
+    }
+    stop_server(&s);
+    return worst;
+}
+
+START_TEST(test_momentum_fill_converges)
+{
+    double with = q_run("fill_held=true"), without = q_run("fill_held=false");
+    printf("optim: GDDR alpha 0.4, momentum 0.9, stiff quadratic, %d steps: max |w - 1| %.3g with fill, "
+           "%.3g without\n", QSTEPS, with, without);
+    ck_assert_msg(with < 1e-3, "with fill the server's model is %.3g from the optimum", with);
+    ck_assert_msg(without > 0.1, "without fill it converged too (%.3g): this test proves nothing", without);
+}
+END_TEST
+
+/* ---- optimizers -------------------------------------------------------------------- */
+
+enum { ON = 300, OSTEPS = 6 };
+
+static float o_grad(int step, size_t i)
+{
+    return 0.3f * sinf(0.7f * (float)i + (float)step) + 0.01f * (float)step;
+}
+
+/* The reference: what optim.c's formulas give, in the same float order.
+ * kind as the wire's OptimizerKind. */
+static void o_reference(int kind, float lr, float mu, float wd, float *w)
+{
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    float m[ON] = { 0 }, v[ON] = { 0 };
+    for (size_t i = 0; i < ON; i++)
+        w[i] = 0.5f - 0.001f * (float)i;
+    for (int k = 1; k <= OSTEPS; k++) {
+        float bc1 = (float)(1.0 / (1.0 - pow(0.9, k))), bc2 = (float)(1.0 / (1.0 - pow(0.999, k)));
+        for (size_t i = 0; i < ON; i++) {
+            float d = 1.0f * o_grad(k - 1, i);
+            switch (kind) {
+            case 0:
+                d += wd * w[i];
+                m[i] = mu * m[i] + lr * d;
+                w[i] = w[i] - m[i];
+                break;
+            case 1:
+            case 2: {
+                if (kind == 1)
+                    d += wd * w[i];
+                m[i] = b1 * m[i] + (1.0f - b1) * d;
+                v[i] = b2 * v[i] + (1.0f - b2) * (d * d);
+                float st = (m[i] * bc1) / (sqrtf(v[i] * bc2) + eps);
+                if (kind == 2)
+                    st += wd * w[i];
+                w[i] = w[i] - lr * st;
+                break;
+            }
+            case 3:
+                d += wd * w[i];
+                m[i] += d * d;
+                w[i] = w[i] - lr * d / (sqrtf(m[i]) + 1e-10f);
+                break;
+            }
+        }
+    }
+}
+
+static void o_case(const char *mode, const char *spec, int kind, float lr, float mu, float wd)
+{
+    gt_server s;
+    START_SERVER(s, mode, "workers=1", "lr=0.5");
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 1;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w[ON], want[ON], g[ON];
+    for (size_t i = 0; i < ON; i++)
+        w[i] = 0.5f - 0.001f * (float)i;
+    int id;
+    ck_assert_msg(gddr_register_opt(c, "o", w, ON, spec, &id, NULL) == GDDR_OK, "%s: %s", spec,
+                  gddr_client_errmsg(c));
+    const float *gp[1] = { g };
+    float *wp[1] = { w };
+    for (int k = 0; k < OSTEPS; k++) {
+        for (size_t i = 0; i < ON; i++)
+            g[i] = o_grad(k, i);
+        ck_assert_int_eq(gddr_step(c, gp, wp), GDDR_OK);
+    }
+    o_reference(kind, lr, mu, wd, want);
+    char what[160];
+    snprintf(what, sizeof what, "%s, %s", spec, mode);
+    assert_near(w, want, ON, 2e-6f, what);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+
+START_TEST(test_optimizers_match_reference)
+{
+    const char *modes[] = { "mode=async", "mode=sync" };
+    for (int m = 0; m < 2; m++) {
+        o_case(modes[m], "adam lr=0.01 weight_decay=0.01", 1, 0.01f, 0, 0.01f);
+        o_case(modes[m], "adamw lr=0.01 weight_decay=0.1", 2, 0.01f, 0, 0.1f);
+        o_case(modes[m], "adagrad lr=0.05", 3, 0.05f, 0, 0);
+        o_case(modes[m], "sgd lr=0.1 momentum=0.9 weight_decay=0.01", 0, 0.1f, 0.9f, 0.01f);
+        o_case(modes[m], "sgd", 0, 0.5f, 0, 0); /* lr 0: the server's */
+    }
+}
+END_TEST
+
+START_TEST(test_register_optimizer)
+{
+    gt_server s;
+    START_SERVER(s, "kind=adam", "lr=0.002", "beta2=0.99");
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 1;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w[4] = { 0 };
+    int a, b;
+    char text[256];
+    ck_assert_int_eq(gddr_register(c, "default", w, 4, &a, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_tensor_optimizer(c, a, text, sizeof text), GDDR_OK);
+    ck_assert_str_eq(text, "adam lr=0.002 beta1=0.9 beta2=0.99 eps=1e-08 weight_decay=0");
+    ck_assert_int_eq(gddr_register_opt(c, "own", w, 4, "adagrad lr=0.3", &b, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_tensor_optimizer(c, b, text, sizeof text), GDDR_OK);
+    ck_assert_str_eq(text, "adagrad lr=0.3 eps=1e-10 weight_decay=0");
+    /* Not a text the library takes: refused before anything is sent. */
+    ck_assert_int_eq(gddr_register_opt(c, "bad", w, 4, "adam betas=0.9", &b, NULL), GDDR_EINVAL);
+    ck_assert_msg(strstr(gddr_client_errmsg(c), "betas"), "%s", gddr_client_errmsg(c));
+    ck_assert_int_eq(gddr_register_opt(c, "bad", w, 4, "lion", &b, NULL), GDDR_EINVAL);
+    /* Another process registers the same key with another optimizer. */
+    gddr_client_opts o2 = o;
+    o2.rank = 0;
+    o2.observer = 1;
+    gddr_client *c2 = NULL;
+    ck_assert_int_eq(gddr_client_open(&o2, &c2), GDDR_OK);
+    ck_assert_int_eq(gddr_register_opt(c2, "own", w, 4, "adam", &b, NULL), GDDR_ECONFIG);
+    ck_assert_msg(strstr(gddr_client_errmsg(c2), "runs adagrad lr=0.3"), "%s", gddr_client_errmsg(c2));
+    ck_assert_int_eq(gddr_register_opt(c2, "own", w, 4, "adagrad lr=0.3", &b, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c2, "own2", w, 4, &b, NULL), GDDR_ENOKEY); /* observers register nothing */
+    gddr_client_close(&c2);
+    gddr_client_close(&c);
+    /* On the wire: an optimizer the server refuses. */
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    raw_hello(&r, 0, 1);
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__InitTensor in = GDDR__INIT_TENSOR__INIT;
+    Gddr__Optimizer oz = GDDR__OPTIMIZER__INIT;
+    oz.kind = GDDR__OPTIMIZER_KIND__OPT_ADAM;
+    oz.beta1 = 1.0;
+    oz.beta2 = 0.999;
+    oz.eps = 1e-8;
+    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq.req_id = ++r.next_id;
+    rq.session = r.session;
+    in.key = "wire";
+    in.n = 4;
+    in.payload_bytes = 16;
+    in.optimizer = &oz;
+    rq.body_case = GDDR__REQUEST__BODY_INIT;
+    rq.init = &in;
+    gddr__raw raw = { w, 16, NULL, NULL };
+    ck_assert(gddr__send(r.sock, NULL, &rq.base, &raw, 1) >= 0);
+    Gddr__Reply *rep = raw_recv(&r, WAIT_MS, NULL);
+    ck_assert_msg(rep && rep->body_case == GDDR__REPLY__BODY_ERROR && rep->error->code == GDDR_EINVAL &&
+                      strstr(rep->error->message, "beta1"),
+                  "beta1 = 1 was not refused with E_INVAL");
+    gddr__reply__free_unpacked(rep, NULL);
+    raw_close(&r);
+    stop_server(&s);
+}
+END_TEST
+
+START_TEST(test_push_lr)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.1");
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 1;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w = 0, g = 1;
+    int id;
+    ck_assert_int_eq(gddr_register(c, "l", &w, 1, &id, NULL), GDDR_OK);
+    const float *gp[1] = { &g };
+    float *wp[1] = { &w };
+    ck_assert_int_eq(gddr_set_lr(c, 0.5), GDDR_OK);
+    ck_assert_int_eq(gddr_step(c, gp, wp), GDDR_OK);
+    ck_assert_msg(w == -0.5f, "with the push's lr 0.5: w = %.9g", (double)w);
+    ck_assert_int_eq(gddr_set_lr(c, 0), GDDR_OK);
+    ck_assert_int_eq(gddr_step(c, gp, wp), GDDR_OK);
+    ck_assert_msg(fabsf(w - -0.6f) < 1e-7f, "back to the tensor's lr 0.1: w = %.9g", (double)w);
+    ck_assert_int_eq(gddr_set_lr(c, -1), GDDR_EINVAL);
+    ck_assert_int_eq(gddr_set_lr(c, NAN), GDDR_EINVAL);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+Suite *suite_optim(void)
+{
+    Suite *s = suite_create("optim");
+    GT_ADD_CASE(s, "fill_exact", test_fill_exact, 60);
+    GT_ADD_CASE(s, "fill_survives_restart", test_fill_survives_restart, 60);
+    GT_ADD_CASE(s, "flush_joins_step", test_flush_joins_step, 60);
+    GT_ADD_CASE(s, "momentum_fill_converges", test_momentum_fill_converges, 120);
+    GT_ADD_CASE(s, "optimizers_match_reference", test_optimizers_match_reference, 120);
+    GT_ADD_CASE(s, "register_optimizer", test_register_optimizer, 60);
+    GT_ADD_CASE(s, "push_lr", test_push_lr, 60);
+    return s;
+}
