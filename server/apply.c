@@ -20,7 +20,8 @@
  * With fill (fill.c) ACC also takes the pushing worker's credit off the
  * chunks it sends and counts the chunks it holds back, and SYNC averages
  * each chunk over the pushes that carried it and credits that mean to the
- * workers that held it.
+ * workers that held it. An async APPLY of adam/adamw steps a chunk the
+ * pusher holds with the first moment as its gradient (ps_upd_fill).
  * With job->dst set the new values go there (copy on write: a pull reply
  * still holds t->w), and chunks the job does not change are copied over.
  */
@@ -104,6 +105,11 @@ static void apply_chunk(const ps_job *j, size_t c)
     case PS_JOB_APPLY:
     case PS_JOB_JOIN: {
         const float *g = job_values(j, c, lo);
+        if (!g && j->held && j->fw && j->kind == PS_JOB_APPLY) {
+            /* Held by the pusher (async fill, adam): m-hat stands in. */
+            ps_upd_fill(&j->upd, out, w, s1, s2, j->fw->cred + lo, len);
+            return;
+        }
         if (!g) {
             if (j->dst)
                 memcpy(out, w, len * sizeof *out);

@@ -24,6 +24,16 @@
  * (scripts/momsim.py, docs/results.md). Joined: sgd v += lr*g, w -= lr*g;
  * adam/adamw m += (1-b1)*g, w -= lr*(1-b1)*g*bc1/(sqrt(v*bc2)+eps) (v kept:
  * a first-order share of the last step); adagrad w -= lr*g/(sqrt(G)+eps).
+ *
+ * Async fill (adam, adamw): a push marked Push.held whose worker holds a
+ * chunk back steps that chunk with m-hat = m/(1-b1^(k-1)), the running mean
+ * of its gradients, as the gradient, and credits m-hat to the worker; when
+ * it sends the chunk (all it gathered) the credits come off. Without it a
+ * held chunk is not stepped at all while held, then stepped once with the
+ * sum of several gradients -- and Adam, being scale-free, turns that sum
+ * into about one step's worth of movement: the held share of every chunk
+ * trained at roughly (1 - alpha) of the rate, and the large sums inflated
+ * v. (8 async workers, Fashion-MNIST MLP: -0.74 pp vs sync dense without.)
  */
 #include <math.h>
 #include <stdlib.h>
@@ -158,6 +168,8 @@ void ps_upd_for(const gddr_ps *ps, const ps_tensor *t, double lr, ps_upd *u)
     double d1 = 1.0 - pow(o->beta1, k), d2 = 1.0 - pow(o->beta2, k);
     u->bc1 = d1 > 0 ? (float)(1.0 / d1) : 1.0f;
     u->bc2 = d2 > 0 ? (float)(1.0 / d2) : 1.0f;
+    double d0 = 1.0 - pow(o->beta1, k - 1.0);
+    u->mh = k > 1 && d0 > 0 ? (float)(1.0 / d0) : 0.0f;
 }
 
 /* ---- the loops (restrict, so that the compiler vectorises them) ---------- */
@@ -233,6 +245,37 @@ void ps_upd_run(const ps_upd *u, float *out, const float *w, float *s1, float *s
         adagrad(out, w, s1, g, gs, u->lr, u->eps, u->wd, n);
         return;
     }
+}
+
+int ps_upd_fills(const ps_upd *u)
+{
+    return u->kind == PS_OPT_ADAM || u->kind == PS_OPT_ADAMW;
+}
+
+PS_CLONES static void adam_fill(float *out, const float *w, float *restrict m, float *restrict v,
+                                float *restrict cr, const ps_upd *u, int decoupled, size_t n)
+{
+    const float b1 = u->b1, b2 = u->b2, c1 = 1.0f - u->b1, c2 = 1.0f - u->b2;
+    const float lr = u->lr, bc1 = u->bc1, bc2 = u->bc2, eps = u->eps, wd = u->wd, mh = u->mh;
+    for (size_t i = 0; i < n; i++) {
+        float d = m[i] * mh; /* m-hat: weight decay is in it already */
+        cr[i] += d;
+        m[i] = b1 * m[i] + c1 * d;
+        v[i] = b2 * v[i] + c2 * (d * d);
+        float step = (m[i] * bc1) / (sqrtf(v[i] * bc2) + eps);
+        if (decoupled && wd != 0)
+            step += wd * w[i];
+        out[i] = w[i] - lr * step;
+    }
+}
+
+void ps_upd_fill(const ps_upd *u, float *out, const float *w, float *s1, float *s2, float *cred,
+                 size_t n)
+{
+    if (ps_upd_fills(u) && s1 && s2)
+        adam_fill(out, w, s1, s2, cred, u, u->kind == PS_OPT_ADAMW, n);
+    else if (out != w)
+        memcpy(out, w, n * sizeof *out);
 }
 
 void ps_upd_join(const ps_upd *u, float *out, const float *w, float *s1, const float *s2,

@@ -99,6 +99,7 @@ typedef struct ps_upd {
     float lr;             /* the step size: lr_eff */
     float mu, b1, b2, eps, wd;
     float bc1, bc2;       /* Adam's bias corrections 1/(1-b^k) for the version k it makes */
+    float mh;             /* 1/(1-b1^(k-1)): m's bias correction before it (0 at k = 1) */
 } ps_upd;
 
 /* What fill (fill.c) keeps per worker and tensor: the credit, in gradient
@@ -428,7 +429,8 @@ typedef struct ps_job {
     float scale;            /* APPLY 1; SYNC, JOIN: 1/(the step's workers) */
     ps_upd upd;             /* APPLY, SYNC, JOIN: the optimizer step */
     ps_fillw *fw;           /* APPLY, ACC, JOIN: the pushing worker's fill credits, or NULL */
-    int held;               /* ACC: its absent chunks are held (fill), not zeros */
+    int held;               /* ACC, APPLY: its absent chunks are held (fill), not zeros
+                             * (APPLY: adam/adamw only, see ps_upd_fill) */
     uint32_t npushes;       /* SYNC: pushes in the step (the fill mean's weight) */
     ps_fillw **holders;     /* SYNC: the workers that held chunks in the step */
     uint32_t nholders;
@@ -506,6 +508,14 @@ void ps_upd_run(const ps_upd *u, float *out, const float *w, float *s1, float *s
 /* The same gradient added to the update just applied (a flush; optim.c). */
 void ps_upd_join(const ps_upd *u, float *out, const float *w, float *s1, const float *s2,
                  const float *g, float gs, size_t n);
+/* Whether an async push's held chunks can be filled for this optimizer
+ * (adam, adamw: their first moment is the estimate). */
+int ps_upd_fills(const ps_upd *u);
+/* An async step of a chunk the pushing worker holds (adam, adamw): the
+ * bias-corrected first moment stands in for its gradient and is added to
+ * the worker's credit cred (taken off when it sends the chunk). */
+void ps_upd_fill(const ps_upd *u, float *out, const float *w, float *s1, float *s2, float *cred,
+                 size_t n);
 
 /* fill.c: held chunks in sync steps. */
 /* rank's fill state for t, created on first use within max_fill_bytes;

@@ -314,6 +314,20 @@ static void submit_push(gddr_ps *ps, ps_tensor *t, ps_job *job, ps_vbuf *fresh, 
 /* A whole push (one message, or all its parts) passed the per-message
  * checks and is not a resend: check what needs the tensor's state, take
  * it, answer. f is the message that completed it (its snapshot frame). */
+/* Whether a push's absent chunks are held back by its worker (Push.held,
+ * fill_held, and some chunk is absent): fill.c, ps_upd_fill. */
+static int push_holds(const gddr_ps *ps, const Gddr__Push *p, const push_src *src, const ps_tensor *t)
+{
+    if (!p->held || !ps->cfg.fill_held)
+        return 0;
+    if (src->off)
+        return 1;
+    for (size_t c = 0; src->whole.src && c < t->nchunks; c++)
+        if (src->whole.src[c] == NULL)
+            return 1;
+    return 0;
+}
+
 static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f,
                      ps_tensor *t, ps_wtensor *wt, push_src *src, size_t nfloats, double measured)
 {
@@ -387,10 +401,7 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         out.sync_target = t->version + (out.applied ? 0 : 1);
     } else if (mode == GDDR_PS_MODE_SYNC) {
         /* Fill (fill.c): a push whose absent chunks are held gets credits. */
-        int absent = src->off != NULL;
-        for (size_t c = 0; !absent && src->whole.src && c < t->nchunks; c++)
-            absent = src->whole.src[c] == NULL;
-        int held = p->held && absent && ps->cfg.fill_held;
+        int held = push_holds(ps, p, src, t);
         ps_fillw *fw = held ? ps_fill_get(ps, rq->rank, t) : ps_fill_find(ps, rq->rank, t->id);
         ps_job job = { .kind = PS_JOB_ACC, .t = t, .vscale = (float)fac, .fw = fw,
                        .held = held && fw };
@@ -410,9 +421,12 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         ps_vbuf *fresh;
         if (ps_tensor_begin_write(t, &fresh) < 0)
             return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for a copy of tensor '%s'", t->key);
-        ps_job job = { .kind = PS_JOB_APPLY, .t = t, .vscale = 1.0f, .scale = 1.0f,
-                       .fw = ps_fill_find(ps, rq->rank, t->id) };
+        ps_job job = { .kind = PS_JOB_APPLY, .t = t, .vscale = 1.0f, .scale = 1.0f };
         ps_upd_for(ps, t, lr * fac, &job.upd);
+        /* Async fill (optim.c): adam steps held chunks with its first moment. */
+        int held = ps_upd_fills(&job.upd) && push_holds(ps, p, src, t);
+        job.fw = held ? ps_fill_get(ps, rq->rank, t) : ps_fill_find(ps, rq->rank, t->id);
+        job.held = held && job.fw;
         submit_push(ps, t, &job, fresh, src);
         t->version++;
         ps->versions_total++;

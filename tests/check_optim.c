@@ -15,6 +15,10 @@
  *   register_optimizer    per-tensor optimizers: chosen at registration,
  *                         reported back, a contradiction refused
  *   push_lr               a push's own lr (gddr_set_lr) replaces the tensor's
+ *   async_adam_fill       async adam: a chunk a push holds back is stepped
+ *                         with m-hat, credited, and the credit comes off
+ *                         when the chunk is sent (not with fill_held off,
+ *                         nor for sgd)
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -522,6 +526,75 @@ START_TEST(test_push_lr)
 }
 END_TEST
 
+/* ---- async fill (adam) --------------------------------------------------------- */
+
+/* One Adam step of element w with gradient d making version k (optim.c's
+ * float order). */
+static void adam_ref(float *w, float *m, float *v, float d, int k, float lr)
+{
+    const float b1 = 0.9f, b2 = 0.999f, eps = 1e-8f;
+    float bc1 = (float)(1.0 / (1.0 - pow(0.9, k))), bc2 = (float)(1.0 / (1.0 - pow(0.999, k)));
+    *m = b1 * *m + (1.0f - b1) * d;
+    *v = b2 * *v + (1.0f - b2) * (d * d);
+    *w = *w - lr * ((*m * bc1) / (sqrtf(*v * bc2) + eps));
+}
+
+static void async_fill_case(const char *kind, const char *fill, int filled)
+{
+    static const float g1[FN] = { 1, 2, 3, 4, 0.5f, -1, 2, -0.25f };
+    static const float g2[4] = { 0.5f, 0.5f, -1, 1 };                    /* chunk 0; chunk 1 held */
+    static const float g3[FN] = { 1, -2, 1, 1, 1.5f, -2, 3, 0.75f };     /* chunk 1: two steps' sum */
+    const float lr = 0.01f;
+    gt_server s;
+    START_SERVER(s, "mode=async", "workers=1", "lr=0.01", "chunk=4", kind, fill);
+    raw_conn w0;
+    raw_open(&w0, s.endpoint);
+    raw_hello(&w0, 0, 1);
+    uint32_t id = raw_register(&w0, "af", FN);
+    uint8_t bm = 0x01;
+    raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
+    raw_push_full(&w0, id, g2, 4, &bm, 1, 1, 0, 1);
+    float got[FN], want[FN];
+    server_values(s.endpoint, "af", got, FN, 2);
+    int adam = strstr(kind, "adam") != NULL;
+    float w[FN] = { 0 }, m[FN] = { 0 }, v[FN] = { 0 }, cred[FN] = { 0 };
+    for (size_t i = 0; i < FN; i++) {
+        if (!adam) {
+            w[i] = -lr * g1[i] - (i < 4 ? lr * g2[i] : 0.0f);
+            continue;
+        }
+        adam_ref(&w[i], &m[i], &v[i], g1[i], 1, lr);
+        if (i < 4) {
+            adam_ref(&w[i], &m[i], &v[i], g2[i], 2, lr);
+        } else if (filled) {
+            cred[i] = m[i] * (float)(1.0 / (1.0 - pow(0.9, 1))); /* m-hat after version 1 */
+            adam_ref(&w[i], &m[i], &v[i], cred[i], 2, lr);
+        }
+    }
+    memcpy(want, w, sizeof want);
+    char what[128];
+    snprintf(what, sizeof what, "%s %s: after the held push", kind, fill);
+    assert_near(got, want, FN, 1e-6f, what);
+    if (adam) {
+        raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
+        server_values(s.endpoint, "af", got, FN, 3);
+        for (size_t i = 0; i < FN; i++)
+            adam_ref(&w[i], &m[i], &v[i], g3[i] - cred[i], 3, lr);
+        snprintf(what, sizeof what, "%s %s: the held chunk sent, its credit off", kind, fill);
+        assert_near(got, w, FN, 1e-6f, what);
+    }
+    raw_close(&w0);
+    stop_server(&s);
+}
+
+START_TEST(test_async_adam_fill)
+{
+    async_fill_case("kind=adam", "fill_held=true", 1);
+    async_fill_case("kind=adam", "fill_held=false", 0);
+    async_fill_case("kind=sgd", "fill_held=true", 0);
+}
+END_TEST
+
 Suite *suite_optim(void)
 {
     Suite *s = suite_create("optim");
@@ -532,5 +605,6 @@ Suite *suite_optim(void)
     GT_ADD_CASE(s, "optimizers_match_reference", test_optimizers_match_reference, 120);
     GT_ADD_CASE(s, "register_optimizer", test_register_optimizer, 60);
     GT_ADD_CASE(s, "push_lr", test_push_lr, 60);
+    GT_ADD_CASE(s, "async_adam_fill", test_async_adam_fill, 60);
     return s;
 }
