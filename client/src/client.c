@@ -121,6 +121,15 @@ static int send_msg(gddr_client *c, op *o, Gddr__Request *rq, const gddr__raw *r
         return gddr__set_err(c, GDDR_EIO, "no connection to %s (dropped after a failure)", c->server);
     }
     long n = gddr__send(c->sock, NULL, &rq->base, raws, nraw);
+    if (n < 0 && errno == EAGAIN) {
+        int rc = gddr__mon_check(c);
+        if (rc != GDDR_OK)
+            return rc;
+        return gddr__set_err(c, GDDR_ETIMEDOUT,
+                             "could not send to %s within %d ms: no connection (is gddr-ps running "
+                             "there, and does it accept this client's security settings?)",
+                             c->server, c->o.timeout_ms);
+    }
     if (n < 0)
         return gddr__set_err(c, GDDR_EIO, "send to %s failed: %s", c->server, zmq_strerror(errno));
     if (o->kind == OP_PUSH)
@@ -465,11 +474,13 @@ static int pump(gddr_client *c, uint64_t ticket, int64_t deadline)
         int64_t left = deadline - gddr__now_ms();
         if (left < 0)
             return GDDR_ETIMEDOUT;
-        zmq_pollitem_t it = { c->sock, 0, ZMQ_POLLIN, 0 };
-        int rc = zmq_poll(&it, 1, (long)left);
+        zmq_pollitem_t it[2] = { { c->sock, 0, ZMQ_POLLIN, 0 }, { c->mon, 0, ZMQ_POLLIN, 0 } };
+        int rc = zmq_poll(it, c->mon ? 2 : 1, (long)left);
         if (rc < 0 && errno != EINTR)
             return gddr__set_err(c, GDDR_EIO, "poll: %s", zmq_strerror(errno));
-        if (rc <= 0)
+        if (rc > 0 && c->mon && (it[1].revents & ZMQ_POLLIN) && gddr__mon_check(c) != GDDR_OK)
+            return GDDR_EAUTH;
+        if (rc <= 0 || !(it[0].revents & ZMQ_POLLIN))
             continue;
         gddr__frames f;
         while (gddr__frames_recv(c->sock, &f, ZMQ_DONTWAIT) >= 0) {
@@ -494,8 +505,10 @@ int gddr__wait_op(gddr_client *c, uint64_t ticket, int timeout_ms, op *result)
         return gddr__set_err(c, GDDR_ETIMEDOUT, "no reply from %s within %d ms", c->server,
                              timeout_ms);
     }
-    if (rc != GDDR_OK)
+    if (rc != GDDR_OK) {
+        o->req_id = 0;
         return rc;
+    }
     if (result)
         *result = *o;
     rc = o->rc;
@@ -520,13 +533,16 @@ int gddr_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64_t *vers
 
 /* A DEALER connected to the server with this client's settings (CURVE keys
  * included); the main socket and the heartbeat socket are both made here. */
-int gddr__socket_new(gddr_client *c, void **out)
+int gddr__socket_new(gddr_client *c, void **out, void **mon)
 {
     void *sock = zmq_socket(c->zctx, ZMQ_DEALER);
     if (!sock)
         return gddr__set_err(c, GDDR_EIO, "zmq_socket: %s", zmq_strerror(errno));
-    int zero = 0, ivl = 100, ivl_max = 2000;
+    int zero = 0, ivl = 100, ivl_max = 2000, sndtimeo = c->o.timeout_ms;
     zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+    /* No send waits longer than a reply would (with no connection -- a
+     * server down, or one refusing the handshake -- a DEALER's send blocks). */
+    zmq_setsockopt(sock, ZMQ_SNDTIMEO, &sndtimeo, sizeof sndtimeo);
     zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(sock, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
     int rc = GDDR_OK;
@@ -541,14 +557,33 @@ int gddr__socket_new(gddr_client *c, void **out)
         }
         memset(sec, 0, sizeof sec);
     }
+    void *m = NULL;
+    if (rc == GDDR_OK && mon) {
+        /* Watched before it connects, so that no handshake event is missed. */
+        char addr[96];
+        snprintf(addr, sizeof addr, "inproc://gddr-mon-%p-%u", (void *)c, ++c->mon_seq);
+        int ev = ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+        if (zmq_socket_monitor(sock, addr, ev) == 0 && (m = zmq_socket(c->zctx, ZMQ_PAIR)) != NULL) {
+            zmq_setsockopt(m, ZMQ_LINGER, &zero, sizeof zero);
+            if (zmq_connect(m, addr) != 0) {
+                zmq_close(m);
+                m = NULL;
+            }
+        }
+    }
     if (rc == GDDR_OK && zmq_connect(sock, c->server) != 0)
         rc = gddr__set_err(c, GDDR_EINVAL, "cannot connect to '%s': %s", c->server,
                            zmq_strerror(errno));
     if (rc != GDDR_OK) {
+        if (m)
+            zmq_close(m);
         zmq_close(sock);
         return rc;
     }
     *out = sock;
+    if (mon)
+        *mon = m;
     return GDDR_OK;
 }
 
@@ -556,8 +591,52 @@ static int open_socket(gddr_client *c)
 {
     if (c->sock)
         zmq_close(c->sock);
-    c->sock = NULL;
-    return gddr__socket_new(c, &c->sock);
+    if (c->mon)
+        zmq_close(c->mon);
+    c->sock = c->mon = NULL;
+    return gddr__socket_new(c, &c->sock, &c->mon);
+}
+
+int gddr__mon_check(gddr_client *c)
+{
+    for (;;) {
+        zmq_msg_t a, b;
+        zmq_msg_init(&a);
+        zmq_msg_init(&b);
+        if (!c->mon || zmq_msg_recv(&a, c->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&a);
+            zmq_msg_close(&b);
+            return GDDR_OK;
+        }
+        zmq_msg_recv(&b, c->mon, ZMQ_DONTWAIT); /* the endpoint */
+        uint16_t ev = 0;
+        uint32_t val = 0;
+        if (zmq_msg_size(&a) >= 6) {
+            memcpy(&ev, zmq_msg_data(&a), 2);
+            memcpy(&val, (const char *)zmq_msg_data(&a) + 2, 4);
+        }
+        zmq_msg_close(&a);
+        zmq_msg_close(&b);
+        if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
+            return gddr__set_err(c, GDDR_EAUTH,
+                                 "%s refused this client's CURVE key (ZAP status %u): add the public "
+                                 "key of curve_key_file to the server's authorized_keys",
+                                 c->server, val);
+        if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && val == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+            return gddr__set_err(c, GDDR_EAUTH,
+                                 "%s speaks another security mechanism: %s", c->server,
+                                 c->curve_server[0]
+                                     ? "the server runs without CURVE; unset curve_server_key"
+                                     : "CURVE is off here, and the server requires CURVE: set curve_server_key and curve_key_file");
+        if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
+            return gddr__set_err(c, GDDR_EAUTH, "the security handshake with %s failed (%s 0x%x): %s",
+                                 c->server,
+                                 ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ? "protocol error" : "errno", val,
+                                 c->curve_server[0]
+                                     ? "is curve_server_key the server's public key?"
+                                     : "CURVE is off here, and the server likely requires CURVE: set "
+                                       "curve_server_key and curve_key_file");
+    }
 }
 
 /* Says hello; *retry_ms (may be NULL) gets the server's hint when it
@@ -805,6 +884,8 @@ void gddr_client_close(gddr_client **cp)
     }
     if (c->sock)
         zmq_close(c->sock);
+    if (c->mon)
+        zmq_close(c->mon);
     if (c->zctx)
         zmq_ctx_term(c->zctx);
     for (int i = 0; i < c->nt; i++) {

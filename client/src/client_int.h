@@ -114,6 +114,8 @@ struct gddr_client {
     char curve_server[64], curve_file[512];
     gddr__logger log;
     void *zctx, *sock;
+    void *mon;         /* the main socket's monitor (handshake failures), or NULL */
+    unsigned mon_seq;
     atomic_int lent;       /* messages ZeroMQ still reads from our buffers */
     _Atomic double lr;     /* gddr_set_lr: the lr every push carries (0: the tensors') */
     uint64_t session;      /* random, once per client: ties our rank to us across reconnects */
@@ -250,7 +252,10 @@ void gddr__pipeline_stop(gddr_client *c);
 int gddr__residual_get(gddr_client *c, int id, float *out);
 int gddr__residual_age_get(gddr_client *c, int id, uint32_t *out, size_t *nchunks);
 
-int gddr__socket_new(gddr_client *c, void **out);
+int gddr__socket_new(gddr_client *c, void **out, void **mon);
+/* Reads the main socket's monitor: GDDR_EAUTH (message set) when the
+ * server refused the security handshake, else GDDR_OK. */
+int gddr__mon_check(gddr_client *c);
 
 /* heartbeat.c: a thread with its own socket tells the server this worker
  * is alive every heartbeat_ms, also while the trainer computes a long step. */

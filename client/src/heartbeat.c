@@ -72,7 +72,7 @@ int gddr__heartbeat_start(gddr_client *c)
     struct heartbeat *hb = calloc(1, sizeof *hb);
     if (!hb)
         return gddr__set_err(c, GDDR_ENOMEM, "no memory for the heartbeat");
-    int rc = gddr__socket_new(c, &hb->sock);
+    int rc = gddr__socket_new(c, &hb->sock, NULL);
     if (rc != GDDR_OK) {
         free(hb);
         return rc;

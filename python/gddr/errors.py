@@ -44,6 +44,7 @@ _TABLE = [
     (18, "GDDR_EWORKER", "WorkerError", None),
     (19, "GDDR_ENOTICKET", "UnknownTicket", None),
     (20, "GDDR_EBUSY", "Busy", None),
+    (21, "GDDR_EAUTH", "AuthError", PermissionError),
 ]
 
 BY_CODE = {}

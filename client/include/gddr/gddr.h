@@ -43,7 +43,8 @@ extern "C" {
     X(GDDR_ECUDA, 17, "CUDA or cuBLAS call failed")                           \
     X(GDDR_EWORKER, 18, "bad worker rank")                                    \
     X(GDDR_ENOTICKET, 19, "unknown or already completed ticket")            \
-    X(GDDR_EBUSY, 20, "too many unread replies or parked requests")
+    X(GDDR_EBUSY, 20, "too many unread replies or parked requests") \
+    X(GDDR_EAUTH, 21, "the server refused this client's security handshake")
 
 typedef enum gddr_err {
 #define GDDR__ERR_ENUM(name, num, text) name = num,
