@@ -1,5 +1,6 @@
 /* conf.c -- see conf.h. inih does the INI syntax; this file does meaning. */
 #include "conf.h"
+#include "numparse.h"
 
 #include <errno.h>
 #include <ini.h>
@@ -78,12 +79,10 @@ static int set_value(const gddr__conf_key *k, void *target, const char *value, c
         return 0;
     }
     case GDDR_CONF_DOUBLE: {
-        errno = 0;
-        double v = strtod(value, &end);
-        if (errno || end == value || *end || !isfinite(v)) {
-            snprintf(err, errlen, "'%s' is not a finite number", value);
+        double v;
+        /* Decimal only: strtod would read 0x10 as 16 and accept inf and nan. */
+        if (gddr__parse_num(value, -HUGE_VAL, HUGE_VAL, &v, err, (int)errlen) < 0)
             return -1;
-        }
         if (v < k->min || v > k->max) {
             snprintf(err, errlen, "%g is out of range [%g, %g]", v, k->min, k->max);
             return -1;

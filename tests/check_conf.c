@@ -25,6 +25,7 @@
 
 #include "conf.h"
 #include "config.h"
+#include "numparse.h"
 
 #define TAB gddr_ps_conf_table
 #define EXAMPLE_INI "config/gddr-ps.ini"
@@ -725,6 +726,75 @@ static const char *ps_bin(void)
     return NULL;
 }
 
+/* Numbers are read whole and decimal: hexadecimal, trailing text, a comma
+ * for a point are refused (strtod read 0x10 as 16; atoi read "two" as 0). */
+START_TEST(test_numbers_whole)
+{
+    expect_file_error("[optimizer]\nlr = 0x10\n", 2, "'lr'", "decimal");
+    expect_file_error("[optimizer]\nlr = 0,1\n", 2, "'lr'", "decimal");
+    expect_file_error("[optimizer]\nlr = 1e-1x\n", 2, "'lr'", NULL);
+    long long i;
+    double d;
+    char why[160];
+    ck_assert_int_eq(gddr__parse_int("42", 0, 100, &i, why, sizeof why), 0);
+    ck_assert_int_eq(i, 42);
+    ck_assert_int_eq(gddr__parse_int("two", 0, 100, &i, why, sizeof why), -1);
+    ck_assert_int_eq(gddr__parse_int("1e4", 0, 100000, &i, why, sizeof why), -1);
+    ck_assert_int_eq(gddr__parse_int("5s", 0, 100, &i, why, sizeof why), -1);
+    ck_assert_int_eq(gddr__parse_int("", 0, 100, &i, why, sizeof why), -1);
+    ck_assert_int_eq(gddr__parse_int("101", 0, 100, &i, why, sizeof why), -1);
+    ck_assert_msg(strstr(why, "out of range"), "%s", why);
+    ck_assert_int_eq(gddr__parse_num("0.4", 0, 1, &d, why, sizeof why), 0);
+    ck_assert(d == 0.4);
+    ck_assert_int_eq(gddr__parse_num("1e-3", 0, 1, &d, why, sizeof why), 0);
+    ck_assert(d == 1e-3);
+    ck_assert_int_eq(gddr__parse_num("0,4", 0, 1, &d, why, sizeof why), -1);
+    ck_assert_int_eq(gddr__parse_num("0x10", 0, 100, &d, why, sizeof why), -1);
+    ck_assert_int_eq(gddr__parse_num("inf", -HUGE_VAL, HUGE_VAL, &d, why, sizeof why), -1);
+    ck_assert_int_eq(gddr__parse_num("nan", -HUGE_VAL, HUGE_VAL, &d, why, sizeof why), -1);
+}
+END_TEST
+
+/* The tools refuse a malformed number naming the flag (exit 2), and say
+ * who they are. */
+START_TEST(test_tool_flags)
+{
+    const char *ps = ps_bin();
+    if (!ps)
+        return;
+    char dir[512], train[600], ctl[600], out[8192], errb[8192];
+    snprintf(dir, sizeof dir, "%s", ps);
+    *strrchr(dir, '/') = 0;
+    snprintf(train, sizeof train, "%s/gddr-train", dir);
+    snprintf(ctl, sizeof ctl, "%s/gddr-ctl", dir);
+    static const char *bad[][2] = { { "--rank", "two" }, { "--steps", "1e4" }, { "--delay-fraction", "0,4" },
+                                    { "--timeout-ms", "5s" }, { "--world", "-1" }, { "--lr-typo", "1" },
+                                    { "--pull-delta-bits", "12" } };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        char *argv[] = { train, "--server", "tcp://127.0.0.1:1", (char *)bad[k][0], (char *)bad[k][1], NULL };
+        int rc = run_capture(argv, out, errb, sizeof out, 20);
+        ck_assert_msg(rc == 2, "gddr-train %s %s: exit %d; stderr: %s", bad[k][0], bad[k][1], rc, errb);
+        if (strcmp(bad[k][0], "--lr-typo") != 0)
+            ck_assert_msg(strstr(errb, bad[k][0]), "gddr-train %s %s: stderr does not name the flag: %s",
+                          bad[k][0], bad[k][1], errb);
+    }
+    char *ctl_bad[] = { ctl, "-s", "tcp://127.0.0.1:1", "-t", "5s", "status", NULL };
+    ck_assert_int_eq(run_capture(ctl_bad, out, errb, sizeof out, 20), 2);
+    ck_assert_msg(strstr(errb, "-t"), "%s", errb);
+    char *ctl_i[] = { ctl, "-s", "tcp://127.0.0.1:1", "watch", "-i", "1,5", NULL };
+    ck_assert_int_eq(run_capture(ctl_i, out, errb, sizeof out, 20), 2);
+    char *ctl_help[] = { ctl, "--help", NULL };
+    ck_assert_int_eq(run_capture(ctl_help, out, errb, sizeof out, 20), 0);
+    ck_assert_msg(strstr(out, "--timeout-ms"), "%s", out);
+    char *ctl_ver[] = { ctl, "--version", NULL };
+    ck_assert_int_eq(run_capture(ctl_ver, out, errb, sizeof out, 20), 0);
+    ck_assert_msg(strncmp(out, "gddr-ctl ", 9) == 0, "%s", out);
+    char *train_ver[] = { train, "--version", NULL };
+    ck_assert_int_eq(run_capture(train_ver, out, errb, sizeof out, 20), 0);
+    ck_assert_msg(strncmp(out, "gddr-train ", 11) == 0, "%s", out);
+}
+END_TEST
+
 START_TEST(test_binary_check_config)
 {
     const char *bin = ps_bin();
@@ -1058,6 +1128,7 @@ Suite *suite_conf(void)
     tcase_add_test(tc, test_missing_file);
     tcase_add_test(tc, test_example_ini);
     tcase_add_test(tc, test_client_ini);
+    tcase_add_test(tc, test_numbers_whole);
 #if 1 /* these were known bugs; fixed in conf.c */
     tcase_add_test(tc, test_long_value_round_trip);
     tcase_add_test(tc, test_leading_zero_is_decimal);
@@ -1067,6 +1138,7 @@ Suite *suite_conf(void)
     TCase *bin = tcase_create("binary");
     tcase_set_timeout(bin, 90);
     tcase_add_test(bin, test_binary_check_config);
+    tcase_add_test(bin, test_tool_flags);
     tcase_add_test(bin, test_readme_table);
     tcase_add_test(bin, test_detach);
     tcase_add_test(bin, test_journal_lines);

@@ -563,7 +563,7 @@ int gddr__socket_new(gddr_client *c, void **out, void **mon)
         char addr[96];
         snprintf(addr, sizeof addr, "inproc://gddr-mon-%p-%u", (void *)c, ++c->mon_seq);
         int ev = ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL;
+                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
         if (zmq_socket_monitor(sock, addr, ev) == 0 && (m = zmq_socket(c->zctx, ZMQ_PAIR)) != NULL) {
             zmq_setsockopt(m, ZMQ_LINGER, &zero, sizeof zero);
             if (zmq_connect(m, addr) != 0) {
@@ -594,6 +594,7 @@ static int open_socket(gddr_client *c)
     if (c->mon)
         zmq_close(c->mon);
     c->sock = c->mon = NULL;
+    c->mon_connected = c->mon_refused = 0;
     return gddr__socket_new(c, &c->sock, &c->mon);
 }
 
@@ -617,6 +618,10 @@ int gddr__mon_check(gddr_client *c)
         }
         zmq_msg_close(&a);
         zmq_msg_close(&b);
+        if (ev == ZMQ_EVENT_CONNECTED)
+            c->mon_connected = 1;
+        if (ev == ZMQ_EVENT_CONNECT_RETRIED)
+            c->mon_refused = 1;
         if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
             return gddr__set_err(c, GDDR_EAUTH,
                                  "%s refused this client's CURVE key (ZAP status %u): add the public "
@@ -817,8 +822,10 @@ int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int s
     int rc = open_socket(c);
     /* A cluster starts in any order: a server not up yet (or a rank still
      * held by this worker's previous, dying process) is waited for, up to
-     * reconnect_timeout_ms, as a running step would. */
-    int64_t deadline = gddr__now_ms() + c->o.reconnect_timeout_ms;
+     * connect_timeout_ms (by default reconnect_timeout_ms, as a running
+     * step would). */
+    int wait_ms = c->o.connect_timeout_ms >= 0 ? c->o.connect_timeout_ms : c->o.reconnect_timeout_ms;
+    int64_t deadline = gddr__now_ms() + wait_ms;
     int backoff = 100, said = 0;
     while (rc == GDDR_OK) {
         int64_t left = deadline - gddr__now_ms();
@@ -828,12 +835,26 @@ int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int s
             break;
         if (!said++)
             gddr__logf(&c->log, GDDR_LOG_WARN, "%s: %s; retrying for up to %d ms", c->server,
-                       c->errmsg, c->o.reconnect_timeout_ms);
+                       c->errmsg, wait_ms);
         int nap = retry_ms > (uint32_t)backoff ? (int)retry_ms : backoff;
         left = deadline - gddr__now_ms();
         usleep((useconds_t)(nap < left ? nap : left > 0 ? left : 0) * 1000);
         backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
         rc = GDDR_OK;
+    }
+    if (rc == GDDR_ETIMEDOUT) {
+        /* Say which: nothing there, nothing reachable, or no answer. */
+        gddr__mon_check(c);
+        if (!c->mon_connected && c->mon_refused)
+            gddr__set_err(c, rc, "nothing accepts connections at %s (refused for %d ms): is gddr-ps "
+                          "running there, on that port?", c->server, wait_ms);
+        else if (!c->mon_connected)
+            gddr__set_err(c, rc, "could not reach %s within %d ms (no connection made: host down, "
+                          "or a firewall?)", c->server, wait_ms);
+        else
+            gddr__set_err(c, rc, "%s accepted the connection but did not answer a hello within %d ms "
+                          "(timeout_ms %d): is it a gddr-ps, and is it stopped or overloaded?",
+                          c->server, wait_ms, c->o.timeout_ms);
     }
     if (rc != GDDR_OK) {
         gddr__logf(&c->log, GDDR_LOG_ERROR, "cannot open a session with %s: %s", c->server,

@@ -116,6 +116,8 @@ struct gddr_client {
     void *zctx, *sock;
     void *mon;         /* the main socket's monitor (handshake failures), or NULL */
     unsigned mon_seq;
+    int mon_connected; /* a TCP connection was made (since the socket opened) */
+    int mon_refused;   /* a connection attempt failed (nothing listening?) */
     atomic_int lent;       /* messages ZeroMQ still reads from our buffers */
     _Atomic double lr;     /* gddr_set_lr: the lr every push carries (0: the tensors') */
     uint64_t session;      /* random, once per client: ties our rank to us across reconnects */

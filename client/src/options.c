@@ -12,7 +12,7 @@
 
 typedef struct client_conf {
     char server[GDDR_CONF_STRMAX], servers[GDDR_CONF_STRMAX];
-    long long rank, world_size, timeout_ms, reconnect_timeout_ms, residual_checkpoint_steps;
+    long long rank, world_size, timeout_ms, reconnect_timeout_ms, connect_timeout_ms, residual_checkpoint_steps;
     double clip_norm, dc_lambda, dc_ms_decay, delay_fraction, replay_decay, pull_delay_fraction;
     int dc_mode, dc_adaptive, log_level;
     long long seed;
@@ -41,6 +41,8 @@ const gddr__conf_key gddr__client_conf_table[] = {
       "bound on every wait for a reply" },
     { "client", "reconnect_timeout_ms", GDDR_CONF_INT, OFF(reconnect_timeout_ms), "30000", 0,
       86400000, NULL, 0, "how long to keep retrying a lost or restarted server" },
+    { "client", "connect_timeout_ms", GDDR_CONF_INT, OFF(connect_timeout_ms), "-1", -1, 86400000, NULL,
+      0, "how long opening waits for a server not there (yet); -1 = reconnect_timeout_ms" },
     { "client", "clip_norm", GDDR_CONF_DOUBLE, OFF(clip_norm), "0", 0, 1e30, NULL, 0,
       "clip the gradient to this global L2 norm; 0 = off" },
     { "client", "dc_lambda", GDDR_CONF_DOUBLE, OFF(dc_lambda), "0", 0, 1e6, NULL, 0,
@@ -95,6 +97,7 @@ int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, siz
     o->world_size = (int)cc.world_size;
     o->timeout_ms = (int)cc.timeout_ms;
     o->reconnect_timeout_ms = (int)cc.reconnect_timeout_ms;
+    o->connect_timeout_ms = (int)cc.connect_timeout_ms;
     o->clip_norm = cc.clip_norm;
     o->dc_lambda = cc.dc_lambda;
     o->dc_mode = cc.dc_mode;
@@ -142,12 +145,15 @@ int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gd
         OVR(async_pipeline); OVR(log); OVR(log_user); OVR(log_level); OVR(observer);
         OVR(curve_server_key); OVR(curve_key_file); OVR(heartbeat_ms);
         OVR(part_bytes); OVR(accumulate_steps); OVR(pull_delay_fraction);
-        OVR(pull_delta_bits);
+        OVR(pull_delta_bits); OVR(connect_timeout_ms);
 #undef OVR
     }
-    rc = gddr_client_open(&o, out);
+    char why[512] = "";
+    /* One server: its own message says why (a list's shard code logs its own). */
+    rc = gddr__server_count(o.server) > 1 ? gddr_client_open(&o, out)
+                                          : gddr__client_open_shard(&o, 0, 0, out, why, sizeof why);
     if (rc != GDDR_OK)
-        snprintf(errbuf, errlen, "cannot open a client to %s: %s", o.server, gddr_strerror(rc));
+        snprintf(errbuf, errlen, "cannot open a client to %s: %s", o.server, why[0] ? why : gddr_strerror(rc));
     return rc;
 }
 

@@ -21,11 +21,12 @@
 
 #include "data.h"
 #include "gddr/gddr.h"
+#include "numparse.h"
 #include "model.h"
 
 typedef struct args {
     const char *config, *server, *workload, *data;
-    int rank, world, synthetic, epochs, steps, batch, hidden, stale, quiet, verbose, timeout_ms;
+    int rank, world, synthetic, epochs, steps, batch, hidden, stale, quiet, verbose, timeout_ms, connect_ms;
     int pipeline, evaluate, step_times;
     double progress, evaluate_every, clip_norm, dc_lambda, delay_fraction;
     int dc_mode, dc_adaptive, residual_ckpt, accumulate;
@@ -93,7 +94,9 @@ static void usage(FILE *f)
             "                         (at most tau pulls); pulls bring only what the view lacks\n"
             "  --pull-delta-bits 8|16 pulls bring 8- or 16-bit differences from the view (error\n"
             "                         kept on the server; 1/4 or 1/2 of the bytes)\n"
-            "  --timeout-ms MS        bound on every wait\n"
+            "  --timeout-ms MS        bound on every wait (and, unless --connect-timeout-ms is\n"
+            "                         given, on the wait for a server that is not there)\n"
+            "  --connect-timeout-ms MS  how long to wait for a server not up yet (default 30000)\n"
             "  --progress SEC         seconds between progress lines (default 2; 0 = none)\n"
             "  --quiet                only the RESULT line\n"
             "  --verbose              log the library's info lines (reconnects, orphans)\n"
@@ -104,9 +107,21 @@ static void usage(FILE *f)
             "                         server's model, evaluate it and print a line\n"
             "                         EVAL time=<unix seconds of the pull> test_accuracy=... version=...\n"
             "                         until SIGTERM/SIGINT or the server is gone (then the RESULT line)\n"
+            "  --version              print the version and exit\n"
             "  --step-times           time every step (gradient and gddr_step, the whole loop\n"
             "                         iteration) and add step_mean_ms= step_p95_ms= to the RESULT line\n");
 }
+
+/* An integer flag into an int field (the whole argument, in range). */
+static int arg_int_into(const char *flag, long long lo, long long hi, int *field)
+{
+    long long v;
+    if (gddr__arg_int("gddr-train", flag, optarg, lo, hi, &v) < 0)
+        return -1;
+    *field = (int)v;
+    return 0;
+}
+#define arg_int(flag, lo, hi, field) arg_int_into(flag, lo, hi, field)
 
 static int parse_args(int argc, char **argv, args *a)
 {
@@ -124,6 +139,7 @@ static int parse_args(int argc, char **argv, args *a)
     a->clip_norm = a->dc_lambda = a->delay_fraction = -1;
     a->residual_ckpt = -1;
     a->accumulate = -1;
+    a->connect_ms = -1;
     static const struct option o[] = {
         { "config", 1, 0, 'c' },          { "server", 1, 0, 's' },     { "rank", 1, 0, 'r' },
         { "world", 1, 0, 'w' },           { "workload", 1, 0, 'W' },   { "data", 1, 0, 'd' },
@@ -137,6 +153,7 @@ static int parse_args(int argc, char **argv, args *a)
         { "accumulate-steps", 1, 0, 'K' }, { "pull-delay-fraction", 1, 0, 'Y' },
         { "pull-delta-bits", 1, 0, 'B' },
         { "evaluate-every", 1, 0, 'V' },  { "step-times", 0, 0, 'Z' },
+        { "connect-timeout-ms", 1, 0, 'O' }, { "version", 0, 0, 'U' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -144,44 +161,56 @@ static int parse_args(int argc, char **argv, args *a)
         switch (c) {
         case 'c': a->config = optarg; break;
         case 's': a->server = optarg; break;
-        case 'r': a->rank = atoi(optarg); break;
-        case 'w': a->world = atoi(optarg); break;
+        case 'r': if (arg_int("--rank", 0, 65535, &a->rank) < 0) return -1; break;
+        case 'w': if (arg_int("--world", 1, 65536, &a->world) < 0) return -1; break;
         case 'W': a->workload = optarg; break;
         case 'd': a->data = optarg; break;
-        case 'y': a->synthetic = atoi(optarg); break;
-        case 'e': a->epochs = atoi(optarg); break;
-        case 'S': a->steps = atoi(optarg); break;
-        case 'b': a->batch = atoi(optarg); break;
-        case 'H': a->hidden = atoi(optarg); break;
-        case 'x': a->seed = strtoull(optarg, NULL, 0); break;
-        case 'D': a->stale = atoi(optarg); break;
-        case 'C': a->clip_norm = atof(optarg); break;
-        case 'L': a->dc_lambda = atof(optarg); break;
+        case 'y': if (arg_int("--synthetic", 0, 100000000, &a->synthetic) < 0) return -1; break;
+        case 'e': if (arg_int("--epochs", 1, 1000000, &a->epochs) < 0) return -1; break;
+        case 'S': if (arg_int("--steps", 0, 2000000000, &a->steps) < 0) return -1; break;
+        case 'b': if (arg_int("--batch", 1, 1000000, &a->batch) < 0) return -1; break;
+        case 'H': if (arg_int("--hidden", 1, 1000000, &a->hidden) < 0) return -1; break;
+        case 'x': {
+            long long v;
+            if (gddr__arg_int("gddr-train", "--seed", optarg, 0, 9223372036854775807LL, &v) < 0)
+                return -1;
+            a->seed = (unsigned long long)v;
+            break;
+        }
+        case 'O': if (arg_int("--connect-timeout-ms", 0, 86400000, &a->connect_ms) < 0) return -1; break;
+        case 'D': if (arg_int("--simulate-staleness", 0, 1000000, &a->stale) < 0) return -1; break;
+        case 'C': if (gddr__arg_num("gddr-train", "--clip-norm", optarg, 0, 1e30, &a->clip_norm) < 0) return -1; break;
+        case 'L': if (gddr__arg_num("gddr-train", "--dc-lambda", optarg, 0, 1e6, &a->dc_lambda) < 0) return -1; break;
         case 'M':
             if (strcmp(optarg, "diag") == 0) a->dc_mode = GDDR_DC_DIAG;
             else if (strcmp(optarg, "identity") == 0) a->dc_mode = GDDR_DC_IDENTITY;
             else { fprintf(stderr, "gddr-train: --dc-mode must be diag or identity\n"); return -1; }
             break;
         case 'A': a->dc_adaptive = 1; break;
-        case 'a': a->delay_fraction = atof(optarg); break;
-        case 'p': a->progress = atof(optarg); break;
+        case 'a': if (gddr__arg_num("gddr-train", "--delay-fraction", optarg, 0, 0.99, &a->delay_fraction) < 0) return -1; break;
+        case 'p': if (gddr__arg_num("gddr-train", "--progress", optarg, 0, 1e6, &a->progress) < 0) return -1; break;
         case 'q': a->quiet = 1; break;
         case 'v': a->verbose = 1; break;
         case 'P': a->pipeline = 1; break;
         case 'E': a->evaluate = 1; break;
-        case 'T': a->timeout_ms = atoi(optarg); break;
-        case 'R': a->residual_ckpt = atoi(optarg); break;
-        case 'K': a->accumulate = atoi(optarg); break;
-        case 'Y': a->pull_alpha = atof(optarg); break;
-        case 'B': a->pull_bits = atoi(optarg); break;
-        case 'V': a->evaluate_every = atof(optarg); break;
+        case 'T': if (arg_int("--timeout-ms", 1, 86400000, &a->timeout_ms) < 0) return -1; break;
+        case 'R': if (arg_int("--residual-checkpoint-steps", 0, 1000000, &a->residual_ckpt) < 0) return -1; break;
+        case 'K': if (arg_int("--accumulate-steps", 1, 1000000, &a->accumulate) < 0) return -1; break;
+        case 'Y': if (gddr__arg_num("gddr-train", "--pull-delay-fraction", optarg, 0, 0.99, &a->pull_alpha) < 0) return -1; break;
+        case 'B': if (arg_int("--pull-delta-bits", 8, 16, &a->pull_bits) < 0) return -1; break;
+        case 'V': if (gddr__arg_num("gddr-train", "--evaluate-every", optarg, 0, 1e9, &a->evaluate_every) < 0) return -1; break;
         case 'Z': a->step_times = 1; break;
         case 'h': usage(stdout); exit(0);
+        case 'U': printf("gddr-train %s\n", GDDR_VERSION); exit(0);
         default: usage(stderr); return -1;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "gddr-train: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (a->pull_bits != 0 && a->pull_bits != 8 && a->pull_bits != 16) {
+        fprintf(stderr, "gddr-train: --pull-delta-bits: %d is neither 8 nor 16\n", a->pull_bits);
         return -1;
     }
     if (a->batch < 1 || a->epochs < 1 || a->steps < 0 || a->stale < 0 || a->hidden < 1) {
@@ -217,7 +246,9 @@ static int open_client(const args *a, int *rank_store, gddr_client **c)
     if (a->world > 0)
         o.world_size = a->world;
     if (a->timeout_ms > 0)
-        o.timeout_ms = a->timeout_ms;
+        o.timeout_ms = o.connect_timeout_ms = a->timeout_ms;
+    if (a->connect_ms >= 0)
+        o.connect_timeout_ms = a->connect_ms;
     if (a->clip_norm >= 0)
         o.clip_norm = a->clip_norm;
     if (a->dc_lambda >= 0)

@@ -53,6 +53,7 @@ class ClientOpts(ctypes.Structure):
         ("accumulate_steps", ctypes.c_int),
         ("pull_delay_fraction", ctypes.c_double),
         ("pull_delta_bits", ctypes.c_int),
+        ("connect_timeout_ms", ctypes.c_int),
     ]
 
 

@@ -37,6 +37,7 @@ static int layout(void)
     F(gddr_client_opts, heartbeat_ms); F(gddr_client_opts, part_bytes);
     F(gddr_client_opts, accumulate_steps); F(gddr_client_opts, pull_delay_fraction);
     F(gddr_client_opts, pull_delta_bits);
+    F(gddr_client_opts, connect_timeout_ms);
     printf("gddr_server_info - %zu %zu\n", (size_t)0, sizeof(gddr_server_info));
     F(gddr_server_info, epoch); F(gddr_server_info, mode); F(gddr_server_info, tau);
     F(gddr_server_info, chunk); F(gddr_server_info, workers); F(gddr_server_info, rank);

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "gddr/gddr.h"
+#include "numparse.h"
 #include "prom.h"
 
 #define MAX_SERVERS 256
@@ -47,11 +48,24 @@ typedef struct srv {
     gddr_server_info info;
 } srv;
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: gddr-ctl [-s ENDPOINT[,ENDPOINT...]]... status|metrics|checkpoint\n"
-                    "       gddr-ctl [-s ENDPOINT[,ENDPOINT...]]... watch|top [-i SECONDS] [-n COUNT]\n"
-                    "       (or set GDDR_SERVER=ENDPOINT[,ENDPOINT...])\n");
+    fprintf(f, "usage: gddr-ctl [-s ENDPOINT[,ENDPOINT...]]... [-t MS] status|metrics|checkpoint\n"
+               "       gddr-ctl [-s ENDPOINT[,ENDPOINT...]]... [-t MS] watch|top [-i SECONDS] [-n COUNT]\n"
+               "       gddr-ctl --help | --version\n"
+               "  -s, --server EP     the server(s) (or set GDDR_SERVER=ENDPOINT[,ENDPOINT...])\n"
+               "  -t, --timeout-ms MS bound on every wait, the connection included (default 3000)\n"
+               "  -i SECONDS          watch/top: seconds between samples (at least 0.05)\n"
+               "  -n COUNT            watch/top: stop after COUNT samples\n"
+               "  CURVE: GDDR_CURVE_SERVER_KEY (the server's public key), GDDR_CURVE_KEY_FILE\n");
+}
+
+/* The library's error lines (why a server could not be reached). */
+static void log_err(void *user, int level, const char *msg)
+{
+    (void)user;
+    if (level == GDDR_LOG_ERROR)
+        fprintf(stderr, "gddr-ctl: %s\n", msg);
 }
 
 /* Splits a comma-separated list into s[*n...]; 0, or -1 on an empty item
@@ -593,9 +607,25 @@ int main(int argc, char **argv)
     int n = 0, i = 1;
     if (!s)
         return 1;
-    while (i + 1 < argc && (strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--server") == 0)) {
-        if (add_endpoints(s, &n, argv[i + 1]) < 0)
-            return 2;
+    long long timeout_ms = 3000;
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("gddr-ctl %s\n", GDDR_VERSION);
+        return 0;
+    }
+    while (i + 1 < argc && argv[i][0] == '-') {
+        if (strcmp(argv[i], "-s") == 0 || strcmp(argv[i], "--server") == 0) {
+            if (add_endpoints(s, &n, argv[i + 1]) < 0)
+                return 2;
+        } else if (strcmp(argv[i], "-t") == 0 || strcmp(argv[i], "--timeout-ms") == 0) {
+            if (gddr__arg_int("gddr-ctl", argv[i], argv[i + 1], 1, 86400000, &timeout_ms) < 0)
+                return 2;
+        } else {
+            break;
+        }
         i += 2;
     }
     const char *env = getenv("GDDR_SERVER");
@@ -608,26 +638,33 @@ int main(int argc, char **argv)
     if (looping) {
         int j = i + 1;
         for (; j + 1 < argc; j += 2) {
-            char *end;
-            if (strcmp(argv[j], "-i") == 0 && (every = strtod(argv[j + 1], &end)) >= 0.05 && !*end)
+            long long cnt;
+            if (strcmp(argv[j], "-i") == 0) {
+                if (gddr__arg_num("gddr-ctl", "-i", argv[j + 1], 0.05, 1e6, &every) < 0)
+                    return 2;
                 continue;
-            if (strcmp(argv[j], "-n") == 0 && (count = strtol(argv[j + 1], &end, 10)) > 0 && !*end)
+            }
+            if (strcmp(argv[j], "-n") == 0) {
+                if (gddr__arg_int("gddr-ctl", "-n", argv[j + 1], 1, 1000000000, &cnt) < 0)
+                    return 2;
+                count = (long)cnt;
                 continue;
+            }
             break;
         }
         if (j != argc) {
-            usage();
+            usage(stderr);
             return 2;
         }
         argc = i + 1; /* the options are taken */
     }
     if (i + 1 != argc || n == 0) {
-        usage();
+        usage(stderr);
         return 2;
     }
     if (strcmp(cmd, "status") && strcmp(cmd, "metrics") && strcmp(cmd, "checkpoint") && !looping) {
         fprintf(stderr, "gddr-ctl: unknown command '%s'\n", cmd);
-        usage();
+        usage(stderr);
         return 2;
     }
     int failed = 0;
@@ -636,8 +673,11 @@ int main(int argc, char **argv)
         o.server = s[k].ep;
         o.rank = 0;
         o.world_size = 1;
-        o.timeout_ms = 3000;
+        /* Every wait bounded by -t: the reply, the connection, a retry. */
+        o.timeout_ms = o.connect_timeout_ms = o.reconnect_timeout_ms = (int)timeout_ms;
         o.observer = 1;
+        o.log = log_err;
+        o.log_level = GDDR_LOG_ERROR;
         /* A server with CURVE: its public key and our key file. */
         o.curve_server_key = getenv("GDDR_CURVE_SERVER_KEY");
         o.curve_key_file = getenv("GDDR_CURVE_KEY_FILE");

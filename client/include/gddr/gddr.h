@@ -120,6 +120,10 @@ typedef struct gddr_client_opts {
                                next pull: nothing drifts; a value of the view is within
                                max|difference| / 254 (/ 65534) of the server's). Composes
                                with pull_delay_fraction. 0 = float32 values */
+    int connect_timeout_ms; /* how long gddr_client_open waits for a server that is not there
+                               (yet): nothing listening, or no answer to the hello. The error
+                               then says which. -1 = reconnect_timeout_ms (a cluster may start
+                               in any order) */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
@@ -131,7 +135,7 @@ typedef struct gddr_client_opts {
       .log = NULL, .log_user = NULL, .log_level = GDDR_LOG_WARN, .observer = 0, \
       .curve_server_key = NULL, .curve_key_file = NULL, .heartbeat_ms = 2000, \
       .part_bytes = 4u << 20, .accumulate_steps = 1, .pull_delay_fraction = 0.0,   \
-      .pull_delta_bits = 0 }
+      .pull_delta_bits = 0, .connect_timeout_ms = -1 }
 
 /* Fills *o with the defaults GDDR_CLIENT_OPTS_INIT gives. */
 void gddr_client_opts_init(gddr_client_opts *o);
