@@ -47,6 +47,7 @@
 
 #include "blas.h"
 #include "gddr/gddr.h"
+#include "numparse.h"
 #include "ps.h"
 
 #define MAXV 16
@@ -652,11 +653,15 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--clients") == 0 && i + 1 < argc) {
             clients_s = argv[++i];
         } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
-            reps = atoi(argv[++i]);
+            long long v;
+            if (gddr__arg_int("gddr-bench", "--reps", argv[++i], 1, MAXV, &v) < 0)
+                return 2;
+            reps = (int)v;
         } else if (strcmp(argv[i], "--sections") == 0 && i + 1 < argc) {
             sections = argv[++i];
         } else if (strcmp(argv[i], "--budget-mb") == 0 && i + 1 < argc) {
-            budget_mb = atof(argv[++i]);
+            if (gddr__arg_num("gddr-bench", "--budget-mb", argv[++i], 1, 1e7, &budget_mb) < 0)
+                return 2;
         } else {
             fprintf(stderr, "usage: gddr-bench [--quick] [--sizes 4K,1M,...] [--clients 4,16] [--reps N]\n"
                             "                  [--sections pushpull,clients,gddr,apply,threads,servers]\n"
@@ -676,12 +681,14 @@ int main(int argc, char **argv)
     }
     int clients[8], ncl = 0;
     for (const char *p = clients_s; p && *p && ncl < 8;) {
-        int c = atoi(p);
-        if (c >= 1 && c <= 64)
-            clients[ncl++] = c;
-        p = strchr(p, ',');
-        if (p)
-            p++;
+        char one[32];
+        size_t len = strcspn(p, ",");
+        snprintf(one, sizeof one, "%.*s", (int)(len < sizeof one ? len : sizeof one - 1), p);
+        long long c;
+        if (gddr__arg_int("gddr-bench", "--clients", one, 1, 64, &c) < 0)
+            return 2;
+        clients[ncl++] = (int)c;
+        p = p[len] ? p + len + 1 : NULL;
     }
     signal(SIGPIPE, SIG_IGN);
     printf("# gddr-bench: %ld cores, gddr-ps from %s, %d repetitions per figure\n",
