@@ -139,6 +139,21 @@ static int parse_key_options(char *opts, gddr__authkey *k, char *err, size_t err
     return 0;
 }
 
+/* A line of a .pub file as gddr-keygen writes it, "public = KEY", is a
+ * key line too (appending NAME.pub to authorized_keys works, as with ssh):
+ * s past "public =". */
+static char *skip_public(char *s)
+{
+    if (strncmp(s, "public", 6) != 0 || (s[6] != ' ' && s[6] != '\t' && s[6] != '='))
+        return s;
+    char *p = s + 6;
+    p += strspn(p, " \t");
+    if (*p != '=')
+        return s;
+    p++;
+    return p + strspn(p, " \t");
+}
+
 int gddr__authorized_keys_read(const char *path, gddr__authkey **keys, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
@@ -157,6 +172,7 @@ int gddr__authorized_keys_read(const char *path, gddr__authkey **keys, char *err
         gddr__authkey k;
         memset(&k, 0, sizeof k);
         k.rank_lo = k.rank_hi = -1;
+        s = skip_public(s);
         size_t len = strcspn(s, " \t");
         if (len != 40) {
             /* Options first, then the key. */
@@ -168,7 +184,7 @@ int gddr__authorized_keys_read(const char *path, gddr__authkey **keys, char *err
                 snprintf(err, errlen, "%s:%d: %s", path, lineno, why);
                 return -1;
             }
-            s = trim(s + len);
+            s = skip_public(trim(s + len));
             len = strcspn(s, " \t");
         }
         if (len != 40) {

@@ -85,6 +85,18 @@ START_TEST(test_keyfiles)
     ck_assert_int_eq(keys[0].rank_lo, -1);
     ck_assert_int_eq(keys[0].observer_only, 0);
     free(keys);
+    /* A .pub file appended as it is ("public = KEY"), with options too, as
+     * ssh users add keys. */
+    char both[160], cmd[1024];
+    snprintf(both, sizeof both, "%s/from_pub", k.dir);
+    snprintf(cmd, sizeof cmd, "cat '%s/alice.pub' > '%s' && printf 'ranks=1 ' >> '%s' && cat '%s/mallory.pub' >> '%s'",
+             k.dir, both, both, k.dir, both);
+    ck_assert_int_eq(system(cmd), 0);
+    ck_assert_msg(gddr__authorized_keys_read(both, &keys, err, sizeof err) == 2, "%s", err);
+    ck_assert_str_eq(keys[0].z85, k.alice_pub);
+    ck_assert_str_eq(keys[1].z85, k.mallory_pub);
+    ck_assert_int_eq(keys[1].rank_lo, 1);
+    free(keys);
     remove_keys(&k);
 }
 END_TEST
