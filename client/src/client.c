@@ -1521,3 +1521,12 @@ int gddr_tensor_version(const gddr_client *c, int id, uint64_t *version)
     *version = c->t[id].version;
     return GDDR_OK;
 }
+
+int gddr_cuda_status(char *why, size_t len)
+{
+    char tmp[512] = "";
+    int ok = gddr_cuda_available(tmp, sizeof tmp) == 1;
+    if (why && len)
+        snprintf(why, len, "%s", ok ? "" : tmp[0] ? tmp : "no CUDA device");
+    return ok;
+}

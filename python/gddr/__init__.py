@@ -22,6 +22,7 @@ from .errors import __all__ as _errors_all
 __version__ = "0.1.0"
 library_path = _lib.path
 has_cuda = _lib.HAS_CUDA
+cuda_reason = _lib.CUDA_REASON  # why has_cuda is False ("" when True)
 
 __all__ = ["Client", "Tensor", "Ticket", "default_options", "strerror", "OPTIONS", "MODES",
-           "DC_MODES", "LOG_LEVELS", "library_path", "has_cuda"] + _errors_all
+           "DC_MODES", "LOG_LEVELS", "library_path", "has_cuda", "cuda_reason"] + _errors_all

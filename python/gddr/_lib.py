@@ -214,8 +214,11 @@ libc = ctypes.CDLL(None)
 libc.free.argtypes = [_c.c_void_p]
 libc.free.restype = None
 
-# The library was built with CUDA when cudart is among its dependencies:
-# dlsym on its handle searches them too (and only them, not what torch or
-# anyone else loaded). Only such a build understands device pointers; a
-# CPU-only build would read them as host memory.
-HAS_CUDA = hasattr(lib, "cudaGetDevice")
+# Whether the library takes CUDA device memory: asked of the library
+# (gddr_cuda_status: built with CUDA, its plugin and the driver found, a
+# device present), with the reason when not. (CUDA lives in the plugin
+# libgddr-cuda.so, so no CUDA symbol is visible on the library itself.)
+_cuda_status = _proto("gddr_cuda_status", _c.c_int, _c.c_char_p, _c.c_size_t)
+_why = _c.create_string_buffer(512)
+HAS_CUDA = bool(_cuda_status(_why, len(_why)))
+CUDA_REASON = _why.value.decode("utf-8", "replace")

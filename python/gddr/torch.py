@@ -26,6 +26,7 @@ import warnings
 import numpy as np
 import torch
 
+from . import _lib
 from .errors import InvalidArgument
 
 
@@ -65,8 +66,8 @@ class ParameterServer:
         # library) through host copies.
         self.staged = self.cuda and not client.has_cuda
         if self.staged:
-            warnings.warn("libgddr-client was built without CUDA: CUDA parameters are copied "
-                          "through host memory every step (rebuild with nvcc for the device path)")
+            warnings.warn("libgddr-client cannot take CUDA memory (%s): CUDA parameters are "
+                          "copied through host memory every step" % _lib.CUDA_REASON)
         for name, p in self.named:
             if p.dtype != torch.float32 or not p.is_contiguous():
                 raise InvalidArgument("parameter %r must be contiguous float32 (it is %s%s)"

@@ -14,19 +14,51 @@ import gddr
 from gddr import _lib
 
 
+def test_has_cuda_asks_the_library():
+    """gddr.has_cuda is the library's own answer (gddr_cuda_status), with the
+    reason when it is False; it used to look for a CUDA symbol on the
+    library, which has none since CUDA moved into the plugin, so it was
+    False on every GPU host."""
+    why = ctypes.create_string_buffer(512)
+    assert gddr.has_cuda is bool(_lib.lib.gddr_cuda_status(why, len(why)))
+    if not gddr.has_cuda:
+        assert gddr.cuda_reason and gddr.cuda_reason == why.value.decode()
+    else:
+        assert gddr.cuda_reason == ""
+
+
+def cudart():
+    """The CUDA runtime the library's plugin loaded (found in this process's
+    mappings), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split()[-1]
+                if "libcudart.so" in path:
+                    return ctypes.CDLL(path)
+    except OSError:
+        pass
+    return None
+
+
+CUDART = cudart() if gddr.has_cuda else None
+
+
 def cuda_devices():
     """(count, why not) of the CUDA devices the library could use."""
     if not gddr.has_cuda:
-        return 0, "libgddr-client was built without CUDA (no nvcc at build time)"
+        return 0, "no CUDA for libgddr-client: " + gddr.cuda_reason
+    if CUDART is None:
+        return 0, "the CUDA runtime is not loaded in this process"
     n = ctypes.c_int(0)
-    err = _lib.lib.cudaGetDeviceCount(ctypes.byref(n))
+    err = CUDART.cudaGetDeviceCount(ctypes.byref(n))
     if err != 0:
         return 0, "no usable CUDA device (cudaGetDeviceCount: error %d)" % err
     return n.value, ""
 
 
 COUNT, WHY = cuda_devices()
-pytestmark = pytest.mark.skipif(COUNT == 0, reason=WHY + "; scripts/gpu-check.sh runs this on a GPU")
+needs_gpu = pytest.mark.skipif(COUNT == 0, reason=WHY + "; scripts/gpu-check.sh runs this on a GPU")
 
 H2D, D2H = 1, 2
 
@@ -35,23 +67,24 @@ class DeviceArray:
     def __init__(self, host):
         self.n = host.size
         self.ptr = ctypes.c_void_p()
-        assert _lib.lib.cudaMalloc(ctypes.byref(self.ptr), ctypes.c_size_t(4 * self.n)) == 0
+        assert CUDART.cudaMalloc(ctypes.byref(self.ptr), ctypes.c_size_t(4 * self.n)) == 0
         self.put(host)
 
     def put(self, host):
-        assert _lib.lib.cudaMemcpy(self.ptr, ctypes.c_void_p(host.ctypes.data),
+        assert CUDART.cudaMemcpy(self.ptr, ctypes.c_void_p(host.ctypes.data),
                                    ctypes.c_size_t(4 * self.n), H2D) == 0
 
     def get(self):
         out = np.empty(self.n, np.float32)
-        assert _lib.lib.cudaMemcpy(ctypes.c_void_p(out.ctypes.data), self.ptr,
+        assert CUDART.cudaMemcpy(ctypes.c_void_p(out.ctypes.data), self.ptr,
                                    ctypes.c_size_t(4 * self.n), D2H) == 0
         return out
 
     def free(self):
-        _lib.lib.cudaFree(self.ptr)
+        CUDART.cudaFree(self.ptr)
 
 
+@needs_gpu
 @pytest.mark.parametrize("alpha", [0.0, 0.5])
 def test_device_pointers_step_like_host_arrays(server, clients, alpha):
     n, steps = 5000, 12

@@ -334,6 +334,12 @@ typedef struct gddr_server_stats {
 } gddr_server_stats;
 int gddr_server_stats_get(gddr_client *c, gddr_server_stats *out);
 
+/* 1 when this library can take CUDA device memory (built with CUDA, its
+ * plugin libgddr-cuda.so and the NVIDIA driver found, a device present);
+ * else 0 and, in why (len bytes, may be NULL), the reason. Loads the
+ * plugin on first call. */
+int gddr_cuda_status(char *why, size_t len);
+
 #ifdef __cplusplus
 }
 #endif
