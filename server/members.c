@@ -4,6 +4,7 @@
  * themselves -- hellos, byes, deaths -- are workers.c's. */
 #include <stdint.h>
 
+#include "log.h"
 #include "ps.h"
 #include "residual.h"
 
@@ -33,7 +34,17 @@ static int rank_live(gddr_ps *ps, int r, int64_t now)
     if (w->state != PS_W_NONE)
         return w->state == PS_W_LIVE;
     int64_t since = ps->first_hello_ms ? ps->first_hello_ms : now;
-    return now - since < (int64_t)(ps->cfg.worker_timeout_s * 1000);
+    if (now - since < (int64_t)(ps->cfg.worker_timeout_s * 1000))
+        return 1;
+    if (!w->absent_said && ps->first_hello_ms) {
+        /* Said once: a worker that was never started (or started without
+         * its --rank) is why sync steps now go on with fewer workers. */
+        w->absent_said = 1;
+        gddr_log(GDDR_LOG_WARN, "worker %d of the %d expected never said hello within worker_timeout_s "
+                 "= %g s of the first: steps go on without it (started? with the right --rank and "
+                 "--world?)", r, gddr_ps_expected_workers(ps), ps->cfg.worker_timeout_s);
+    }
+    return 0;
 }
 
 int gddr_ps_live_workers(gddr_ps *ps)

@@ -168,6 +168,8 @@ enum { PS_W_NONE = 0, PS_W_LIVE, PS_W_DEAD, PS_W_LEFT };
 typedef struct ps_worker {
     int state;          /* PS_W_* */
     int restored;       /* live from a checkpoint, no hello since: any session may claim it */
+    int absent_said;    /* logged that this expected rank never came */
+    int held_said;      /* logged that a second process asked for this rank */
     uint64_t session;   /* the owner's session (kept after a death, to recognise it) */
     int64_t last_seen_ms;
     uint64_t clock;     /* steps pushed: highest step + 1 */

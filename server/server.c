@@ -598,8 +598,9 @@ static int shard_layout_ok(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *r
     if (h->shard_index == idx && h->shard_count == cnt)
         return 1;
     ps_reject(ps, ident, rq->req_id, GDDR_ECONFIG,
-              "this server is shard %lld of %lld, the client's list puts it at %u of %u", idx, cnt,
-              h->shard_index, h->shard_count);
+              "this server is shard %lld of %lld (its shard_index and shard_count), the client's list "
+              "puts it at %u of %u: list the servers in the client's server = (or --server) in the "
+              "order of their shard_index, 0 first", idx, cnt, h->shard_index, h->shard_count);
     return 0;
 }
 

@@ -90,11 +90,21 @@ int ps_worker_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, uint
     if (w->state == PS_W_LIVE && !w->restored && w->session != session) {
         /* Transient: the holder frees the rank by a bye or by its silence. */
         int64_t left = (int64_t)(ps->cfg.worker_timeout_s * 1000) - (now - w->last_seen_ms);
+        /* Two live processes asking for one rank: most often several
+         * workers started without --rank (each then is rank 0 of 1). */
+        const char *hint = h->world_size <= 1 && gddr_ps_expected_workers(ps) > 1
+                               ? " (this hello says world 1: did several workers start without "
+                                 "--rank and --world?)"
+                               : "";
+        if (!w->held_said) {
+            w->held_said = 1;
+            gddr_log(GDDR_LOG_WARN, "a second process asks for rank %u, held by a live worker%s", rank, hint);
+        }
         return ps_reject_retry(ps, ident, rq->req_id, GDDR_EWORKER,
                                (uint32_t)(left < 100 ? 100 : left),
-                               "rank %u is held by another live worker; it is free once that one "
+                               "rank %u is held by another live worker%s; it is free once that one "
                                "says bye or is silent for worker_timeout_s = %g s",
-                               rank, ps->cfg.worker_timeout_s);
+                               rank, hint, ps->cfg.worker_timeout_s);
     }
     char client[64];
     copy_client(client, sizeof client, h->client);

@@ -769,9 +769,11 @@ START_TEST(test_tool_flags)
     snprintf(ctl, sizeof ctl, "%s/gddr-ctl", dir);
     static const char *bad[][2] = { { "--rank", "two" }, { "--steps", "1e4" }, { "--delay-fraction", "0,4" },
                                     { "--timeout-ms", "5s" }, { "--world", "-1" }, { "--lr-typo", "1" },
-                                    { "--pull-delta-bits", "12" } };
+                                    { "--pull-delta-bits", "12" }, { "--rank", "4" } };
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
-        char *argv[] = { train, "--server", "tcp://127.0.0.1:1", (char *)bad[k][0], (char *)bad[k][1], NULL };
+        /* (--world 4 too: --rank 4 is then refused before any data is read) */
+        char *argv[] = { train, "--server", "tcp://127.0.0.1:1", "--world", "4", (char *)bad[k][0],
+                         (char *)bad[k][1], NULL };
         int rc = run_capture(argv, out, errb, sizeof out, 20);
         ck_assert_msg(rc == 2, "gddr-train %s %s: exit %d; stderr: %s", bad[k][0], bad[k][1], rc, errb);
         if (strcmp(bad[k][0], "--lr-typo") != 0)

@@ -1473,6 +1473,58 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------------------------- */
 
+/* Rank mistakes are named: a second process for a live rank (workers
+ * started without --rank: each says world 1) is refused with a hint, in
+ * its error and in the server's log; an expected worker that never comes
+ * is logged when sync steps go on without it. */
+static void keep_last_error(void *user, int level, const char *msg)
+{
+    if (level == GDDR_LOG_ERROR)
+        snprintf(user, 600, "%s", msg);
+}
+
+START_TEST(test_rank_mistakes_named)
+{
+    char dir[64], log[160], msg[600] = "";
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
+    const char *sets[] = { "mode=sync", "workers=2", "worker_timeout_s=1", "lr=1", NULL };
+    gt_server s;
+    gt_start_logged(&s, log, sets);
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 1; /* as a worker started without --rank / --world */
+    o.timeout_ms = 30000;
+    o.heartbeat_ms = 200;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    gddr_client_opts o2 = o;
+    o2.heartbeat_ms = 0;
+    o2.timeout_ms = 1000;
+    o2.connect_timeout_ms = 1500;
+    o2.log = keep_last_error;
+    o2.log_user = msg;
+    gddr_client *c2 = NULL;
+    ck_assert_int_eq(gddr_client_open(&o2, &c2), GDDR_EWORKER);
+    ck_assert_msg(strstr(msg, "without --rank"), "the second worker's error: %s", msg);
+    ck_assert_msg(gt_wait_for_text(log, "a second process asks for rank 0", 20000) >= 0, "no such line in %s", log);
+    /* Worker 1 never comes: the step goes on alone after worker_timeout_s,
+     * and the log says why. */
+    float w = 0, g = 1;
+    int id;
+    ck_assert_int_eq(gddr_register(c, "r", &w, 1, &id, NULL), GDDR_OK);
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_push(c, id, &g, &v), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(c, id, &w, 1, &v), GDDR_OK);
+    ck_assert_uint_ge(v, 1);
+    ck_assert_msg(gt_wait_for_text(log, "worker 1 of the 2 expected never said hello", 20000) >= 0,
+                  "no such line in %s", log);
+    gddr_client_close(&c);
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
 #define ADD_CASE(s, name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT)
 #define ADD_TRAIN_CASE(s, name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT_TRAIN)
 
@@ -1493,5 +1545,6 @@ Suite *suite_recovery(void)
     ADD_CASE(s, "snapshot_on_dense_push", test_snapshot_on_dense_push);
     ADD_CASE(s, "sigterm_final_checkpoint", test_sigterm_final_checkpoint);
     ADD_CASE(s, "ctl_checkpoint", test_ctl_checkpoint);
+    ADD_CASE(s, "rank_mistakes_named", test_rank_mistakes_named);
     return s;
 }

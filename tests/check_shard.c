@@ -454,6 +454,16 @@ START_TEST(test_api_across_shards)
     snprintf(list, sizeof list, "%s, %s", B.endpoint, A.endpoint);
     ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_ECONFIG);
     ck_assert_ptr_null(c);
+    /* ... and the error says what to change (the server's own sentence),
+     * not only "bad configuration". */
+    char ini[] = "/tmp/gddr-test-shard-ini-XXXXXX", err[1024] = "";
+    int fd = mkstemp(ini);
+    ck_assert_int_ge(fd, 0);
+    dprintf(fd, "[client]\nserver = %s\nrank = 0\nworld_size = 1\n", list);
+    close(fd);
+    ck_assert_int_eq(gddr_client_open_ini(ini, NULL, &c, err, sizeof err), GDDR_ECONFIG);
+    unlink(ini);
+    ck_assert_msg(strstr(err, "in the order of their shard_index"), "err: %s", err);
     snprintf(list, sizeof list, "%s", B.endpoint);
     ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_ECONFIG);
     snprintf(list, sizeof list, "%s, %s", A.endpoint, B.endpoint);

@@ -766,7 +766,7 @@ int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
     if (!opts || !out || !opts->server || !opts->server[0])
         return GDDR_EINVAL;
     if (gddr__server_count(opts->server) > 1)
-        return gddr__shards_open(opts, out);
+        return gddr__shards_open(opts, out, NULL, 0);
     return gddr__client_open_shard(opts, 0, 0, out, NULL, 0);
 }
 

@@ -149,7 +149,8 @@ struct gddr_client {
 /* shard.c: several servers. */
 typedef struct gddr__shards gddr__shards;
 int gddr__server_count(const char *list);
-int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out);
+/* why (may be NULL): the reason when it fails. */
+int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out, char *why, size_t whylen);
 void gddr__shards_close(gddr_client *c);
 /* Opens one server's client of a sharded client (the hello says where it
  * sits). */

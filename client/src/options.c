@@ -149,8 +149,8 @@ int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gd
 #undef OVR
     }
     char why[512] = "";
-    /* One server: its own message says why (a list's shard code logs its own). */
-    rc = gddr__server_count(o.server) > 1 ? gddr_client_open(&o, out)
+    /* Its own message says why (the server's sentence when it refused). */
+    rc = gddr__server_count(o.server) > 1 ? gddr__shards_open(&o, out, why, sizeof why)
                                           : gddr__client_open_shard(&o, 0, 0, out, why, sizeof why);
     if (rc != GDDR_OK)
         snprintf(errbuf, errlen, "cannot open a client to %s: %s", o.server, why[0] ? why : gddr_strerror(rc));

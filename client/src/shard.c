@@ -241,7 +241,7 @@ void gddr__shards_close(gddr_client *c)
     shards_free(c);
 }
 
-int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out)
+int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out, char *why, size_t whylen)
 {
     char (*ep)[512] = calloc(MAX_SHARDS, sizeof *ep);
     gddr_client *c = calloc(1, sizeof *c);
@@ -299,6 +299,8 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out)
     }
     if (rc != GDDR_OK) {
         gddr__logf(&c->log, GDDR_LOG_ERROR, "cannot open the sharded client: %s", c->errmsg);
+        if (why && whylen)
+            snprintf(why, whylen, "%s", c->errmsg);
         gddr__shards_close(c);
         free(c);
         return rc;

@@ -209,6 +209,11 @@ static int parse_args(int argc, char **argv, args *a)
         fprintf(stderr, "gddr-train: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
+    if (a->rank >= 0 && a->world > 0 && a->rank >= a->world) {
+        fprintf(stderr, "gddr-train: --rank %d is not below --world %d (ranks are 0 to %d)\n", a->rank,
+                a->world, a->world - 1);
+        return -1;
+    }
     if (a->pull_bits != 0 && a->pull_bits != 8 && a->pull_bits != 16) {
         fprintf(stderr, "gddr-train: --pull-delta-bits: %d is neither 8 nor 16\n", a->pull_bits);
         return -1;
@@ -279,7 +284,11 @@ static int open_client(const args *a, int *rank_store, gddr_client **c)
     int rc = a->config ? gddr_client_open_ini(a->config, &o, c, err, sizeof err)
                        : gddr_client_open(&o, c);
     if (rc != GDDR_OK) {
-        fprintf(stderr, "gddr-train: %s\n", err[0] ? err : gddr_strerror(rc));
+        if (err[0])
+            fprintf(stderr, "gddr-train: %s\n", err);
+        else
+            fprintf(stderr, "gddr-train: cannot open a client to %s: %s (the error above says why)\n",
+                    o.server, gddr_strerror(rc));
         return rc;
     }
     gddr_server_info info;

@@ -147,7 +147,7 @@ def test_hello_shard_layout(pb, server, connect):
     assert r.kind == "hello" and (r.body.shard_index, r.body.shard_count) == (0, 1), r
     r = shard_hello(c, 0, 2)
     expect_error(pb, r, pb.E_CONFIG)
-    assert "this server is shard 0 of 1, the client's list puts it at 0 of 2" in r.body.message
+    assert "this server is shard 0 of 1 (its shard_index and shard_count), the client's list puts it at 0 of 2" in r.body.message
 
 
 def test_rank_held_by_another_session(pb, server, connect):
