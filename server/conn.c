@@ -206,10 +206,11 @@ static int send_part(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
 }
 
 static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
-                     uint32_t rank, float alpha, int full, int bits);
+                     uint32_t rank, float alpha, int full, int bits, uint64_t view_seq);
 
 static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
-                        uint64_t part_bytes, uint32_t rank, float lazy, int full, int bits)
+                        uint64_t part_bytes, uint32_t rank, float lazy, int full, int bits,
+                        uint64_t view_seq)
 {
     size_t bytes = t->n * sizeof(float);
     long long queued = c ? atomic_load(&c->queued) : 0;
@@ -225,7 +226,7 @@ static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_
         return;
     }
     ps_tensor_settle(ps, t); /* the update in flight is this version's */
-    if ((lazy > 0 || bits) && send_lazy(ps, ident, c, req_id, t, rank, lazy, full, bits) == 0)
+    if ((lazy > 0 || bits) && send_lazy(ps, ident, c, req_id, t, rank, lazy, full, bits, view_seq) == 0)
         return;
     /* Parts of whole chunks; one part is the plain reply. */
     size_t per = part_bytes / ((size_t)t->chunk * sizeof(float));
@@ -260,6 +261,7 @@ typedef struct ps_pview {
     uint16_t *age;
     size_t nchunks;
     uint64_t pulls;   /* lazy pulls so far: the hold mask's step */
+    uint64_t seq;     /* replies that changed this record (PullReply.view_seq) */
     float *mirror;    /* delta pulls: the worker's values, bit for bit */
     uint8_t *inexact; /* delta pulls: per chunk, mirror != server values */
     size_t n;
@@ -403,10 +405,18 @@ static int delta_encode(const float *w, float *m, size_t len, float s, int bits,
  * scaled differences from them, with their bitmap. Returns -1 when it could
  * not be built (no memory): the caller answers whole. */
 static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
-                     uint32_t rank, float alpha, int full, int bits)
+                     uint32_t rank, float alpha, int full, int bits, uint64_t view_seq)
 {
     int fresh;
     ps_pview *v = pview_get(ps, rank, t, bits != 0, &fresh);
+    if (v && !fresh && !full && view_seq != v->seq) {
+        /* The worker did not get our last reply (or this request is a late
+         * one from an abandoned connection): what we think it holds is not
+         * what it holds. Answered whole, so the record and the view agree
+         * again (the worker's next request then names this reply). */
+        full = 1;
+        ps->pview_resyncs++;
+    }
     size_t bmlen = (t->nchunks + 7) / 8;
     uint8_t *bm = v ? calloc(bmlen ? bmlen : 1, 1) : NULL;
     float *scale = bm && bits ? malloc((t->nchunks + 1) * sizeof(float)) : NULL;
@@ -489,8 +499,10 @@ static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
             memcpy(v->mirror, t->w, t->n * sizeof(float));
             memset(v->inexact, 0, t->nchunks);
         }
+        v->seq++; /* (a whole reply carries no view_seq: the next request resyncs) */
         return -1; /* (the view was updated: the whole reply that follows covers it) */
     }
+    pr.view_seq = ++v->seq;
     pr.bitmap.data = bm;
     pr.bitmap.len = bmlen;
     pr.view_version = view;
@@ -533,7 +545,7 @@ int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Reque
         return ps_reject(ps, ident, rq->req_id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)",
                          p->id, ps->ntensors);
     if (pull_ready(ps, t, p->min_version, p->step)) {
-        send_values(ps, ident, c, rq->req_id, t, p->part_bytes, rq->rank, lazy, p->full, bits);
+        send_values(ps, ident, c, rq->req_id, t, p->part_bytes, rq->rank, lazy, p->full, bits, p->view_seq);
         return GDDR_OK;
     }
     /* A sync step or the ssp bound will release it. A min_version far ahead
@@ -571,6 +583,7 @@ int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Reque
     q->part_bytes = p->part_bytes;
     q->lazy = lazy;
     q->full = p->full;
+    q->view_seq = p->view_seq;
     q->bits = bits;
     q->step = p->step;
     q->deadline_ms = gddr__now_ms() + (int64_t)wait;
@@ -593,7 +606,7 @@ void ps_release_pulls(gddr_ps *ps)
         ps_tensor *t = ps_tensor_by_id(ps, p->id);
         if (t && pull_ready(ps, t, p->min_version, p->step)) {
             send_values(ps, &p->ident, p->conn, p->req_id, t, p->part_bytes, p->rank, p->lazy, p->full,
-                        p->bits);
+                        p->bits, p->view_seq);
         } else if (!t || now >= p->deadline_ms || ps->stop) {
             if (ps->stop)
                 ps_reject(ps, &p->ident, p->req_id, GDDR_ESHUTDOWN, "server is shutting down");

@@ -205,6 +205,7 @@ typedef struct ps_pull {
     uint64_t part_bytes;         /* answer in parts of this size (0: whole) */
     float lazy;                  /* > 0: a lazy reply (Pull.delay_fraction), the owner's */
     int full;                    /* lazy: Pull.full */
+    uint64_t view_seq;           /* lazy, delta: Pull.view_seq */
     int bits;                    /* 8 or 16: a delta reply (Pull.delta_bits), the owner's */
     int64_t deadline_ms;
 } ps_pull;
@@ -251,6 +252,7 @@ typedef struct gddr_ps {
     uint64_t lazy_pulls, lazy_chunks_held, lazy_chunks_sent, lazy_chunks_same; /* lazy pulls */
     uint64_t delta_pulls, delta_chunks;  /* delta replies, and the chunks they encoded */
     uint64_t pview_refused;              /* lazy or delta pulls answered whole: max_pull_view_bytes */
+    uint64_t pview_resyncs;              /* lazy or delta pulls answered whole: a reply was lost */
     uint64_t rejected[PS_NERR];
     uint64_t deaths, rejoins;
     ps_stale stale;

@@ -199,6 +199,8 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_pull_view_bytes %lld\n", ps_pview_bytes());
     sb_printf(&b, "# HELP gddr_pull_views_refused_total Lazy or delta pulls answered whole because a new view would pass max_pull_view_bytes.\n# TYPE gddr_pull_views_refused_total counter\n"
                   "gddr_pull_views_refused_total %llu\n", (unsigned long long)ps->pview_refused);
+    sb_printf(&b, "# HELP gddr_pull_view_resyncs_total Lazy or delta pulls answered in full because the worker's Pull.view_seq was not the latest reply's (a reply was lost, or the request came late on an abandoned connection).\n# TYPE gddr_pull_view_resyncs_total counter\n"
+                  "gddr_pull_view_resyncs_total %llu\n", (unsigned long long)ps->pview_resyncs);
     sb_printf(&b, "# HELP gddr_handshake_failures_total Connections that failed the ZMTP/CURVE handshake (plaintext or wrong server key).\n# TYPE gddr_handshake_failures_total counter\n"
                   "gddr_handshake_failures_total %llu\n", (unsigned long long)ps->handshake_failed);
     sb_printf(&b, "# HELP gddr_connections Peer connections the server keeps accounts for.\n# TYPE gddr_connections gauge\n"

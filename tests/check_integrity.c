@@ -1386,6 +1386,81 @@ START_TEST(test_delta_pull_bound)
 }
 END_TEST
 
+/* A late delta pull on an abandoned connection (here: another connection
+ * of the worker's session, whose reply nobody reads) must not leave the
+ * server's record of the view differing from the view: the next real pull
+ * carries the view_seq of the last reply the worker applied, which is not
+ * the record's latest, so it is answered in full. Before view_seq the
+ * worker stayed off by the update it never received, for good. */
+START_TEST(test_late_delta_pull_resyncs)
+{
+    enum { LN = 4096 };
+    gt_server s;
+    START_SERVER(s, "mode=async", "lr=0.1", "chunk=256", "workers=2");
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.world_size = 2;
+    o.timeout_ms = 30000;
+    o.heartbeat_ms = 0;
+    o.rank = 1;
+    gddr_client *c1 = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c1), GDDR_OK);
+    o.rank = 0;
+    o.pull_delta_bits = 8;
+    gddr_client *c0 = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c0), GDDR_OK);
+    static float w[LN], g[LN], p[LN], exact[LN];
+    int id0, id1;
+    ck_assert_int_eq(gddr_register(c0, "v", w, LN, &id0, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c1, "v", w, LN, &id1, NULL), GDDR_OK);
+    const float *gp[1] = { g };
+    float *pp[1] = { p };
+    for (int i = 0; i < LN; i++)
+        g[i] = 1.0f;
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(gddr_step(c0, gp, pp), GDDR_OK);
+    /* Another worker moves the values; then a delta pull of worker 0's
+     * session arrives on a connection whose reply nobody reads. */
+    uint64_t v;
+    ck_assert_int_eq(gddr_push(c1, id1, g, &v), GDDR_OK);
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    r.session = c0->session;
+    raw_hello(&r, 0, 2);
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Pull pl = GDDR__PULL__INIT;
+    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq.req_id = ++r.next_id;
+    rq.rank = 0;
+    rq.session = r.session;
+    pl.id = c0->t[id0].sid;
+    pl.delta_bits = 8;
+    pl.view_seq = c0->t[id0].view_seq; /* what worker 0 would send: it cannot tell */
+    rq.body_case = GDDR__REQUEST__BODY_PULL;
+    rq.pull = &pl;
+    ck_assert(gddr__send(r.sock, NULL, &rq.base, NULL, 0) >= 0);
+    Gddr__Reply *rep = raw_recv(&r, 30000, NULL);
+    ck_assert_msg(rep && rep->body_case == GDDR__REPLY__BODY_PULL, "the late pull got no reply");
+    gddr__reply__free_unpacked(rep, NULL);
+    raw_close(&r);
+    /* Quiet steps: worker 0's view must become the server's values. */
+    for (int i = 0; i < LN; i++)
+        g[i] = 0.0f;
+    for (int k = 0; k < 20; k++)
+        ck_assert_int_eq(gddr_step(c0, gp, pp), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(c1, id1, exact, 0, &v), GDDR_OK);
+    float worst = 0;
+    for (int i = 0; i < LN; i++)
+        worst = fmaxf(worst, fabsf(p[i] - exact[i]));
+    ck_assert_msg(worst == 0.0f, "worker 0's view is off the server's values by up to %g after 20 quiet steps",
+                  (double)worst);
+    ck_assert_msg(gt_server_metric(c1, "gddr_pull_view_resyncs_total") >= 1, "no resync counted");
+    gddr_client_close(&c0);
+    gddr_client_close(&c1);
+    stop_server(&s);
+}
+END_TEST
+
 /* max_pull_view_bytes: views beyond it are not made, and the pulls that
  * would need them are answered whole (exact, float32) instead of failing.
  * The cap fits worker 0's view of the tensor (13350 bytes) but not a second
@@ -2013,6 +2088,7 @@ Suite *suite_integrity(void)
     ADD("accumulate_steps", test_accumulate_steps);
     ADD("lazy_pull_bound", test_lazy_pull_bound);
     ADD("delta_pull_bound", test_delta_pull_bound);
+    ADD("late_delta_pull_resyncs", test_late_delta_pull_resyncs);
     ADD("pull_views_capped", test_pull_views_capped);
     ADD("held_chunks_counted", test_held_chunks_counted);
     ADD("bogus_grad_norm_tau_recovers", test_bogus_grad_norm_tau_recovers);

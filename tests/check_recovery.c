@@ -1473,6 +1473,45 @@ END_TEST
 
 /* ---- the suite ---------------------------------------------------------------------------- */
 
+/* Closing a GDDR client whose server died is bounded by timeout_ms (its
+ * flush gets one more try), not by reconnect_timeout_ms -- ten minutes
+ * here, which the Check case's timeout would catch. */
+START_TEST(test_close_dead_server_bounded)
+{
+    gt_server s;
+    START_SERVER(s, "mode=async", "lr=0.1", "chunk=4");
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 1;
+    o.timeout_ms = 1000;
+    o.reconnect_timeout_ms = 600000;
+    o.heartbeat_ms = 0;
+    o.delay_fraction = 0.5;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w[CN] = { 0 }, g[CN], p[CN];
+    int id;
+    ck_assert_int_eq(gddr_register(c, "w", w, CN, &id, NULL), GDDR_OK);
+    uint64_t rng = 7;
+    const float *gp[1] = { g };
+    float *pp[1] = { p };
+    for (int k = 0; k < 6; k++) {
+        int_grad(&rng, g, CN);
+        ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_OK);
+    }
+    gt_server_signal(&s, SIGKILL);
+    int st;
+    ck_assert_int_eq(gt_wait_pid(s.pid, 10000, &st), 1); /* reaped: nothing left to stop */
+    s.pid = 0;
+    int64_t t0 = gt_now_ms();
+    gddr_client_close(&c);
+    fprintf(stderr, "recovery: closing a GDDR client whose server died took %lld ms (timeout_ms 1000)\n",
+            (long long)(gt_now_ms() - t0));
+    ck_assert_ptr_null(c);
+}
+END_TEST
+
 /* Rank mistakes are named: a second process for a live rank (workers
  * started without --rank: each says world 1) is refused with a hint, in
  * its error and in the server's log; an expected worker that never comes
@@ -1546,5 +1585,6 @@ Suite *suite_recovery(void)
     ADD_CASE(s, "sigterm_final_checkpoint", test_sigterm_final_checkpoint);
     ADD_CASE(s, "ctl_checkpoint", test_ctl_checkpoint);
     ADD_CASE(s, "rank_mistakes_named", test_rank_mistakes_named);
+    ADD_CASE(s, "close_dead_server_bounded", test_close_dead_server_bounded);
     return s;
 }

@@ -291,6 +291,7 @@ static void lazy_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__f
     o->version = pr->version;   /* the server's, for the step's wait */
     t->version = pr->view_version; /* what gradients computed on the view are tagged with */
     t->view_dirty = 0;
+    t->view_seq = pr->view_seq;
     c->k.pulls++;
     c->k.bytes_pulled += f->bytes;
 }
@@ -343,6 +344,7 @@ static int pull_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__fr
          * reply: the next delta pull must be full (exact), or the two
          * would differ from here on. */
         t->view_dirty = c->o.pull_delta_bits != 0;
+        t->view_seq = 0;
     }
     c->k.pulls++;
     return 1;
@@ -709,9 +711,11 @@ static int register_one(gddr_client *c, int i, const float *vals, int timeout_ms
  * registered again (a server restored from a checkpoint answers with the
  * saved version; an empty one takes our last pulled values), retried with
  * exponential backoff for up to reconnect_timeout_ms. */
+static int retry_ms(const gddr_client *c);
+
 int gddr__reconnect(gddr_client *c)
 {
-    int64_t deadline = gddr__now_ms() + c->o.reconnect_timeout_ms;
+    int64_t deadline = gddr__now_ms() + retry_ms(c);
     int backoff = 100, rc = GDDR_ETIMEDOUT;
     ops_fail_all(c, GDDR_ETIMEDOUT);
     c->k.reconnects++;
@@ -758,7 +762,7 @@ int gddr__reconnect(gddr_client *c)
         backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
     }
     return gddr__set_err(c, GDDR_ETIMEDOUT, "server %s did not come back within %d ms", c->server,
-                         c->o.reconnect_timeout_ms);
+                         retry_ms(c));
 }
 
 int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
@@ -891,10 +895,19 @@ void gddr_client_close(gddr_client **cp)
     gddr__pipeline_stop(c);
     /* Before the bye: a heartbeat after it would bring the worker back. */
     gddr__heartbeat_stop(c);
+    /* The whole close is bounded by timeout_ms: the flush gets one more
+     * try, not the wait for a restart. */
+    c->closing = 1;
+    c->close_deadline = gddr__now_ms() + c->o.timeout_ms;
     /* (No socket: one was dropped after a failure; the flush reconnects.) */
+    int gone = 0;
     if (c->info.epoch && !c->o.observer) {
-        if (c->o.delay_fraction > 0 && gddr__residual_flush(c) != GDDR_OK)
+        int rc = c->o.delay_fraction > 0 ? gddr__residual_flush(c) : GDDR_OK;
+        if (rc != GDDR_OK)
             gddr__logf(&c->log, GDDR_LOG_WARN, "could not flush the residual on close: %s", c->errmsg);
+        gone = rc == GDDR_ETIMEDOUT || rc == GDDR_EIO; /* no bye to wait for then */
+    }
+    if (c->info.epoch && !c->o.observer && !gone) {
         Gddr__Request rq = GDDR__REQUEST__INIT;
         Gddr__Bye bye = GDDR__BYE__INIT;
         rq.body_case = GDDR__REQUEST__BODY_BYE;
@@ -965,9 +978,20 @@ int gddr__needs_reconnect(gddr_client *c, int rc)
 /* Runs call(c, arg) again after a reconnect while the server is away,
  * within reconnect_timeout_ms: what a restarting cluster needs from every
  * blocking call, not only from gddr_step. */
+/* How long a lost server is retried: reconnect_timeout_ms, but while
+ * closing at most timeout_ms (the flush is worth one more try, not the
+ * wait for a restart: a close must not hang on a dead server). */
+static int retry_ms(const gddr_client *c)
+{
+    if (!c->closing)
+        return c->o.reconnect_timeout_ms;
+    int64_t left = c->close_deadline - gddr__now_ms();
+    return left > 0 ? (int)left : 0;
+}
+
 static int with_reconnect(gddr_client *c, int (*call)(gddr_client *, void *), void *arg)
 {
-    int64_t give_up = gddr__now_ms() + c->o.reconnect_timeout_ms;
+    int64_t give_up = gddr__now_ms() + retry_ms(c);
     for (;;) {
         int rc = call(c, arg);
         if (rc == GDDR_OK || !gddr__needs_reconnect(c, rc) || gddr__now_ms() > give_up)
@@ -1131,6 +1155,7 @@ int gddr__pull_view(gddr_client *c, int i, float *out, uint64_t min_version, uin
         p.delay_fraction = (float)c->o.pull_delay_fraction;
         p.delta_bits = (uint32_t)c->o.pull_delta_bits;
         p.full = t->view_dirty != 0;
+        p.view_seq = t->view_seq;
     } else if (c->o.part_bytes && t->n * 4 > c->o.part_bytes) {
         p.part_bytes = c->o.part_bytes;
     }

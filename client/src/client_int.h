@@ -103,6 +103,7 @@ typedef struct ctensor {
     int tau;
     int orphan_done;   /* an orphan of this tensor was fully replayed; not yet reported */
     int view_dirty;    /* lazy pulls: a reply may have been lost; the next pull is full */
+    uint64_t view_seq; /* PullReply.view_seq of the last lazy/delta reply applied */
     float *accum;      /* accumulate_steps: the sum of the gradients so far (NULL until used) */
     struct gddr__dtensor *dev; /* step.c: device-side GDDR state (NULL until a
                                 * step is given CUDA device pointers) */
@@ -118,6 +119,8 @@ struct gddr_client {
     unsigned mon_seq;
     int mon_connected; /* a TCP connection was made (since the socket opened) */
     int mon_refused;   /* a connection attempt failed (nothing listening?) */
+    int closing;       /* in gddr_client_close: retries end at close_deadline */
+    int64_t close_deadline;
     atomic_int lent;       /* messages ZeroMQ still reads from our buffers */
     _Atomic double lr;     /* gddr_set_lr: the lr every push carries (0: the tensors') */
     uint64_t session;      /* random, once per client: ties our rank to us across reconnects */

@@ -76,12 +76,19 @@ static int wait_all(gddr_client *c, uint64_t *tk, op *res, int n, int timeout_ms
     if (timeout_ms < 0)
         timeout_ms = c->o.timeout_ms;
     int64_t deadline = gddr__now_ms() + timeout_ms;
+    int late = 0;
     for (int i = 0; i < n; i++) {
         int64_t left = deadline - gddr__now_ms();
         int r = gddr__wait_op(c, tk[i], left > 0 ? (int)left : 0, &res[i]);
+        late += r == GDDR_ETIMEDOUT;
         if (r != GDDR_OK && rc == GDDR_OK)
             rc = r;
     }
+    if (rc == GDDR_ETIMEDOUT)
+        /* The message names the step's bound, not what was left of it when
+         * the first late reply was waited for ("within 0 ms"). */
+        gddr__set_err(c, rc, "no reply from %s to %d of the step's %d requests in its %d ms", c->server,
+                      late, n, timeout_ms);
     return rc;
 }
 

@@ -559,11 +559,22 @@ def test_pull_in_parts(pb, server, connect):
     assert a.quiet()
 
 
-def lazy_pull(pb, c, tid, alpha, full=False):
-    r = c.call(pb.Pull(id=tid, wait_ms=1000, delay_fraction=alpha, full=full))
+def view_pull(pb, c, tid, seq=None, **kw):
+    """A lazy or delta pull that echoes the view_seq of the last such reply
+    this connection's worker applied (docs/protocol.md, "Pulls against a
+    view"), or `seq` when given."""
+    seqs = c.__dict__.setdefault("view_seqs", {})
+    r = c.call(pb.Pull(id=tid, wait_ms=1000, view_seq=seqs.get(tid, 0) if seq is None else seq, **kw))
     assert r.kind == "pull", r
     assert r.body.payload_bytes == len(r.frames[0])
+    if r.body.bitmap:
+        assert r.body.view_seq > 0
+        seqs[tid] = r.body.view_seq
     return r.body, r.frames[0]
+
+
+def lazy_pull(pb, c, tid, alpha, full=False):
+    return view_pull(pb, c, tid, delay_fraction=alpha, full=full)
 
 
 def test_lazy_pulls(pb, server, connect):
@@ -610,11 +621,8 @@ def test_lazy_pulls(pb, server, connect):
     assert "gddr_pull_view_bytes 30" in st.prometheus  # 3 chunks x 10 bytes, one worker
 
 
-def delta_pull(pb, c, tid, bits, full=False):
-    r = c.call(pb.Pull(id=tid, wait_ms=1000, delta_bits=bits, full=full))
-    assert r.kind == "pull", r
-    assert r.body.payload_bytes == len(r.frames[0])
-    return r.body, r.frames[0]
+def delta_pull(pb, c, tid, bits, full=False, seq=None):
+    return view_pull(pb, c, tid, seq=seq, delta_bits=bits, full=full)
 
 
 def apply_delta(view, body, frame, chunk):
@@ -694,6 +702,14 @@ def test_delta_pulls(pb, server, connect, bits):
     st = stats(pb, a, prometheus=True)
     assert "gddr_pull_view_bytes 73" in st.prometheus  # 3 chunks x 11 bytes + 10 values x 4
     assert "gddr_delta_pulls_total %d" % (k + 2) in st.prometheus  # the first and the full were values
+    # A pull naming an older reply than the server's latest (a lost reply)
+    # is answered in full: float32 values of every chunk, exact.
+    seq = a.view_seqs[tid]
+    b, f = delta_pull(pb, a, tid, bits, seq=seq - 1)
+    assert (b.delta_bits, b.bitmap, b.view_seq) == (0, bytes([0b111]), seq + 1)
+    assert f == exact
+    st = stats(pb, a, prometheus=True)
+    assert "gddr_pull_view_resyncs_total 1" in st.prometheus
     # An observer keeps no view: whole float32 values.
     o = connect(srv, observer=True)
     r = o.call(pb.Pull(id=tid, wait_ms=1000, delta_bits=bits))
