@@ -6,6 +6,10 @@
 #   scripts/demo-python.sh [--workers N] [--epochs E] [--mode async|sync|ssp]
 #                          [--lr X] [--momentum M] [--delay-fraction A] [--min-accuracy X]
 #                          [-- extra fashion_mnist.py arguments]
+#
+# e.g. `-- --seed 2 --pull-delta-bits 8`, or the server running Adam with a
+# cosine lr schedule: `-- --optimizer "adam lr=0.001" --lr-schedule cosine`
+# (--lr and --momentum then only set the server's default section).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh

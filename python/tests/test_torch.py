@@ -330,3 +330,37 @@ def test_server_optimizer_lambda_and_callable_schedules_reach_zero(server, clien
     opt.param_groups[0]["lr"] = -1.0
     with pytest.raises(ValueError, match="not in"):
         opt.step()
+
+
+def test_fashion_mnist_example_with_a_server_optimizer_and_schedules(server, tmp_path):
+    """--optimizer "adam lr=0.001" registers the CNN with Adam on the
+    server; --lr-schedule cosine / step drive its lr (one worker each)."""
+    import subprocess
+
+    srv = server(lr=0.05, momentum=0.5, mode="sync")
+    ex = PY / "examples" / "fashion_mnist.py"
+    common = ["--server", srv.endpoint, "--world", "2", "--synthetic", "256", "--steps", "6",
+              "--batch", "16", "--progress", "0", "--optimizer", "adam lr=0.001"]
+    procs = [subprocess.Popen([PYTHON, ex, "--rank", str(r), "--lr-schedule", sched] + common,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r, sched in enumerate(("cosine", "step"))]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    adam = "optimizer adam lr=0.001 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0"
+    assert adam + ", lr schedule cosine" in outs[0]
+    assert adam + ", lr schedule step" in outs[1]
+    assert [result(o)["steps"] for o in outs] == ["6", "6"]
+    with gddr.Client(srv.endpoint, rank=0, world_size=1, observer=True) as o:
+        o.register("fc2.bias", np.zeros(10, np.float32))
+        assert o.tensor_optimizer("fc2.bias") == adam[len("optimizer "):]
+        assert o.version("fc2.bias") == 6  # 6 sync steps
+    # Without --optimizer, the server's section (sgd with momentum).
+    out = subprocess.run([PYTHON, ex, "--server", server(lr=0.05, momentum=0.5).endpoint,
+                          "--world", "1", "--rank", "0", "--synthetic", "64", "--steps", "2",
+                          "--progress", "0"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "optimizer sgd lr=0.05 momentum=0.5 weight_decay=0, lr schedule none" in out.stdout
+    bad = subprocess.run([PYTHON, ex, "--server", srv.endpoint, "--world", "2", "--rank", "0",
+                          "--synthetic", "64", "--steps", "1", "--optimizer", "adam momentum=0.9"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "adam takes lr, beta1" in bad.stderr
