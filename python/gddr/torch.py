@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from .errors import InvalidArgument
-from .optim import LR_MAX, Optimizer
+from .optim import LR_MAX, Optimizer, optimizer_text
 
 # The smallest positive double: what ServerOptimizer sends for a scheduled
 # lr of exactly 0, since lr 0 on the wire means "the tensor's own lr". The
@@ -84,7 +84,8 @@ class ParameterServer:
     def __init__(self, model, client, prefix="", optimizer=None):
         self.model = model
         self.client = client
-        self.optimizer = None if optimizer is None else Optimizer.parse(optimizer)
+        text = optimizer_text(optimizer)  # None or "": the server's section
+        self.optimizer = None if text is None else Optimizer.parse(text)
         self.named = [(prefix + name, p) for name, p in model.named_parameters() if p.requires_grad]
         if not self.named:
             raise InvalidArgument("the model has no parameter that requires a gradient")

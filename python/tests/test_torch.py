@@ -182,6 +182,8 @@ def test_parameter_server_registers_with_the_optimizer(server, clients):
     with pytest.raises(ValueError, match="kind must be one of"):
         gddr.torch.ParameterServer(Tiny(), other, optimizer="lion")
     assert other.tensors == []
+    # "" and None: the server's section; no check against the first one's.
+    assert gddr.torch.ParameterServer(Tiny(), other, optimizer="").optimizer_text == want
 
 
 def test_adam_through_the_parameter_server(server, clients):
