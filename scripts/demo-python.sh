@@ -6,6 +6,10 @@
 #   scripts/demo-python.sh [--workers N] [--epochs E] [--mode async|sync|ssp]
 #                          [--lr X] [--momentum M] [--delay-fraction A] [--min-accuracy X]
 #                          [-- extra fashion_mnist.py arguments]
+#
+# e.g. `-- --seed 2 --pull-delta-bits 8`, or the server running Adam with a
+# cosine lr schedule: `-- --optimizer "adam lr=0.001" --lr-schedule cosine`
+# (--lr and --momentum then only set the server's default section).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -68,7 +72,22 @@ elapsed=$(echo "$(date +%s.%N) - $start" | bc 2>/dev/null || echo "?")
 # What counts: the model the server keeps, after every worker flushed and left.
 final=$("$PY" python/examples/fashion_mnist.py --server "$ep" --evaluate ${extra[@]+"${extra[@]}"} 2>&1 |
         grep '^RESULT' | tail -n 1 || true)
-[ -n "$final" ] || final="RESULT server_model=1 test_accuracy=? version=?"
+if [ -z "$final" ]; then
+  final="RESULT server_model=1 test_accuracy=? version=?"
+  # Say why: a server that exited (status, signal) or one that hangs, and
+  # its log, before cleanup removes it. Kept in $GDDR_DEMO_KEEP if set.
+  if kill -0 "$server_pid" 2>/dev/null; then
+    echo "demo-python: the evaluation got no answer; gddr-ps (pid $server_pid) is still running" >&2
+  else
+    st=0; wait "$server_pid" || st=$?
+    echo "demo-python: the evaluation got no answer; gddr-ps exited with status $st" \
+         "$( [ "$st" -gt 128 ] && echo "(signal $((st - 128)))")" >&2
+    server_pid=
+  fi
+  echo "demo-python: the end of the server's log:" >&2
+  tail -n 30 "$tmp/server.log" | sed 's/^/  /' >&2
+  [ -z "${GDDR_DEMO_KEEP:-}" ] || cp -r "$tmp" "$GDDR_DEMO_KEEP"
+fi
 
 echo
 echo "== summary (per worker: the parameters it pulled after its last step)"

@@ -6,8 +6,13 @@ through gddr-ps (scripts/demo-python.sh starts the server and W of these).
     fashion_mnist.py --server tcp://127.0.0.1:5555 --evaluate   # the server's model
 
 Each worker trains on its shard (examples i with i % world == rank); the
-server applies the updates, so there is no torch optimizer here. The last
-line is machine-readable, with the keys gddr-train uses:
+server applies the updates, so there is no torch optimizer here: the
+server's optimizer is --optimizer's ("adam lr=0.001"; default: its
+[optimizer] section, e.g. sgd with momentum), and --lr-schedule step|cosine
+drives the server's lr through gddr.torch.ServerOptimizer and a
+torch.optim.lr_scheduler (default none: the lr falls linearly to --decay x
+as a scale on the gradients). The last line is machine-readable, with the
+keys gddr-train uses:
 RESULT rank=... test_accuracy=... steps=... bytes_pushed=... ...
 With --evaluate nothing is trained: an observer pulls the server's current
 parameters and scores them on the test set (RESULT server_model=1 ...).
@@ -140,6 +145,21 @@ def evaluate(model, x, y, batch=1000):
 # ---- the two jobs ------------------------------------------------------------------
 
 
+def lr_scheduler(args, opt, steps, per_epoch):
+    """The torch scheduler of --lr-schedule on a ServerOptimizer, stepped
+    once per step; both end at --decay x the starting lr.
+    step:   StepLR at every epoch, by decay^(1/(epochs-1)) (3 epochs, decay
+            0.1: 1, 0.316, 0.1)
+    cosine: CosineAnnealingLR over the run down to eta_min = decay x lr"""
+    lr0 = opt.param_groups[0]["lr"]
+    if args.lr_schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(steps - 1, 1),
+                                                          eta_min=args.decay * lr0)
+    epochs = (steps + per_epoch - 1) // per_epoch
+    gamma = args.decay ** (1.0 / (epochs - 1)) if epochs > 1 else 1.0
+    return torch.optim.lr_scheduler.StepLR(opt, step_size=per_epoch, gamma=gamma)
+
+
 def client_options(args):
     opts = {}
     for k in ("delay_fraction", "pull_delta_bits", "dc_lambda", "clip_norm", "timeout_ms"):
@@ -170,15 +190,21 @@ def run_worker(args):
         xtr, ytr = train_shard(args, rank, world_size(args))
         xte, yte = test_set(args)
         loaded = time.monotonic() - t0
-        ps = gddr.torch.ParameterServer(model, c)
+        ps = gddr.torch.ParameterServer(model, c, optimizer=args.optimizer)
         per_epoch = (len(ytr) + args.batch - 1) // args.batch
         steps = args.steps or args.epochs * per_epoch
+        opt = sched = None
+        if args.lr_schedule != "none":
+            opt = gddr.torch.ServerOptimizer(ps)  # starts from the server's lr for the model
+            sched = lr_scheduler(args, opt, steps, per_epoch)
         if not args.quiet:
             print("[rank %d] CNN on %s: %d steps, batch %d, %d tensors, %d parameters "
-                  "(mode %s, delay_fraction %g, loaded in %.1f s)"
+                  "(mode %s, delay_fraction %g, optimizer %s, lr schedule %s, loaded in %.1f s)"
                   % (rank, "synthetic data" if args.synthetic else "Fashion-MNIST", steps,
                      args.batch, len(ps.named), sum(p.numel() for _, p in ps.named), c.mode,
-                     args.delay_fraction or 0, loaded), flush=True)
+                     args.delay_fraction or 0, ps.optimizer_text,
+                     args.lr_schedule if opt else "none (gradients scaled to %g)" % args.decay,
+                     loaded), flush=True)
         gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
         order, pos = None, len(ytr)
         loss_ema, t_train, last_print = None, time.monotonic(), time.monotonic()
@@ -190,15 +216,21 @@ def run_worker(args):
             model.zero_grad(set_to_none=False)
             loss = F.cross_entropy(model(xtr[idx]), ytr[idx])
             loss.backward()
-            if args.decay < 1:
-                # The server applies lr (and momentum) to what it gets: a
-                # gradient scaled by k is a step of lr * k. So the worker
-                # runs the schedule, lr falling linearly to decay * lr.
-                k = 1.0 - (1.0 - args.decay) * s / steps
-                for _, p in ps.named:
-                    if p.grad is not None:
-                        p.grad.mul_(k)
-            ps.step()
+            if opt is not None:
+                opt.step()  # set_lr(the schedule's lr), then ps.step()
+                sched.step()
+            else:
+                if args.decay < 1:
+                    # The server applies lr (and momentum) to what it gets:
+                    # a gradient scaled by k is a step of lr * k. So the
+                    # worker runs the schedule, lr falling linearly to
+                    # decay * lr (sgd; Adam's step does not scale with g:
+                    # use --lr-schedule there).
+                    k = 1.0 - (1.0 - args.decay) * s / steps
+                    for _, p in ps.named:
+                        if p.grad is not None:
+                            p.grad.mul_(k)
+                ps.step()
             v = loss.item()
             loss_ema = v if loss_ema is None else 0.98 * loss_ema + 0.02 * v
             now = time.monotonic()
@@ -232,7 +264,16 @@ def main(argv=None):
     ap.add_argument("--synthetic", type=int, default=0, metavar="N",
                     help="train on N generated images instead (tests)")
     ap.add_argument("--decay", type=float, default=0.1,
-                    help="learning-rate schedule: gradients scaled from 1 down to this (linear)")
+                    help="the lr falls to this fraction of its start: with --lr-schedule none "
+                    "as a gradient scale from 1 down to this (linear); step, cosine: their end")
+    ap.add_argument("--optimizer", metavar="TEXT",
+                    help='what the server runs, e.g. "adam lr=0.001" or "sgd lr=0.05 momentum=0.9" '
+                    "(kinds sgd, adam, adamw, adagrad; keys lr, momentum, beta1, beta2, betas, eps, "
+                    "weight_decay); default: the server's [optimizer] section")
+    ap.add_argument("--lr-schedule", choices=("none", "step", "cosine"), default="none",
+                    help="step, cosine: torch.optim.lr_scheduler StepLR (every epoch) or "
+                    "CosineAnnealingLR driving the server's lr through gddr.torch.ServerOptimizer; "
+                    "none (default): the --decay gradient scale")
     ap.add_argument("--delay-fraction", type=float, help="GDDR alpha")
     ap.add_argument("--pull-delta-bits", type=int, choices=(8, 16),
                     help="pulls as 8/16-bit differences from the worker's view")

@@ -3,7 +3,7 @@
     import numpy as np, gddr
     with gddr.Client("tcp://127.0.0.1:5555", rank=0, world_size=1) as c:
         w = np.zeros(1000, np.float32); g = np.empty_like(w)
-        c.register("layer0.weight", w)
+        c.register("layer0.weight", w)   # optimizer=gddr.Optimizer("adam", lr=1e-3): the server runs Adam
         c.pull("layer0.weight", w)
         for _ in range(100):
             g[:] = w - 3.0                 # your model's gradient
@@ -16,6 +16,7 @@ docs/python.md has the whole API.
 from . import _lib
 from .client import (DC_MODES, LOG_LEVELS, MODES, OPTIONS, Client, Tensor, Ticket,
                      default_options, strerror)
+from .optim import KINDS as OPTIMIZERS, Optimizer, check_name
 from .errors import *  # noqa: F401,F403 (one class per gddr_err)
 from .errors import __all__ as _errors_all
 
@@ -25,4 +26,5 @@ has_cuda = _lib.HAS_CUDA
 cuda_reason = _lib.CUDA_REASON  # why has_cuda is False ("" when True)
 
 __all__ = ["Client", "Tensor", "Ticket", "default_options", "strerror", "OPTIONS", "MODES",
-           "DC_MODES", "LOG_LEVELS", "library_path", "has_cuda", "cuda_reason"] + _errors_all
+           "DC_MODES", "LOG_LEVELS", "library_path", "has_cuda", "cuda_reason", "Optimizer",
+           "OPTIMIZERS", "check_name"] + _errors_all

@@ -191,6 +191,10 @@ client_errmsg = _proto("gddr_client_errmsg", _c.c_char_p, _P)
 client_info = _proto("gddr_client_info", _c.c_int, _P, _c.POINTER(ServerInfo))
 register = _proto("gddr_register", _c.c_int, _P, _c.c_char_p, _P, _c.c_size_t,
                   _c.POINTER(_c.c_int), _U64P)
+register_opt = _proto("gddr_register_opt", _c.c_int, _P, _c.c_char_p, _P, _c.c_size_t, _c.c_char_p,
+                      _c.POINTER(_c.c_int), _U64P)
+tensor_optimizer = _proto("gddr_tensor_optimizer", _c.c_int, _P, _c.c_int, _c.c_char_p, _c.c_size_t)
+set_lr = _proto("gddr_set_lr", _c.c_int, _P, _c.c_double)
 pull = _proto("gddr_pull", _c.c_int, _P, _c.c_int, _P, _c.c_uint64, _U64P)
 push = _proto("gddr_push", _c.c_int, _P, _c.c_int, _P, _U64P)
 push_ex = _proto("gddr_push_ex", _c.c_int, _P, _c.c_int, _P, _c.POINTER(PushTags), _U64P)

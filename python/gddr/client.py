@@ -14,6 +14,7 @@ than corrupt it. The library's calls run without the GIL.
 import atexit
 import ctypes
 import logging
+import math
 import threading
 import weakref
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from . import _lib
 from .errors import InvalidArgument, LengthMismatch, StateError, from_code
+from .optim import LR_MAX, check_name, optimizer_text
 
 MODES = {0: "async", 1: "sync", 2: "ssp"}
 DC_MODES = {"diag": 0, "identity": 1}
@@ -214,6 +216,7 @@ class Client:
         self._tensors = []
         self._by_name = {}
         self._pending = {}  # ticket -> Ticket, whose array the library may still write
+        self._lr = 0.0      # set_lr's (0: the tensors' own)
         # The options given (None from an INI file: the library read them
         # and keeps them to itself).
         self.options = {k: _opt_value(opts, k) for k in OPTIONS} if opts is not None else None
@@ -269,25 +272,68 @@ class Client:
         """The registered tensors, in registration (= id) order."""
         return list(self._tensors)
 
-    def register(self, name, array):
+    def register(self, name, array, optimizer=None):
         """Registers tensor `name` with the values of `array` (float32,
         C-contiguous, any shape; flattened). The first registration of a
         name creates it on the server; a later one with the same length
         gets the existing tensor (values unchanged: pull() them). Returns
-        the Tensor (its id is the index in step()'s lists)."""
-        if not isinstance(name, str) or not name:
-            raise InvalidArgument("a tensor name must be a non-empty str, not %r" % (name,))
+        the Tensor (its id is the index in step()'s lists).
+
+        optimizer: what the server runs for this tensor (gddr_register_opt),
+        a gddr.Optimizer or its text ("adam lr=0.001"); None: the server's
+        [optimizer] section. The first registration decides; a later one
+        naming another optimizer raises gddr.ConfigError. The name may not
+        hold a NUL byte (check_name)."""
+        raw = check_name(name)
+        text = optimizer_text(optimizer)
         ptr = _array_ptr(array, "register(%r)" % name)
         with self._lock:
             tid, ver = ctypes.c_int(), ctypes.c_uint64()
-            rc = _lib.register(self._handle(), name.encode(), ptr, array.size,
-                               ctypes.byref(tid), ctypes.byref(ver))
+            rc = _lib.register_opt(self._handle(), raw, ptr, array.size,
+                                   None if text is None else text.encode(),
+                                   ctypes.byref(tid), ctypes.byref(ver))
             self._check(rc, "register %r" % name)
             t = Tensor(name, array.size, tid.value)
             assert t.id == len(self._tensors), "ids follow registration order"
             self._tensors.append(t)
             self._by_name[name] = t
             return t
+
+    def tensor_optimizer(self, tensor):
+        """What the server runs for `tensor` (its Tensor, name or id), as
+        text in the form register() takes, e.g. "adam lr=0.001 beta1=0.9
+        beta2=0.999 eps=1e-08 weight_decay=0" (gddr_tensor_optimizer;
+        gddr.Optimizer.parse reads it)."""
+        t = self._tensor(tensor)
+        buf = ctypes.create_string_buffer(512)
+        with self._lock:
+            self._check(_lib.tensor_optimizer(self._handle(), t.id, buf, len(buf)),
+                        "tensor_optimizer %r" % t.name)
+        return buf.value.decode()
+
+    def set_lr(self, lr):
+        """The learning rate every later push carries (gddr_set_lr), in
+        place of the tensors' lr; the server still divides it by AdaDelay's
+        1 + adadelay * staleness. 0: the tensors' own lr again. In [0, 1e6].
+        A sync step takes the lr of the pushes that make it."""
+        if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating, np.integer)):
+            raise InvalidArgument("lr must be a number, not %r" % (lr,))
+        lr = float(lr)
+        if not math.isfinite(lr) or not 0 <= lr <= LR_MAX:
+            raise InvalidArgument("lr %r is not in [0, 1e6] (0: the tensors' own lr)" % lr)
+        with self._lock:
+            self._check(_lib.set_lr(self._handle(), lr), "set_lr")
+            self._lr = lr
+
+    @property
+    def lr(self):
+        """The lr set by set_lr() (0.0: the tensors' own); assigning calls
+        set_lr()."""
+        return self._lr
+
+    @lr.setter
+    def lr(self, value):
+        self.set_lr(value)
 
     def version(self, tensor):
         """The version of `tensor` this client last pulled (what its next

@@ -8,9 +8,23 @@
             loss_fn(model(x), y).backward()
             ps.step()            # push the grads, write the server's parameters into the model
 
-The server applies the update (its lr, momentum, AdaDelay, mode); the
+The server applies the update (its optimizer, lr, AdaDelay, mode); the
 client's options do the worker's part (clip_norm, DC-ASGD, GDDR
-delay_fraction). No torch optimizer is needed.
+delay_fraction). No torch optimizer is needed, and one stepping the same
+parameters is refused: ps.step() raises RuntimeError when a parameter was
+changed in place since the ParameterServer last wrote it. The server's
+optimizer is chosen at registration (optimizer="adam lr=0.001" or a
+gddr.Optimizer); ServerOptimizer(ps) stands in for a torch optimizer where
+one is expected, so that torch.optim.lr_scheduler drives the server's lr:
+
+    ps = gddr.torch.ParameterServer(model, c, optimizer="sgd lr=0.05 momentum=0.9")
+    opt = gddr.torch.ServerOptimizer(ps)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
+    for x, y in loader:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()           # set_lr(param_groups[0]["lr"]), then ps.step()
+        sched.step()
 
 Parameters are registered under their names from model.named_parameters()
 (with an optional prefix), in that order. CPU float32 parameters and their
@@ -21,6 +35,7 @@ built with CUDA; with a CPU-only library they are staged through host
 memory instead, with a warning.
 """
 
+import math
 import warnings
 
 import numpy as np
@@ -28,6 +43,12 @@ import torch
 
 from . import _lib
 from .errors import InvalidArgument
+from .optim import LR_MAX, Optimizer, optimizer_text
+
+# The smallest positive double: what ServerOptimizer sends for a scheduled
+# lr of exactly 0, since lr 0 on the wire means "the tensor's own lr". The
+# server computes in float32, where it is 0: the step is nothing.
+MIN_LR = 5e-324
 
 
 def _flat_numpy(t, what):
@@ -46,11 +67,26 @@ class ParameterServer:
     model   a torch.nn.Module (float32 parameters, all on one device)
     client  a gddr.Client (its options decide clipping, DC-ASGD, GDDR alpha)
     prefix  put before every name (several models on one server)
+    optimizer  what the server runs for every parameter (gddr.Optimizer or
+            its text, e.g. "adam lr=0.001"); None: the server's [optimizer]
+            section. The first worker to register a parameter decides; a
+            worker naming another optimizer gets gddr.ConfigError.
+
+    ps.lr (settable: client.set_lr) is the lr every later push carries, 0
+    for the tensors' own; ps.optimizer_text what the server runs.
+
+    The server runs the optimizer, so nothing else may write the
+    parameters: step() and pull() raise RuntimeError when a parameter's
+    torch _version moved since the ParameterServer last wrote it (a torch
+    optimizer's step(), or any in-place change). Gradients, zero_grad(),
+    train()/eval() and forward passes leave _version alone.
     """
 
-    def __init__(self, model, client, prefix=""):
+    def __init__(self, model, client, prefix="", optimizer=None):
         self.model = model
         self.client = client
+        text = optimizer_text(optimizer)  # None or "": the server's section
+        self.optimizer = None if text is None else Optimizer.parse(text)
         self.named = [(prefix + name, p) for name, p in model.named_parameters() if p.requires_grad]
         if not self.named:
             raise InvalidArgument("the model has no parameter that requires a gradient")
@@ -78,14 +114,14 @@ class ParameterServer:
                                 for _, p in self.named]
                 self._host_g = [np.zeros_like(h) for h in self._host_p]
                 for (name, _), h in zip(self.named, self._host_p):
-                    client.register(name, h)
+                    client.register(name, h, optimizer=self.optimizer)
                 for (name, p), h in zip(self.named, self._host_p):
                     client.pull(name, h)
                     p.copy_(torch.from_numpy(h).view_as(p))
             else:
                 self._params = [_flat_numpy(p.data, name) for name, p in self.named]
                 for (name, _), a in zip(self.named, self._params):
-                    client.register(name, a)
+                    client.register(name, a, optimizer=self.optimizer)
                 # The first registration wins: every worker starts from the
                 # server's values, whatever its own initialisation was.
                 for (name, _), a in zip(self.named, self._params):
@@ -94,6 +130,54 @@ class ParameterServer:
             raise InvalidArgument("the client has %d tensors registered, the model %d parameters: "
                                   "give ParameterServer a client of its own"
                                   % (len(client.tensors), len(self.named)))
+        self._mark()
+
+    # ---- the server's optimizer and lr -------------------------------------
+
+    @property
+    def optimizer_text(self):
+        """What the server runs for the model's first parameter, as text
+        ("sgd lr=0.05 momentum=0.9 weight_decay=0"); optimizers() has every
+        parameter's."""
+        return self.client.tensor_optimizer(self.named[0][0])
+
+    def optimizers(self):
+        """{name: the server's optimizer text} for every parameter."""
+        return {name: self.client.tensor_optimizer(name) for name, _ in self.named}
+
+    @property
+    def lr(self):
+        """The lr the pushes carry (client.lr; 0.0: the tensors' own)."""
+        return self.client.lr
+
+    @lr.setter
+    def lr(self, value):
+        self.client.set_lr(value)
+
+    # ---- nobody else writes the parameters ---------------------------------
+
+    def _mark(self):
+        """Records every parameter's torch version counter: the
+        ParameterServer's own writes go through pointers (no bump) or
+        copy_ (a bump, recorded here after it)."""
+        self._versions = [p._version for _, p in self.named]
+
+    def _check_untouched(self, where):
+        moved = [(name, v0, p._version) for (name, p), v0 in zip(self.named, self._versions)
+                 if p._version != v0]
+        if not moved:
+            return
+        name, v0, v1 = moved[0]
+        raise RuntimeError(
+            "gddr.torch.ParameterServer.%s: parameter %r (and %d more) was changed in place since "
+            "the ParameterServer last wrote it (torch _version %d -> %d). The server runs the "
+            "optimizer: a torch optimizer (torch.optim.SGD, Adam, ...) stepping the same "
+            "parameters would apply a second, local update that the server's values then "
+            "overwrite. Remove the torch optimizer; choose the server's with "
+            "ParameterServer(..., optimizer=\"adam lr=0.001\") (or gddr.Optimizer), and use "
+            "gddr.torch.ServerOptimizer(ps) where an optimizer object is needed (zero_grad, "
+            "lr schedulers). To drop a deliberate local change, call ps.pull(discard_local=True)."
+            % (where, name, len(moved) - 1, v0, v1))
 
     def _grad(self, i):
         """Parameter i's gradient; zeros for one that got none this step."""
@@ -108,7 +192,10 @@ class ParameterServer:
     def step(self):
         """After loss.backward(): pushes every gradient and writes the
         parameters the server returns into the model (gddr_step: clip,
-        DC-ASGD, GDDR residual, push, pull, in the server's mode)."""
+        DC-ASGD, GDDR residual, push, pull, in the server's mode).
+        RuntimeError, before anything is sent, if a parameter was changed
+        in place since the last step or pull (a torch optimizer)."""
+        self._check_untouched("step")
         grads = [self._grad(i) for i in range(len(self.named))]
         with torch.no_grad():
             if not self.cuda:
@@ -126,10 +213,20 @@ class ParameterServer:
                 torch.cuda.synchronize(self.device)
                 self.client.step_ptrs([g.data_ptr() for g in grads],
                                       [p.data_ptr() for _, p in self.named])
+        self._mark()
 
-    def pull(self):
+    def pull(self, discard_local=False):
         """Writes the server's current parameters into the model (e.g. at
-        the end, or in an observer that evaluates the server's model)."""
+        the end, or in an observer that evaluates the server's model).
+        Like step(), refuses parameters changed in place since the last
+        step or pull, unless discard_local: then the server's values simply
+        replace them."""
+        if not discard_local:
+            self._check_untouched("pull")
+        self._pull()
+        self._mark()
+
+    def _pull(self):
         with torch.no_grad():
             if self.cuda:
                 for (name, p), h in zip(self.named, self._host_p):
@@ -138,3 +235,74 @@ class ParameterServer:
             else:
                 for (name, _), a in zip(self.named, self._params):
                     self.client.pull(name, a)
+
+
+class ServerOptimizer(torch.optim.Optimizer):
+    """A torch.optim.Optimizer for code that wants one (lr schedulers,
+    training loops) that runs nothing itself: step() sets the server's lr
+    from param_groups[0]["lr"] (client.set_lr) and calls ps.step(), which
+    pushes the gradients and writes the server's parameters back.
+
+    ps        the ParameterServer
+    lr        the starting lr; None: ps.lr if set, else the lr the server
+              runs for the model's first parameter (ps.optimizer_text)
+    schedule  optional callable: schedule(k) -> lr for the k-th step()
+              (k = 0, 1, ...), written to param_groups[0]["lr"] first;
+              or drive param_groups[0]["lr"] with any
+              torch.optim.lr_scheduler (StepLR, CosineAnnealingLR,
+              LambdaLR, ...), as for a torch optimizer.
+
+    lr 0 on the wire means "the tensor's own lr", so an lr of exactly 0
+    (a schedule's end) is sent as MIN_LR = 5e-324, the smallest positive
+    double: the server's float32 step is then 0 (plain sgd and adam do not
+    move; sgd's momentum still coasts, v = mu*v, w -= v). zero_grad() is
+    torch's. One param group, holding the model's parameters.
+    """
+
+    def __init__(self, ps, lr=None, schedule=None):
+        if not isinstance(ps, ParameterServer):
+            raise InvalidArgument("ServerOptimizer takes a gddr.torch.ParameterServer, not %s"
+                                  % type(ps).__name__)
+        if schedule is not None and not callable(schedule):
+            raise InvalidArgument("schedule must be a callable step -> lr, not %r" % (schedule,))
+        if lr is None:
+            lr = ps.lr or Optimizer.parse(ps.optimizer_text).lr or 0.0
+        self.ps = ps
+        self.schedule = schedule
+        self.steps = 0
+        super().__init__([p for _, p in ps.named], {"lr": _check_lr(lr)})
+
+    def add_param_group(self, param_group):
+        if getattr(self, "param_groups", None):
+            raise InvalidArgument("ServerOptimizer has one param group (the server has one lr "
+                                  "per push)")
+        super().add_param_group(param_group)
+
+    def wire_lr(self):
+        """The lr step() sends: param_groups[0]["lr"], or MIN_LR for 0."""
+        lr = _check_lr(self.param_groups[0]["lr"])
+        return lr if lr > 0 else MIN_LR
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self.schedule is not None:
+            self.param_groups[0]["lr"] = _check_lr(self.schedule(self.steps))
+        self.ps.lr = self.wire_lr()
+        self.ps.step()
+        self.steps += 1
+        return loss
+
+
+def _check_lr(lr):
+    if isinstance(lr, torch.Tensor):
+        lr = lr.item()
+    if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating, np.integer)):
+        raise InvalidArgument("lr must be a number, not %r" % (lr,))
+    lr = float(lr)
+    if not math.isfinite(lr) or not 0 <= lr <= LR_MAX:
+        raise InvalidArgument("lr %r is not in [0, 1e6]" % lr)
+    return lr

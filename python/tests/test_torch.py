@@ -159,3 +159,210 @@ def test_cuda_parameters_take_the_device_path(server, clients):
         results.append([p.detach().cpu() for p in model.parameters()])
     for a, b in zip(*results):
         assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ---- the server's optimizer, torch optimizers refused, lr schedules ------------------
+
+
+def test_parameter_server_registers_with_the_optimizer(server, clients):
+    srv = server(lr=0.5, mode="sync")
+    model = Tiny()
+    ps = gddr.torch.ParameterServer(model, clients(srv, rank=0, world_size=2),
+                                    optimizer="adam lr=0.001")
+    want = "adam lr=0.001 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0"
+    assert ps.optimizer_text == want
+    assert ps.optimizers() == {"scale": want, "lin.weight": want, "lin.bias": want}
+    assert ps.lr == 0.0
+    ps.lr = 0.125
+    assert ps.lr == ps.client.lr == 0.125
+    # Another worker asking for another optimizer: the server's config error.
+    other = clients(srv, rank=1, world_size=2)
+    with pytest.raises(gddr.ConfigError, match="runs adam"):
+        gddr.torch.ParameterServer(Tiny(), other, optimizer=gddr.Optimizer("sgd", lr=0.1))
+    with pytest.raises(ValueError, match="kind must be one of"):
+        gddr.torch.ParameterServer(Tiny(), other, optimizer="lion")
+    assert other.tensors == []
+    # "" and None: the server's section; no check against the first one's.
+    assert gddr.torch.ParameterServer(Tiny(), other, optimizer="").optimizer_text == want
+
+
+def test_adam_through_the_parameter_server(server, clients):
+    """One worker, sync: ps.step() with the server running Adam gives the
+    weights of numpy's Adam on the same gradients."""
+    from test_optim import adam_numpy
+
+    srv = server(lr=0.5, mode="sync")
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    w0 = [p.detach().numpy().reshape(-1).copy() for p in model.parameters()]
+    ps = gddr.torch.ParameterServer(model, clients(srv), optimizer=gddr.Optimizer("adam", lr=0.01))
+    x = torch.tensor([[1.0, -2.0, 0.5], [0.25, 1.0, -1.0]])
+    grads = [[], []]
+    for _ in range(3):
+        model.zero_grad()
+        model(x).pow(2).sum().backward()
+        for i, p in enumerate(model.parameters()):
+            grads[i].append(p.grad.detach().numpy().reshape(-1).copy())
+        ps.step()
+    for p, w, gs in zip(model.parameters(), w0, grads):
+        np.testing.assert_array_equal(p.detach().numpy().reshape(-1), adam_numpy(w, gs, 0.01))
+
+
+def test_a_torch_optimizer_stepping_the_parameters_is_refused(server, clients):
+    """torch.optim.SGD(model.parameters()).step() updates the parameters in
+    place (their _version moves): ps.step() refuses, before sending."""
+    srv = server(lr=0.1, mode="sync")
+    model = Tiny()
+    c = clients(srv)
+    ps = gddr.torch.ParameterServer(model, c)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.zero_grad()
+    model.lin(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    with pytest.raises(RuntimeError) as e:
+        ps.step()
+    msg = str(e.value)
+    assert "'lin.weight'" in msg and "changed in place" in msg
+    assert "The server runs the optimizer" in msg and "torch optimizer" in msg
+    assert "ServerOptimizer" in msg and "optimizer=" in msg
+    assert c.stats()["pushes"] == 0  # nothing was sent
+    with pytest.raises(RuntimeError, match="changed in place"):
+        ps.pull()
+    # Discarding the local change: the server's values win again.
+    ps.pull(discard_local=True)
+    assert torch.equal(model.scale.detach(), torch.full((4,), 0.5))
+    model.zero_grad()
+    ps.step()  # and the loop goes on
+
+
+def test_a_loop_without_a_torch_optimizer_is_not_refused(server, clients):
+    """Gradients accumulating in .grad (two backward passes per step),
+    zero_grad (both ways), train()/eval(), forward passes, pulls and
+    ServerOptimizer leave the parameters' _version alone: no refusal."""
+    srv = server(lr=0.1, mode="sync")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4),
+                                torch.nn.Dropout(0.1), torch.nn.Linear(4, 1))
+    ps = gddr.torch.ParameterServer(model, clients(srv))
+    x, y = torch.randn(8, 3), torch.randn(8, 1)
+    versions = [p._version for p in model.parameters()]
+    for k in range(4):
+        model.train()
+        model.zero_grad(set_to_none=(k % 2 == 0))
+        for _ in range(2):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+        ps.step()
+        model.eval()
+        with torch.no_grad():
+            model(x)
+        ps.pull()
+    opt = gddr.torch.ServerOptimizer(ps)
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    assert [p._version for p in model.parameters()] == versions  # written through pointers
+    assert ps.client.version(0) == 6
+
+
+def test_server_optimizer_drives_a_cosine_schedule(server, clients):
+    """CosineAnnealingLR on ServerOptimizer, plain sgd on the server: the
+    weights are w0 - sum_t lr_t * g_t, lr_t the schedule's (float32, in the
+    server's order: w = w - float(lr_t) * g_t)."""
+    srv = server(lr=1.0, mode="sync")
+    model = Tiny()
+    ps = gddr.torch.ParameterServer(model, clients(srv), optimizer="sgd lr=0.5")
+    opt = gddr.torch.ServerOptimizer(ps)
+    assert isinstance(opt, torch.optim.Optimizer)
+    assert opt.param_groups[0]["lr"] == 0.5  # the server's lr for the model
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=4, eta_min=0.05)
+    w = [p.detach().numpy().reshape(-1).copy() for _, p in ps.named]
+    lrs = []
+    for t in range(6):
+        opt.zero_grad()
+        g = [torch.full_like(p, float(t + 1)) * torch.linspace(-1, 1, p.numel()).view_as(p)
+             for _, p in ps.named]
+        for (_, p), gt in zip(ps.named, g):
+            p.grad = gt.clone()
+        lr = opt.param_groups[0]["lr"]
+        lrs.append(lr)
+        opt.step()
+        assert ps.lr == lr
+        for i, gt in enumerate(g):
+            w[i] = w[i] - np.float32(lr) * gt.numpy().reshape(-1)
+        sched.step()
+        for (_, p), wi in zip(ps.named, w):
+            np.testing.assert_array_equal(p.detach().numpy().reshape(-1), wi)
+    # The schedule did change the lr: 0.5 down to eta_min and up again.
+    assert lrs[0] == 0.5 and min(lrs) == pytest.approx(0.05) and len(set(lrs)) >= 4
+    assert lrs == pytest.approx([0.05 + 0.45 * (1 + np.cos(np.pi * t / 4)) / 2 for t in range(6)])
+
+
+def test_server_optimizer_lambda_and_callable_schedules_reach_zero(server, clients):
+    """A schedule reaching exactly 0 is sent as 5e-324 (0 on the wire would
+    be the tensor's lr): plain sgd does not move. A plain callable works
+    as well as LambdaLR, and StepLR is accepted."""
+    srv = server(lr=1.0, mode="sync")
+    model = torch.nn.Linear(2, 1)
+    ps = gddr.torch.ParameterServer(model, clients(srv), optimizer="sgd")
+    opt = gddr.torch.ServerOptimizer(ps, lr=0.5)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: [1.0, 0.5, 0.0, 0.0][s])
+    before = model.weight.detach().clone()
+    seen = []
+    for _ in range(3):
+        opt.zero_grad()
+        model.weight.grad = torch.ones_like(model.weight)
+        model.bias.grad = torch.ones_like(model.bias)
+        seen.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert seen == [0.5, 0.25, 0.0]
+    assert ps.lr == gddr.torch.MIN_LR == 5e-324
+    assert torch.equal(model.weight.detach(), before - 0.75)  # the lr-0 step moved nothing
+
+    opt2 = gddr.torch.ServerOptimizer(ps, schedule=lambda k: 0.125 * (k + 1))
+    for k in range(2):
+        model.weight.grad = torch.ones_like(model.weight)
+        opt2.step()
+        assert opt2.param_groups[0]["lr"] == 0.125 * (k + 1)
+    assert torch.equal(model.weight.detach(), before - 0.75 - 0.125 - 0.25)
+    torch.optim.lr_scheduler.StepLR(gddr.torch.ServerOptimizer(ps, lr=0.1), step_size=2)
+    with pytest.raises(ValueError, match="one param group"):
+        opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(1))]})
+    opt.param_groups[0]["lr"] = -1.0
+    with pytest.raises(ValueError, match="not in"):
+        opt.step()
+
+
+def test_fashion_mnist_example_with_a_server_optimizer_and_schedules(server, tmp_path):
+    """--optimizer "adam lr=0.001" registers the CNN with Adam on the
+    server; --lr-schedule cosine / step drive its lr (one worker each)."""
+    import subprocess
+
+    srv = server(lr=0.05, momentum=0.5, mode="sync")
+    ex = PY / "examples" / "fashion_mnist.py"
+    common = ["--server", srv.endpoint, "--world", "2", "--synthetic", "256", "--steps", "6",
+              "--batch", "16", "--progress", "0", "--optimizer", "adam lr=0.001"]
+    procs = [subprocess.Popen([PYTHON, ex, "--rank", str(r), "--lr-schedule", sched] + common,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r, sched in enumerate(("cosine", "step"))]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    adam = "optimizer adam lr=0.001 beta1=0.9 beta2=0.999 eps=1e-08 weight_decay=0"
+    assert adam + ", lr schedule cosine" in outs[0]
+    assert adam + ", lr schedule step" in outs[1]
+    assert [result(o)["steps"] for o in outs] == ["6", "6"]
+    with gddr.Client(srv.endpoint, rank=0, world_size=1, observer=True) as o:
+        o.register("fc2.bias", np.zeros(10, np.float32))
+        assert o.tensor_optimizer("fc2.bias") == adam[len("optimizer "):]
+        assert o.version("fc2.bias") == 6  # 6 sync steps
+    # Without --optimizer, the server's section (sgd with momentum).
+    out = subprocess.run([PYTHON, ex, "--server", server(lr=0.05, momentum=0.5).endpoint,
+                          "--world", "1", "--rank", "0", "--synthetic", "64", "--steps", "2",
+                          "--progress", "0"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "optimizer sgd lr=0.05 momentum=0.5 weight_decay=0, lr schedule none" in out.stdout
+    bad = subprocess.run([PYTHON, ex, "--server", srv.endpoint, "--world", "2", "--rank", "0",
+                          "--synthetic", "64", "--steps", "1", "--optimizer", "adam momentum=0.9"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "adam takes lr, beta1" in bad.stderr
