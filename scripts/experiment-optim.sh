@@ -18,7 +18,7 @@
 #             5 epochs, tau 4 fixed: dense | GDDR alpha 0.4 | without fill
 #   adam8     8 workers, Adam lr 0.001, MLP 784-128-10, batch 64, 2 epochs:
 #             sync dense | async dense + AdaDelay 0.1 | async GDDR alpha 0.4
-#             + AdaDelay 0.1
+#             + AdaDelay 0.1 (async fill, the default) | the same, fill_held = false
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -148,6 +148,7 @@ ROWS
 sync dense Adam|8|mode=sync kind=adam lr=0.001|
 async dense Adam + AdaDelay|8|mode=async kind=adam lr=0.001 adadelay=0.1|
 async GDDR a=0.4 Adam + AdaDelay|8|mode=async kind=adam lr=0.001 adadelay=0.1|--delay-fraction 0.4
+async GDDR a=0.4 Adam + AdaDelay, no fill|8|mode=async kind=adam lr=0.001 adadelay=0.1 fill_held=false|--delay-fraction 0.4
 ROWS
     ;;
     *) echo "experiment-optim: unknown target $t (momentum, plain, adam8)" >&2; exit 2 ;;

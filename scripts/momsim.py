@@ -25,7 +25,7 @@ End of training (END), for the GDDR kinds:
 
 Measured on 2 cores, H=256 (about 35 s a run), server's final model:
   seed 1, momentum 0.9:  dense 0.8552; server 0.7681 (join); fill 0.8564 (join), 0.8550 (none),
-                         0.8000 (coast); dgc 0.7915 (coast)
+                         0.8000 (coast); dgc 0.7915 (coast), 0.8093 (join)
   seeds 2, 3:            dense 0.8541 0.8500; fill 0.8558 0.8516 (join)
   seed 1, mu 0, lr 0.2:  dense 0.8296; server 0.8067; fill 0.8233 (join)
 """
