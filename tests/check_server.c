@@ -1,4 +1,5 @@
-/* check_server.c -- integration tests of gddr-ps (DESIGN sections 2, 4, 5, 8).
+/* check_server.c -- integration tests of gddr-ps
+ * (docs/design.md sections 2, 4, 5, 8).
  *
  * Every test starts its own gddr-ps on an OS-chosen loopback port through
  * tests/harness.h, talks to it with libgddr-client or with a raw ZeroMQ
@@ -300,7 +301,8 @@ START_TEST(test_register_pull_push_exact)
 }
 END_TEST
 
-/* A sparse push touches only the chunks in its bitmap (DESIGN section 5). */
+/* A sparse push touches only the chunks in its bitmap
+ * (docs/design.md section 5). */
 START_TEST(test_sparse_push_exact)
 {
     gt_server s;
@@ -970,9 +972,9 @@ START_TEST(test_oversized_message)
 END_TEST
 
 /* A request refused before it is served must not change the server's
- * state (DESIGN section 8) -- membership included: a stranger rank whose
- * only request was rejected is not a live worker, and in sync mode a step
- * must not wait for it. */
+ * state (docs/design.md section 8) -- membership included: a stranger rank
+ * whose only request was rejected is not a live worker, and in sync mode a
+ * step must not wait for it. */
 START_TEST(test_rejected_stranger_is_not_a_worker)
 {
     gt_server s;
