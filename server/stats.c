@@ -75,11 +75,20 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_bytes_sent_total %llu\n", (unsigned long long)ps->bytes_out);
     sb_printf(&b, "# HELP gddr_versions_total Updates applied over all tensors.\n# TYPE gddr_versions_total counter\n"
                   "gddr_versions_total %llu\n", (unsigned long long)ps->versions_total);
+    /* Every reason from the start, at 0 until it happens: a series that
+     * appears only at the first rejection shows "No data" on a healthy
+     * server's dashboard, and rate() misses its first increase. OTHER
+     * counts codes outside the table (none today). */
     sb_printf(&b, "# HELP gddr_rejected_total Requests rejected, by reason.\n# TYPE gddr_rejected_total counter\n");
-    for (int i = 1; i < PS_NERR; i++)
-        if (ps->rejected[i])
+    uint64_t other = ps->rejected[0];
+    for (int i = 1; i < PS_NERR; i++) {
+        if (strcmp(err_label(i), "OTHER") == 0)
+            other += ps->rejected[i];
+        else
             sb_printf(&b, "gddr_rejected_total{reason=\"%s\"} %llu\n", err_label(i),
                       (unsigned long long)ps->rejected[i]);
+    }
+    sb_printf(&b, "gddr_rejected_total{reason=\"OTHER\"} %llu\n", (unsigned long long)other);
     sb_printf(&b, "# HELP gddr_staleness Staleness tau measured at apply.\n# TYPE gddr_staleness histogram\n");
     uint64_t cum = 0;
     for (int i = 0; i < PS_HIST - 1; i++) {

@@ -1694,6 +1694,49 @@ START_TEST(test_ctl_several_servers)
 }
 END_TEST
 
+/* A fresh server exports every counter with a sample, so a dashboard shows
+ * 0, not "No data": gddr_rejected_total has every reason at 0 (and OTHER),
+ * and every family has a sample except those labelled by a worker or a
+ * tensor, of which a fresh server has none. */
+START_TEST(test_metrics_fresh_server)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.1");
+    char *a[] = { "-s", s.endpoint, "metrics", NULL };
+    char *text = run_ctl(a);
+    assert_prometheus_syntax(text);
+    char want[128];
+#define GDDR__WANT_ZERO(name, num, msg)                                                    \
+    if (num != 0) {                                                                       \
+        snprintf(want, sizeof want, "\ngddr_rejected_total{reason=\"%s\"} 0\n", #name);    \
+        ck_assert_msg(strstr(text, want), "a fresh server's metrics lack %s", want + 1);     \
+    }
+    GDDR_ERRORS(GDDR__WANT_ZERO)
+#undef GDDR__WANT_ZERO
+    ck_assert_msg(strstr(text, "\ngddr_rejected_total{reason=\"OTHER\"} 0\n"), "no OTHER reason");
+    ck_assert_msg(strstr(text, "\ngddr_auth_rejected_total 0\n"), "no gddr_auth_rejected_total");
+    /* Every family: a sample follows its TYPE line. */
+    static const char *const per_entity[] = { "gddr_worker_", "gddr_tau", "gddr_tensor_version" };
+    int families = 0;
+    for (const char *p = strstr(text, "# TYPE "); p; p = strstr(p + 1, "\n# TYPE ")) {
+        const char *name = p[0] == '\n' ? p + 8 : p + 7;
+        size_t nl = strcspn(name, " ");
+        int skip = 0;
+        for (size_t k = 0; k < sizeof per_entity / sizeof per_entity[0]; k++)
+            skip |= strncmp(name, per_entity[k], strlen(per_entity[k])) == 0;
+        families++;
+        if (skip)
+            continue;
+        const char *next = strchr(name, '\n');
+        ck_assert_msg(next && strncmp(next + 1, name, nl) == 0,
+                      "family %.*s has no sample on a fresh server", (int)nl, name);
+    }
+    ck_assert_int_gt(families, 30);
+    free(text);
+    stop_server(&s);
+}
+END_TEST
+
 /* ---- suite ------------------------------------------------------------------------ */
 
 #define ADD_CASE(s, name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT)
@@ -1715,6 +1758,7 @@ Suite *suite_server(void)
     ADD_CASE(s, "metrics", test_metrics_text);
     ADD_CASE(s, "shard_layout", test_shard_layout);
     ADD_CASE(s, "ctl_several_servers", test_ctl_several_servers);
+    ADD_CASE(s, "metrics_fresh_server", test_metrics_fresh_server);
     ADD_CASE(s, "sigterm", test_sigterm_exits_zero);
     ADD_CASE(s, "bench_reports", test_bench_reports);
     return s;
