@@ -1694,6 +1694,70 @@ START_TEST(test_ctl_several_servers)
 }
 END_TEST
 
+/* gddr-ctl status labels what it counts: pushes, pulls and updates are
+ * per tensor (3 steps of a 2-tensor model are 6 pushes), and tau, GDDR's
+ * delay bound, is shown only once a worker held a chunk back; with dense
+ * workers it says GDDR is off. Several servers: the tau column is "-". */
+START_TEST(test_ctl_status_labels)
+{
+    enum { N = 8 * 1024 }; /* 8 chunks a tensor */
+    gt_server s;
+    START_SERVER(s, "tau_dynamic=false", "tau_init=4", "lr=0.01");
+    static float w[2][N], g[2][N];
+    for (int k = 0; k < N; k++)
+        g[0][k] = g[1][k] = 0.5f;
+    const float *grads[2] = { g[0], g[1] };
+    float *params[2] = { w[0], w[1] };
+    gddr_client *c = open_client(s.endpoint, 0, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "labels.a", w[0], N, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c, "labels.b", w[1], N, &id, NULL), GDDR_OK);
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(gddr_step(c, grads, params), GDDR_OK);
+    gddr_client_close(&c);
+
+    char *a1[] = { "-s", s.endpoint, "status", NULL };
+    char *text = run_ctl(a1);
+    ck_assert_msg(strstr(text, "\ntensor pushes  6\n"), "3 steps of 2 tensors are 6 tensor pushes:\n%s",
+                  text);
+    ck_assert_msg(strstr(text, "\ntensor updates 6\n"), "%s", text);
+    ck_assert_msg(!strstr(text, "\npushes "), "pushes not labelled per tensor:\n%s", text);
+    ck_assert_msg(strstr(text, "\ntau            - (GDDR off"), "dense workers, yet tau shown:\n%s",
+                  text);
+
+    /* A GDDR worker: tau appears, with the share of chunks held. */
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 1;
+    o.delay_fraction = 0.5;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c, "labels.a", w[0], N, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c, "labels.b", w[1], N, &id, NULL), GDDR_OK);
+    for (int k = 0; k < 4; k++)
+        ck_assert_int_eq(gddr_step(c, grads, params), GDDR_OK);
+    free(text);
+    text = run_ctl(a1);
+    ck_assert_msg(strstr(text, "\ntau            4 (GDDR delay bound; "), "GDDR worker, tau not shown:\n%s",
+                  text);
+    free(text);
+
+    /* The table of several servers (the same one twice): tau 4 there. */
+    char list[600];
+    snprintf(list, sizeof list, "%s,%s", s.endpoint, s.endpoint);
+    char *a2[] = { "-s", list, "status", NULL };
+    text = run_ctl(a2);
+    const char *hdr = strstr(text, "shard ");
+    char val[64];
+    token_of_line(text, "total ", column_of(hdr, "tau"), val, sizeof val);
+    ck_assert_str_eq(val, "4");
+    ck_assert_msg(strstr(text, "counted per tensor"), "%s", text);
+    free(text);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
 /* A fresh server exports every counter with a sample, so a dashboard shows
  * 0, not "No data": gddr_rejected_total has every reason at 0 (and OTHER),
  * and every family has a sample except those labelled by a worker or a
@@ -1758,6 +1822,7 @@ Suite *suite_server(void)
     ADD_CASE(s, "metrics", test_metrics_text);
     ADD_CASE(s, "shard_layout", test_shard_layout);
     ADD_CASE(s, "ctl_several_servers", test_ctl_several_servers);
+    ADD_CASE(s, "ctl_status_labels", test_ctl_status_labels);
     ADD_CASE(s, "metrics_fresh_server", test_metrics_fresh_server);
     ADD_CASE(s, "sigterm", test_sigterm_exits_zero);
     ADD_CASE(s, "bench_reports", test_bench_reports);
