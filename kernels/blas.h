@@ -1,10 +1,11 @@
 /* blas.h -- norms and vector updates, and the small CUDA runtime surface the
  * client library needs.
  *
- * Clipping (DESIGN section 6 step 2) needs a global norm and a scale; the
- * worker's GPU path also needs a stream, a cuBLAS handle bound to it, device
- * and pinned allocations and copies. All of that is declared here as plain C
- * with streams passed as void *, so callers never include CUDA headers.
+ * Clipping (docs/design.md section 6 step 2) needs a global norm and a scale;
+ * the worker's GPU path also needs a stream, a cuBLAS handle bound to it,
+ * device and pinned allocations and copies. All of that is declared here as
+ * plain C with streams passed as void *, so callers never include CUDA
+ * headers.
  *
  * The CUDA half is not linked into libgddr-client: it lives in the plugin
  * libgddr-cuda.so (cuda_rt.c and the .cu files, see cuda_api.h), loaded on

@@ -1,11 +1,11 @@
 /* dc.h -- DC-ASGD delay compensation of a stale gradient.
  *
- * DESIGN section 6 step 3: a gradient computed at parameters w_bak is pushed
- * after the server has moved to w_new. DC-ASGD corrects it with a cheap
- * approximation of the Hessian: diag mode uses g (.) g as its diagonal (the
- * DC-ASGD paper), identity mode uses the identity (first order). The adaptive
- * variant (DC-ASGD-a) scales lambda by 1/sqrt of an EMA of g^2 so the
- * correction does not blow up where gradients are large.
+ * docs/design.md section 6 step 3: a gradient computed at parameters w_bak is
+ * pushed after the server has moved to w_new. DC-ASGD corrects it with a
+ * cheap approximation of the Hessian: diag mode uses g (.) g as its diagonal
+ * (the DC-ASGD paper), identity mode uses the identity (first order). The
+ * adaptive variant (DC-ASGD-a) scales lambda by 1/sqrt of an EMA of g^2 so
+ * the correction does not blow up where gradients are large.
  *
  * CPU twin in dc.c, CUDA version in dc.cu (GDDR_ENOTSUP without nvcc).
  * Both touch only the buffers they are given; the caller owns them.

@@ -1,7 +1,7 @@
 /* fused.h -- one training step's worker-side math in two passes per tensor.
  *
- * DESIGN section 6 steps 1-4 touch every gradient float four or five times
- * when done one operation at a time (norm, clipping scale, DC-ASGD,
+ * docs/design.md section 6 steps 1-4 touch every gradient float four or five
+ * times when done one operation at a time (norm, clipping scale, DC-ASGD,
  * residual merge and pack, the residual's L1 norm). Here:
  *
  *   pass 1  sum of squares of g (the norm; a NaN or Inf makes it non-finite)
@@ -104,9 +104,9 @@ double *gddr__cuda_ctx_partials(gddr_cuda_ctx *ctx);
 #define GDDR_HOSTDEV
 #endif
 
-/* DESIGN section 6 step 2 from every tensor's sum of squares, exactly as
- * step.c's host path computes it (nrm_i = sqrt(sumsq_i), total =
- * sqrt(sum of nrm_i^2) in tensor order): ctl[0] = clip / total when
+/* docs/design.md section 6 step 2 from every tensor's sum of squares, exactly
+ * as step.c's host path computes it (nrm_i = sqrt(sumsq_i),
+ * total = sqrt(sum of nrm_i^2) in tensor order): ctl[0] = clip / total when
  * clip > 0 and total > clip, else 1; ctl[1] = 1 when every norm is finite,
  * else 0. x - x == 0 is the finiteness test usable on host and device. */
 GDDR_HOSTDEV static inline void gddr_clip_ctl(const double *sumsq, int nt, double clip,

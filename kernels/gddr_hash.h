@@ -1,6 +1,6 @@
 /* gddr_hash.h -- the counter-based hash behind the GDDR hold mask.
  *
- * DESIGN section 6 step 4 holds chunk c of a tensor back when
+ * docs/design.md section 6 step 4 holds chunk c of a tensor back when
  * U(seed, worker, key, step, c) < alpha. The CPU twin and the CUDA kernel
  * must draw the same U for the same inputs, so the mask cannot come from a
  * stateful generator: it is a pure function of its five counters, built from

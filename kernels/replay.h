@@ -1,7 +1,7 @@
 /* replay.h -- re-injecting an orphaned residual in installments.
  *
- * DESIGN section 7: when a worker dies, the server hands the residual it
- * still held (the orphan) to a live worker, which adds it to its own
+ * docs/design.md section 7: when a worker dies, the server hands the residual
+ * it still held (the orphan) to a live worker, which adds it to its own
  * residual a geometric installment at a time so one step does not receive a
  * burst of stale mass. The last installment is the whole remainder, so the
  * installments sum to the orphan and nothing is lost.

@@ -32,8 +32,8 @@ static int chunk_geometry_ok(size_t n, uint32_t chunk, const char *who)
     return 1;
 }
 
-/* DESIGN section 6 step 4: age is tested first, so a chunk at its bound is
- * sent whatever U says, which is what bounds the delay by tau. */
+/* docs/design.md section 6 step 4: age is tested first, so a chunk at its
+ * bound is sent whatever U says, which is what bounds the delay by tau. */
 static inline int chunk_held(const gddr_residual_args *a, uint64_t prefix, uint32_t age,
                              size_t c)
 {

@@ -1,10 +1,11 @@
 /* residual.h -- GDDR residual merging, masking and chunk packing.
  *
- * DESIGN section 6 step 4: the worker keeps a residual r and a per-chunk age
- * next to each tensor. Every step it forms u = r + g, decides per chunk
- * whether to hold it (keep u in r) or send it (append u to the packed
- * payload, zero r), and describes the sent chunks with a bitmap. Nothing is
- * dropped: the sum of everything sent plus r equals the sum of every g.
+ * docs/design.md section 6 step 4: the worker keeps a residual r and a
+ * per-chunk age next to each tensor. Every step it forms u = r + g, decides
+ * per chunk whether to hold it (keep u in r) or send it (append u to the
+ * packed payload, zero r), and describes the sent chunks with a bitmap.
+ * Nothing is dropped: the sum of everything sent plus r equals the sum of
+ * every g.
  *
  * Each operation has a CPU twin (residual.c, always built) and a CUDA version
  * (residual.cu, built with nvcc; cuda_stub.c returns GDDR_ENOTSUP without

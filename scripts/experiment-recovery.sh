@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# experiment-recovery.sh -- what a crash costs, measured (DESIGN section 7,
-# docs/operations.md "What a crash can lose").
+# experiment-recovery.sh -- what a crash costs, measured (docs/design.md
+# section 7, docs/operations.md "What a crash can lose").
 #
 #   scripts/experiment-recovery.sh [--workers N] [--epochs E] [--synthetic N]
 #                                  [--ckpt-interval S] [--no-append]

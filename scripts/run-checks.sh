@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the checks from the repository root: a second make has nothing to do,
-# the systemd unit's hardening (scripts/test-unit.sh), the demo's progress
+# the repository stands alone (scripts/test-docs.sh: no citation of a file
+# outside it, every docs/design.md section cited exists), the systemd unit's
+# hardening (scripts/test-unit.sh), the demo's progress
 # loop (scripts/test-lib.sh), the Grafana dashboard's queries
 # (scripts/test-dashboard.sh), the README's
 # by-hand block (scripts/test-readme.sh), the install check (with every C
@@ -53,6 +55,7 @@ if [ $# -eq 0 ]; then
   else
     echo "run-checks: a second make has nothing to do"
   fi
+  scripts/test-docs.sh || status=$?
   scripts/test-unit.sh || status=$?
   scripts/test-lib.sh || status=$?
   scripts/test-dashboard.sh || status=$?

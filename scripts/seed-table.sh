@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The seed experiment (shared/seeds/001, "Python 演示") through the real
+# The seed document's 1-D experiment (its "Python 演示") through the real
 # stack: f(w) = 0.5 (w - 5)^2, w0 = 0, lr = 0.4, 200 steps, one worker.
 # Each row starts its own gddr-ps and runs one
 #   gddr-train --workload quadratic [--simulate-staleness 5] [...]

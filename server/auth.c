@@ -1,4 +1,4 @@
-/* auth.c -- who may talk to gddr-ps (DESIGN section 8).
+/* auth.c -- who may talk to gddr-ps (docs/design.md section 8).
  *
  * With curve_secret_key_file set, the ROUTER is a CURVE server: traffic is
  * encrypted and every client proves it holds a key pair. libzmq then asks

@@ -1,4 +1,4 @@
-/* checkpoint.h -- durable server checkpoints (DESIGN section 7).
+/* checkpoint.h -- durable server checkpoints (docs/design.md section 7).
  *
  * A checkpoint is a list of named binary sections; the server decides what
  * goes in them (tensor values, versions, optimizer state, membership,

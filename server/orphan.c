@@ -1,4 +1,5 @@
-/* orphan.c -- residual snapshots and orphan hand-off (DESIGN section 7).
+/* orphan.c -- residual snapshots and orphan hand-off
+ * (docs/design.md section 7).
  *
  * A GDDR worker holds part of its gradients back in a residual; if it dies
  * that mass would be lost and the model would drift (the seed's "residual

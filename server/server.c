@@ -1,12 +1,13 @@
 /* server.c -- the gddr-ps front end: one ROUTER socket, one thread.
  *
- * Every request is checked field by field before anything changes (DESIGN
- * section 8): a bad request gets an error reply with a gddr_err code, bumps
- * a counter, and leaves tensors, versions and worker state untouched. Then
- * it is served: registrations and pulls are answered at once, pushes are
- * applied (async, ssp) or collected into the current sync step, and pulls
- * that must wait (sync min_version, ssp bound) are parked with a deadline
- * and answered when their condition holds or their time is up (conn.c).
+ * Every request is checked field by field before anything changes
+ * (docs/design.md section 8): a bad request gets an error reply with a
+ * gddr_err code, bumps a counter, and leaves tensors, versions and worker
+ * state untouched. Then it is served: registrations and pulls are answered at
+ * once, pushes are applied (async, ssp) or collected into the current sync
+ * step, and pulls that must wait (sync min_version, ssp bound) are parked
+ * with a deadline and answered when their condition holds or their time is up
+ * (conn.c).
  *
  * Who may do what: anyone may pull and ask for stats; registering and
  * pushing need a worker (an accepted hello, workers.c) speaking for its

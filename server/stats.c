@@ -65,9 +65,9 @@ static const char *err_label(int code)
 char *ps_metrics_text(gddr_ps *ps)
 {
     sbuf b = { 0 };
-    sb_printf(&b, "# HELP gddr_pushes_total Pushes accepted.\n# TYPE gddr_pushes_total counter\n"
+    sb_printf(&b, "# HELP gddr_pushes_total Pushes accepted, one per tensor (a step of a model of T tensors is T pushes).\n# TYPE gddr_pushes_total counter\n"
                   "gddr_pushes_total %llu\n", (unsigned long long)ps->pushes);
-    sb_printf(&b, "# HELP gddr_pulls_total Pulls served.\n# TYPE gddr_pulls_total counter\n"
+    sb_printf(&b, "# HELP gddr_pulls_total Pulls served, one per tensor.\n# TYPE gddr_pulls_total counter\n"
                   "gddr_pulls_total %llu\n", (unsigned long long)ps->pulls_served);
     sb_printf(&b, "# HELP gddr_bytes_received_total Bytes received.\n# TYPE gddr_bytes_received_total counter\n"
                   "gddr_bytes_received_total %llu\n", (unsigned long long)ps->bytes_in);
@@ -75,11 +75,20 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_bytes_sent_total %llu\n", (unsigned long long)ps->bytes_out);
     sb_printf(&b, "# HELP gddr_versions_total Updates applied over all tensors.\n# TYPE gddr_versions_total counter\n"
                   "gddr_versions_total %llu\n", (unsigned long long)ps->versions_total);
+    /* Every reason from the start, at 0 until it happens: a series that
+     * appears only at the first rejection shows "No data" on a healthy
+     * server's dashboard, and rate() misses its first increase. OTHER
+     * counts codes outside the table (none today). */
     sb_printf(&b, "# HELP gddr_rejected_total Requests rejected, by reason.\n# TYPE gddr_rejected_total counter\n");
-    for (int i = 1; i < PS_NERR; i++)
-        if (ps->rejected[i])
+    uint64_t other = ps->rejected[0];
+    for (int i = 1; i < PS_NERR; i++) {
+        if (strcmp(err_label(i), "OTHER") == 0)
+            other += ps->rejected[i];
+        else
             sb_printf(&b, "gddr_rejected_total{reason=\"%s\"} %llu\n", err_label(i),
                       (unsigned long long)ps->rejected[i]);
+    }
+    sb_printf(&b, "gddr_rejected_total{reason=\"OTHER\"} %llu\n", (unsigned long long)other);
     sb_printf(&b, "# HELP gddr_staleness Staleness tau measured at apply.\n# TYPE gddr_staleness histogram\n");
     uint64_t cum = 0;
     for (int i = 0; i < PS_HIST - 1; i++) {
@@ -98,7 +107,7 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_auth_rejected_total %llu\n", (unsigned long long)ps->auth_rejected);
     sb_printf(&b, "# HELP gddr_live_workers Workers alive.\n# TYPE gddr_live_workers gauge\ngddr_live_workers %d\n",
               gddr_ps_live_workers(ps));
-    sb_printf(&b, "# HELP gddr_worker_pushes_total Pushes accepted per worker.\n# TYPE gddr_worker_pushes_total counter\n");
+    sb_printf(&b, "# HELP gddr_worker_pushes_total Pushes accepted per worker, one per tensor.\n# TYPE gddr_worker_pushes_total counter\n");
     for (int r = 0; r < ps->cfg.max_workers; r++)
         if (ps->workers[r].state != PS_W_NONE)
             sb_printf(&b, "gddr_worker_pushes_total{rank=\"%d\"} %llu\n", r,

@@ -1,4 +1,5 @@
-/* workers.c -- who is a worker of this server (DESIGN sections 7 and 8).
+/* workers.c -- who is a worker of this server
+ * (docs/design.md sections 7 and 8).
  *
  * A connection becomes worker `rank` only with an accepted Hello: rank
  * below its world_size (and below `workers` when set), a key allowed that

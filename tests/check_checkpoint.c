@@ -1,4 +1,5 @@
-/* check_checkpoint.c -- tests of server/checkpoint_{format,read,write}.c (DESIGN section 7). */
+/* check_checkpoint.c -- tests of server/checkpoint_{format,read,write}.c
+ * (docs/design.md section 7). */
 #define _GNU_SOURCE
 #include <check.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* check_consistency.c -- consistency modes, the update rule and staleness
- * remedies, end to end (DESIGN sections 3-6).
+ * remedies, end to end (docs/design.md sections 3-6).
  *
  * Every test starts its own gddr-ps through tests/harness.h and drives it
  * with libgddr-client: several clients in one thread stand for several
@@ -511,12 +511,13 @@ END_TEST
 
 /* Momentum with a varying lr_eff (AdaDelay). server/apply.c folds each
  * push's own lr_eff into the velocity: v = mu v + lr_eff g; w -= v, so a
- * stale push is damped alone and the history keeps its step size. DESIGN
- * section 5 (and the help text of `momentum` in server/config.c) write
- * v = mu v + G; w -= lr_eff v instead, which would scale the whole velocity
- * by the newest push's staleness. The two agree whenever lr_eff is constant
- * (test_momentum_exact). This test pins what apply.c does; the expected
- * vector under DESIGN's literal formula is given alongside. */
+ * stale push is damped alone and the history keeps its step size
+ * (docs/design.md section 5). The original design wrote v = mu v + G;
+ * w -= lr_eff v instead, which would scale the whole velocity by the newest
+ * push's staleness (docs/design-decisions.md, "lr inside the momentum
+ * buffer"). The two agree whenever lr_eff is constant (test_momentum_exact).
+ * This test pins what apply.c does; the expected vector under the original
+ * formula is given alongside. */
 START_TEST(test_momentum_with_adadelay)
 {
     enum { N = 4 };
@@ -531,7 +532,7 @@ START_TEST(test_momentum_with_adadelay)
     ck_assert_uint_eq(push_tagged(c, id, g, 0, 0, "fresh"), 1); /* v = 8, w = -8 */
     ck_assert_uint_eq(push_tagged(c, id, g, 0, 0, "tau 1"), 2); /* lr_eff = 1/2 */
     const float want_apply[N] = { -16, -16, -16, -16 };  /* v = 0.5*8 + 0.5*8 = 8 */
-    /* DESIGN literal: v = 0.5*8 + 8 = 12, w = -8 - 0.5*12 = -14. */
+    /* The original formula: v = 0.5*8 + 8 = 12, w = -8 - 0.5*12 = -14. */
     assert_state(c, id, want_apply, N, 2, "momentum 0.5 with a push of tau 1, adadelay 1");
     gddr_client_close(&c);
     stop_server(&s);
@@ -540,7 +541,7 @@ END_TEST
 
 /* ---- 7. DC-ASGD through the client ------------------------------------------ */
 
-/* DESIGN section 6 step 3 in double precision: g <- g + lam * h with
+/* docs/design.md section 6 step 3 in double precision: g <- g + lam * h with
  * h = g*g*(w' - w_bak) (diag) or w' - w_bak (identity); adaptive:
  * ms <- decay ms + (1 - decay) g^2 (g before compensation),
  * lam = lam0 / sqrt(ms + eps). */
@@ -624,8 +625,9 @@ static void dc_case(const char *ep, const char *key, int mode, int adaptive)
     int rc = gddr_step_from(c, grads, on, vers, out);
     ck_assert_msg(rc == GDDR_OK, "%s: step 1: %s (%s)", what, gddr_strerror(rc), gddr_client_errmsg(c));
     /* async with DC: the step hands back the parameters after its own push
-     * (version 3), not the w' DC pulled before it (DESIGN section 6 step 6
-     * says w'; docs/design-decisions.md explains why we pull again). */
+     * (version 3), not the w' DC pulled before it (docs/design.md section 6
+     * step 6; the original design said w', docs/design-decisions.md explains
+     * why we pull again). */
     assert_close_floats(params, w2, N, adaptive ? 1e-5 : 0.0, "DC step 1 returns w after its push");
     uint64_t tv = 0;
     ck_assert_int_eq(gddr_tensor_version(c, id, &tv), GDDR_OK);

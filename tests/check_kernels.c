@@ -107,9 +107,9 @@ static const struct { size_t n; uint32_t chunk; } shapes[] = {
 };
 
 /* Runs many steps with a changing tau and checks, every step, that the
- * decision matches the rule of DESIGN section 6 step 4, and at the end that
- * nothing was dropped: everything sent, scattered back, plus r equals the
- * sum of every gradient. */
+ * decision matches the rule of docs/design.md section 6 step 4, and at the
+ * end that nothing was dropped: everything sent, scattered back, plus r
+ * equals the sum of every gradient. */
 START_TEST(test_residual_conservation)
 {
     static const float alphas[] = { 0.0f, 0.3f, 0.75f, 1.0f };

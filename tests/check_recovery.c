@@ -1,5 +1,5 @@
-/* check_recovery.c -- crash safety (DESIGN section 7), with real processes
- * killed for real.
+/* check_recovery.c -- crash safety (docs/design.md section 7), with real
+ * processes killed for real.
  *
  *   build/bin/gddr-tests recovery
  *
@@ -1056,7 +1056,8 @@ static void installments(double gamma, int integer_values)
     gt_server s;
     gt_start_logged(&s, log, sets);
     /* The survivor pushes dense zero gradients: each of its pushes is
-     * exactly the installment it adds (DESIGN section 7, dense path). */
+     * exactly the installment it adds (docs/design.md section 7, dense
+     * path). */
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
     o.server = s.endpoint;
     o.rank = 0;

@@ -1,5 +1,5 @@
-/* check_residual.c -- GDDR delayed reconvergence end to end (DESIGN section 6
- * steps 4-6, section 5 sparse apply).
+/* check_residual.c -- GDDR delayed reconvergence end to end (docs/design.md
+ * section 6 steps 4-6, section 5 sparse apply).
  *
  * Each test starts its own gddr-ps (tests/harness.h) and drives it with
  * libgddr-client or a raw ZeroMQ DEALER speaking proto/gddr.proto. Values

@@ -1,4 +1,5 @@
-/* check_server.c -- integration tests of gddr-ps (DESIGN sections 2, 4, 5, 8).
+/* check_server.c -- integration tests of gddr-ps
+ * (docs/design.md sections 2, 4, 5, 8).
  *
  * Every test starts its own gddr-ps on an OS-chosen loopback port through
  * tests/harness.h, talks to it with libgddr-client or with a raw ZeroMQ
@@ -300,7 +301,8 @@ START_TEST(test_register_pull_push_exact)
 }
 END_TEST
 
-/* A sparse push touches only the chunks in its bitmap (DESIGN section 5). */
+/* A sparse push touches only the chunks in its bitmap
+ * (docs/design.md section 5). */
 START_TEST(test_sparse_push_exact)
 {
     gt_server s;
@@ -970,9 +972,9 @@ START_TEST(test_oversized_message)
 END_TEST
 
 /* A request refused before it is served must not change the server's
- * state (DESIGN section 8) -- membership included: a stranger rank whose
- * only request was rejected is not a live worker, and in sync mode a step
- * must not wait for it. */
+ * state (docs/design.md section 8) -- membership included: a stranger rank
+ * whose only request was rejected is not a live worker, and in sync mode a
+ * step must not wait for it. */
 START_TEST(test_rejected_stranger_is_not_a_worker)
 {
     gt_server s;
@@ -1692,6 +1694,113 @@ START_TEST(test_ctl_several_servers)
 }
 END_TEST
 
+/* gddr-ctl status labels what it counts: pushes, pulls and updates are
+ * per tensor (3 steps of a 2-tensor model are 6 pushes), and tau, GDDR's
+ * delay bound, is shown only once a worker held a chunk back; with dense
+ * workers it says GDDR is off. Several servers: the tau column is "-". */
+START_TEST(test_ctl_status_labels)
+{
+    enum { N = 8 * 1024 }; /* 8 chunks a tensor */
+    gt_server s;
+    START_SERVER(s, "tau_dynamic=false", "tau_init=4", "lr=0.01");
+    static float w[2][N], g[2][N];
+    for (int k = 0; k < N; k++)
+        g[0][k] = g[1][k] = 0.5f;
+    const float *grads[2] = { g[0], g[1] };
+    float *params[2] = { w[0], w[1] };
+    gddr_client *c = open_client(s.endpoint, 0, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "labels.a", w[0], N, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c, "labels.b", w[1], N, &id, NULL), GDDR_OK);
+    for (int k = 0; k < 3; k++)
+        ck_assert_int_eq(gddr_step(c, grads, params), GDDR_OK);
+    gddr_client_close(&c);
+
+    char *a1[] = { "-s", s.endpoint, "status", NULL };
+    char *text = run_ctl(a1);
+    ck_assert_msg(strstr(text, "\ntensor pushes  6\n"), "3 steps of 2 tensors are 6 tensor pushes:\n%s",
+                  text);
+    ck_assert_msg(strstr(text, "\ntensor updates 6\n"), "%s", text);
+    ck_assert_msg(!strstr(text, "\npushes "), "pushes not labelled per tensor:\n%s", text);
+    ck_assert_msg(strstr(text, "\ntau            - (GDDR off"), "dense workers, yet tau shown:\n%s",
+                  text);
+
+    /* A GDDR worker: tau appears, with the share of chunks held. */
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 1;
+    o.delay_fraction = 0.5;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c, "labels.a", w[0], N, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c, "labels.b", w[1], N, &id, NULL), GDDR_OK);
+    for (int k = 0; k < 4; k++)
+        ck_assert_int_eq(gddr_step(c, grads, params), GDDR_OK);
+    free(text);
+    text = run_ctl(a1);
+    ck_assert_msg(strstr(text, "\ntau            4 (GDDR delay bound; "), "GDDR worker, tau not shown:\n%s",
+                  text);
+    free(text);
+
+    /* The table of several servers (the same one twice): tau 4 there. */
+    char list[600];
+    snprintf(list, sizeof list, "%s,%s", s.endpoint, s.endpoint);
+    char *a2[] = { "-s", list, "status", NULL };
+    text = run_ctl(a2);
+    const char *hdr = strstr(text, "shard ");
+    char val[64];
+    token_of_line(text, "total ", column_of(hdr, "tau"), val, sizeof val);
+    ck_assert_str_eq(val, "4");
+    ck_assert_msg(strstr(text, "counted per tensor"), "%s", text);
+    free(text);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+/* A fresh server exports every counter with a sample, so a dashboard shows
+ * 0, not "No data": gddr_rejected_total has every reason at 0 (and OTHER),
+ * and every family has a sample except those labelled by a worker or a
+ * tensor, of which a fresh server has none. */
+START_TEST(test_metrics_fresh_server)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.1");
+    char *a[] = { "-s", s.endpoint, "metrics", NULL };
+    char *text = run_ctl(a);
+    assert_prometheus_syntax(text);
+    char want[128];
+#define GDDR__WANT_ZERO(name, num, msg)                                                    \
+    if (num != 0) {                                                                       \
+        snprintf(want, sizeof want, "\ngddr_rejected_total{reason=\"%s\"} 0\n", #name);    \
+        ck_assert_msg(strstr(text, want), "a fresh server's metrics lack %s", want + 1);     \
+    }
+    GDDR_ERRORS(GDDR__WANT_ZERO)
+#undef GDDR__WANT_ZERO
+    ck_assert_msg(strstr(text, "\ngddr_rejected_total{reason=\"OTHER\"} 0\n"), "no OTHER reason");
+    ck_assert_msg(strstr(text, "\ngddr_auth_rejected_total 0\n"), "no gddr_auth_rejected_total");
+    /* Every family: a sample follows its TYPE line. */
+    static const char *const per_entity[] = { "gddr_worker_", "gddr_tau", "gddr_tensor_version" };
+    int families = 0;
+    for (const char *p = strstr(text, "# TYPE "); p; p = strstr(p + 1, "\n# TYPE ")) {
+        const char *name = p[0] == '\n' ? p + 8 : p + 7;
+        size_t nl = strcspn(name, " ");
+        int skip = 0;
+        for (size_t k = 0; k < sizeof per_entity / sizeof per_entity[0]; k++)
+            skip |= strncmp(name, per_entity[k], strlen(per_entity[k])) == 0;
+        families++;
+        if (skip)
+            continue;
+        const char *next = strchr(name, '\n');
+        ck_assert_msg(next && strncmp(next + 1, name, nl) == 0,
+                      "family %.*s has no sample on a fresh server", (int)nl, name);
+    }
+    ck_assert_int_gt(families, 30);
+    free(text);
+    stop_server(&s);
+}
+END_TEST
+
 /* ---- suite ------------------------------------------------------------------------ */
 
 #define ADD_CASE(s, name, fn) GT_ADD_CASE(s, name, fn, TCASE_TIMEOUT)
@@ -1713,6 +1822,8 @@ Suite *suite_server(void)
     ADD_CASE(s, "metrics", test_metrics_text);
     ADD_CASE(s, "shard_layout", test_shard_layout);
     ADD_CASE(s, "ctl_several_servers", test_ctl_several_servers);
+    ADD_CASE(s, "ctl_status_labels", test_ctl_status_labels);
+    ADD_CASE(s, "metrics_fresh_server", test_metrics_fresh_server);
     ADD_CASE(s, "sigterm", test_sigterm_exits_zero);
     ADD_CASE(s, "bench_reports", test_bench_reports);
     return s;

@@ -1,9 +1,10 @@
 /* pipeline.c -- gddr_step_submit / gddr_step_wait: steps on a library thread.
  *
- * DESIGN section 6, "Threads": the trainer hands a gradient over and goes on
- * computing while a library thread clips, compensates, runs the residual
- * engine, pushes and pulls. The hand-over is a lock-free single-producer /
- * single-consumer ring of PIPE_SLOTS slots and two C11 atomic counters:
+ * docs/design.md section 6, "Threads": the trainer hands a gradient over and
+ * goes on computing while a library thread clips, compensates, runs the
+ * residual engine, pushes and pulls. The hand-over is a lock-free
+ * single-producer / single-consumer ring of PIPE_SLOTS slots and two C11
+ * atomic counters:
  *
  *   submitted  written by the trainer (release) after it filled a slot
  *   completed  written by the library thread (release) after it finished one

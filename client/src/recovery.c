@@ -1,4 +1,5 @@
-/* recovery.c -- the worker's half of residual recovery (DESIGN section 7).
+/* recovery.c -- the worker's half of residual recovery
+ * (docs/design.md section 7).
  *
  * Every residual_checkpoint_steps a push carries the chunks the worker
  * holds (a snapshot of its residual), so the server can hand them to a

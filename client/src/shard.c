@@ -1,4 +1,5 @@
-/* shard.c -- one model over several gddr-ps (DESIGN "sharding", issue 10).
+/* shard.c -- one model over several gddr-ps (docs/design.md section 10,
+ * issue 10).
  *
  * A client whose `server` option lists several endpoints ("tcp://a:5555,
  * tcp://b:5555") is a router over one ordinary single-server client per

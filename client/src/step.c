@@ -1,5 +1,5 @@
 /* step.c -- gddr_step: one training step over every registered tensor, in
- * the order of DESIGN section 6:
+ * the order of docs/design.md section 6:
  *
  *   1. copy the gradient into the library's buffer, measure its norm
  *   2. clip to clip_norm (global norm over all tensors)
@@ -8,11 +8,11 @@
  *      the rest; replay orphan installments into r; attach a residual
  *      snapshot every residual_checkpoint_steps
  *   5. push; sync: pull min_version = the step's target; async/ssp: pull
- *      the newest, also after a DC step. DESIGN says a DC step returns the
- *      w' it pulled before pushing; measured on Fashion-MNIST that made the
- *      next gradient miss this worker's own push and everything since the
- *      DC pull (true staleness ~10 instead of ~5) and accuracy fell to
- *      0.34; with the fresh pull DC matches plain async (docs/results.md,
+ *      the newest, also after a DC step. The original design had a DC step
+ *      return the w' it pulled before pushing; measured on Fashion-MNIST that
+ *      made the next gradient miss this worker's own push and everything
+ *      since the DC pull (true staleness ~10 instead of ~5) and accuracy fell
+ *      to 0.34; with the fresh pull DC matches plain async (docs/results.md,
  *      docs/design-decisions.md). It costs one more pull per step.
  *
  * Steps 1-4 change local state once; step 5 is retried after a reconnect

@@ -91,3 +91,38 @@ def test_error_table_matches_gddr_h():
     # A code from a newer library still raises a gddr.Error with that code.
     e = gddr.errors.from_code(99, "new")
     assert type(e) is gddr.Error and e.code == 99
+
+
+def test_every_option_is_documented():
+    """docs/python.md names every field of gddr_client_opts, and its table
+    of options has a row for each keyword Client() takes (gddr.OPTIONS),
+    with the default gddr_client_opts_init() gives: an option added to
+    gddr.h without a line in the docs fails here."""
+    doc = (REPO / "docs" / "python.md").read_text()
+    missing = [f for f, _ in _lib.ClientOpts._fields_ if "`%s`" % f not in doc]
+    assert not missing, "docs/python.md does not mention %s" % ", ".join(missing)
+    table = re.search(r"<!-- python-options begin.*?-->\n(.*?)<!-- python-options end -->",
+                      doc, re.S)
+    assert table, "docs/python.md has no python-options table"
+    rows = {}
+    for line in table.group(1).splitlines():
+        m = re.match(r"\| `(\w+)` \| ([^|]+) \|", line)
+        if m:
+            assert m.group(1) not in rows, "option %s listed twice" % m.group(1)
+            rows[m.group(1)] = m.group(2).strip().strip("`")
+    assert sorted(rows) == sorted(gddr.OPTIONS), (
+        "table lacks %s, has extra %s" % (sorted(set(gddr.OPTIONS) - set(rows)),
+                                          sorted(set(rows) - set(gddr.OPTIONS))))
+    defaults = gddr.default_options()
+    names = dict(gddr.DC_MODES, **gddr.LOG_LEVELS)
+    for name, cell in rows.items():
+        if cell in ("True", "False"):
+            value = int(cell == "True")
+        elif cell == "None":
+            value = None
+        elif cell.startswith('"'):
+            value = names[cell.strip('"')]
+        else:
+            value = float(cell)
+        assert value == defaults[name], "docs/python.md: %s defaults to %r, the library to %r" % (
+            name, cell, defaults[name])

@@ -143,16 +143,82 @@ static int check_layout(const srv *s, int n)
 
 /* ---- status ---------------------------------------------------------------- */
 
+/* GDDR on a server: tau means something only when some worker holds chunks
+ * back (delay_fraction > 0: pushes with held chunks) or pulls lazily
+ * (pull_delay_fraction > 0: lazy pulls that held chunks). Nothing else
+ * tells: a dense worker is not told tau and sends no sign of its alpha. */
+typedef struct gddr_use {
+    double held, sent; /* push chunks */
+    double lazy_held;  /* lazy-pull chunks held back */
+    int tau_lo, tau_hi, ntau;
+} gddr_use;
+
+static gddr_use gddr_use_of(const srv *s)
+{
+    gddr_use u = { 0 };
+    const char *m = s->metrics ? s->metrics : "";
+    u.held = gddr__prom_sample(m, "gddr_push_chunks_total{outcome=\"held\"}", 0);
+    u.sent = gddr__prom_sample(m, "gddr_push_chunks_total{outcome=\"sent\"}", 0);
+    u.lazy_held = gddr__prom_sample(m, "gddr_lazy_chunks_total{outcome=\"held\"}", 0);
+    /* tau is per tensor (gddr_tau{tensor="..."}); the stats reply has the
+     * first tensor's only. */
+    for (const char *p = m; p && *p;) {
+        if (strncmp(p, "gddr_tau{", 9) == 0) {
+            const char *sp = strchr(p, '}');
+            sp = sp ? strchr(sp, ' ') : NULL;
+            if (sp) {
+                int t = atoi(sp + 1);
+                if (u.ntau == 0 || t < u.tau_lo)
+                    u.tau_lo = t;
+                if (u.ntau == 0 || t > u.tau_hi)
+                    u.tau_hi = t;
+                u.ntau++;
+            }
+        }
+        p = strchr(p, '\n');
+        if (p)
+            p++;
+    }
+    if (u.ntau == 0)
+        u.tau_lo = u.tau_hi = s->st.tau;
+    return u;
+}
+
+static int gddr_on(const gddr_use *u)
+{
+    return u->held > 0 || u->lazy_held > 0;
+}
+
+static void tau_text(char *buf, size_t len, int lo, int hi)
+{
+    if (lo == hi)
+        snprintf(buf, len, "%d", lo);
+    else
+        snprintf(buf, len, "%d-%d", lo, hi);
+}
+
+/* Pushes, pulls and updates are counted per tensor: one gddr_step of a
+ * model of T tensors is T pushes, T pulls and (async) T updates. */
 static void status_one(const srv *s)
 {
     const gddr_server_stats *st = &s->st;
     printf("epoch          %016llx\nmode           %s\nlive workers   %d\n"
-           "pushes         %llu\npulls          %llu\nrejected       %llu\n"
-           "updates        %llu\nstaleness      mean %.3f, ema %.3f, max %llu\ntau            %d\n",
+           "tensor pushes  %llu\ntensor pulls   %llu\nrejected       %llu\n"
+           "tensor updates %llu\nstaleness      mean %.3f, ema %.3f, max %llu\n",
            (unsigned long long)st->epoch, mode_name(s->info.mode), st->live_workers,
            (unsigned long long)st->pushes, (unsigned long long)st->pulls,
            (unsigned long long)st->rejected, (unsigned long long)st->versions_total,
-           st->staleness_mean, st->staleness_ema, (unsigned long long)st->staleness_max, st->tau);
+           st->staleness_mean, st->staleness_ema, (unsigned long long)st->staleness_max);
+    gddr_use u = gddr_use_of(s);
+    if (gddr_on(&u)) {
+        char tau[32];
+        tau_text(tau, sizeof tau, u.tau_lo, u.tau_hi);
+        printf("tau            %s (GDDR delay bound%s; %.1f%% of pushed chunks held back)\n", tau,
+               u.tau_lo != u.tau_hi ? ", per tensor" : "",
+               u.held + u.sent > 0 ? 100.0 * u.held / (u.held + u.sent) : 0.0);
+    } else {
+        printf("tau            - (GDDR off: no worker has held a chunk back)\n");
+    }
     printf("staleness hist");
     for (int b = 0; b < 17; b++)
         printf(" %llu", (unsigned long long)st->staleness_hist[b]);
@@ -165,7 +231,7 @@ static void status_one(const srv *s)
 
 /* One row per server and a total: counters summed, live workers and the
  * staleness max the largest (every worker talks to every shard), the
- * staleness mean weighted by pushes. */
+ * staleness mean weighted by pushes, tau only where GDDR is used. */
 static void status_many(const srv *s, int n)
 {
     int epw = 8;
@@ -179,15 +245,23 @@ static void status_many(const srv *s, int n)
     gddr_server_stats t;
     memset(&t, 0, sizeof t);
     double bin = 0, bout = 0, stale_sum = 0;
-    int tau_lo = 0, tau_hi = 0, mixed = 0;
+    int tau_lo = 0, tau_hi = 0, ngddr = 0, mixed = 0;
     for (int i = 0; i < n; i++) {
         const gddr_server_stats *st = &s[i].st;
-        char shard[32], tau[16];
+        char shard[32], tau[32] = "-";
         if (s[i].shard >= 0)
             snprintf(shard, sizeof shard, "%d/%d", s[i].shard, s[i].shards);
         else
             snprintf(shard, sizeof shard, "?");
-        snprintf(tau, sizeof tau, "%d", st->tau);
+        gddr_use u = gddr_use_of(&s[i]);
+        if (gddr_on(&u)) {
+            tau_text(tau, sizeof tau, u.tau_lo, u.tau_hi);
+            if (ngddr == 0 || u.tau_lo < tau_lo)
+                tau_lo = u.tau_lo;
+            if (ngddr == 0 || u.tau_hi > tau_hi)
+                tau_hi = u.tau_hi;
+            ngddr++;
+        }
         double in = metric_of(s[i].metrics, "gddr_bytes_received_total");
         double out = metric_of(s[i].metrics, "gddr_bytes_sent_total");
         printf(row, shard, epw, s[i].ep, mode_name(s[i].info.mode), st->live_workers,
@@ -207,18 +281,12 @@ static void status_many(const srv *s, int n)
         stale_sum += st->staleness_mean * (double)st->pushes;
         bin += in;
         bout += out;
-        if (i == 0 || st->tau < tau_lo)
-            tau_lo = st->tau;
-        if (i == 0 || st->tau > tau_hi)
-            tau_hi = st->tau;
         if (s[i].info.mode != s[0].info.mode)
             mixed = 1;
     }
-    char tau[32];
-    if (tau_lo == tau_hi)
-        snprintf(tau, sizeof tau, "%d", tau_lo);
-    else
-        snprintf(tau, sizeof tau, "%d-%d", tau_lo, tau_hi);
+    char tau[32] = "-";
+    if (ngddr)
+        tau_text(tau, sizeof tau, tau_lo, tau_hi);
     printf(row, "total", epw, "all", mixed ? "mixed" : mode_name(s[0].info.mode), t.live_workers,
            (unsigned long long)t.pushes, (unsigned long long)t.pulls,
            (unsigned long long)t.rejected, (unsigned long long)t.versions_total, bin, bout, tau,
@@ -226,7 +294,8 @@ static void status_many(const srv *s, int n)
     printf("staleness hist (all servers)");
     for (int b = 0; b < 17; b++)
         printf(" %llu", (unsigned long long)t.staleness_hist[b]);
-    printf("\n");
+    printf("\npushes, pulls, updates: counted per tensor (a step of a model of T tensors is T "
+           "pushes); tau: the GDDR delay bound, '-' where no worker held a chunk back\n");
 }
 
 /* ---- metrics --------------------------------------------------------------- */

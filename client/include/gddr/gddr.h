@@ -66,7 +66,7 @@ typedef void (*gddr_log_fn)(void *user, int level, const char *msg);
 /* Consistency modes a server runs in (the client learns it at hello). */
 typedef enum gddr_mode { GDDR_MODE_ASYNC = 0, GDDR_MODE_SYNC = 1, GDDR_MODE_SSP = 2 } gddr_mode;
 
-/* DC-ASGD compensation forms (DESIGN section 6 step 3). */
+/* DC-ASGD compensation forms (docs/design.md section 6 step 3). */
 typedef enum gddr_dc_mode { GDDR_DC_DIAG = 0, GDDR_DC_IDENTITY = 1 } gddr_dc_mode;
 
 /* Client options. Start from GDDR_CLIENT_OPTS_INIT (C) or
@@ -250,9 +250,9 @@ int gddr_push_async(gddr_client *c, int id, const float *grad, const gddr_push_t
 int gddr_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64_t *version);
 
 /* One training step over every registered tensor, in the order the server's
- * mode needs (DESIGN section 6): clip, DC-ASGD, GDDR residual, push, pull.
- * grads[i] and params[i] point at tensor i's n floats (ids in registration
- * order); params receives the parameters for the next step. */
+ * mode needs (docs/design.md section 6): clip, DC-ASGD, GDDR residual, push,
+ * pull. grads[i] and params[i] point at tensor i's n floats (ids in
+ * registration order); params receives the parameters for the next step. */
 int gddr_step(gddr_client *c, const float *const *grads, float *const *params);
 
 /* Like gddr_step() for a gradient computed on other parameters than the
@@ -262,9 +262,9 @@ int gddr_step(gddr_client *c, const float *const *grads, float *const *params);
 int gddr_step_from(gddr_client *c, const float *const *grads, const float *const *computed_on,
                    const uint64_t *versions, float *const *params);
 
-/* Pipelined steps (DESIGN section 6, "Threads"). gddr_step_submit() copies
- * grads[i] (host or CUDA device memory; a device gradient must be complete,
- * i.e. its stream synchronised) into a free slot of a two-slot lock-free
+/* Pipelined steps (docs/design.md section 6, "Threads"). gddr_step_submit()
+ * copies grads[i] (host or CUDA device memory; a device gradient must be
+ * complete, i.e. its stream synchronised) into a free slot of a two-slot lock-free
  * single-producer/single-consumer ring and returns at once; a library
  * thread, started by the first submit, runs gddr_step() on the slots in
  * order while the caller goes on computing. Two steps may be in flight; a
