@@ -314,6 +314,9 @@ endif
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/gddr-client.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/gddr-client.pc
 	chmod 644 $(DESTDIR)$(PREFIX)/lib/pkgconfig/gddr-client.pc
 	install -m 644 config/*.ini config/*.service config/*.json $(DESTDIR)$(PREFIX)/share/gddr/
+	# The local launcher as a command (S servers, W workers on this host).
+	install -m 755 scripts/launch-local.sh $(DESTDIR)$(PREFIX)/bin/gddr-launch
+	install -m 644 scripts/lib.sh $(DESTDIR)$(PREFIX)/share/gddr/lib.sh
 ifneq ($(PYTHON_SITE),)
 	install -d $(DESTDIR)$(PYTHON_SITE)/gddr $(DESTDIR)$(PREFIX)/share/gddr/examples
 	install -m 644 python/gddr/*.py $(DESTDIR)$(PYTHON_SITE)/gddr/

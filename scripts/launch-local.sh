@@ -3,6 +3,7 @@
 # workers, all on this host.
 #
 #   scripts/launch-local.sh [options] S W [gddr-train args...]
+#   gddr-launch [options] S W [gddr-train args...]      (after make install)
 #
 #   --set KEY=VALUE   a gddr-ps setting for every server (repeatable); the
 #                     default is workers=W
@@ -16,18 +17,30 @@
 # and the model the servers keep, evaluated by an observer. Everything
 # started here is stopped on exit, Ctrl-C included.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-# shellcheck source=scripts/lib.sh
-. scripts/lib.sh
-BIN=${GDDR_BIN:-build/bin}
-me=launch-local
+here=$(cd "$(dirname "$(readlink -f "$0")")" && pwd)
+if [ -f "$here/lib.sh" ]; then
+  # In the repository (scripts/launch-local.sh): the build's programs.
+  cd "$here/.."
+  # shellcheck source=scripts/lib.sh
+  . scripts/lib.sh
+  BIN=${GDDR_BIN:-build/bin}
+  me=launch-local
+else
+  # Installed by `make install` as PREFIX/bin/gddr-launch, its helpers in
+  # PREFIX/share/gddr/lib.sh: the programs next to it.
+  # shellcheck source=scripts/lib.sh
+  . "$here/../share/gddr/lib.sh"
+  BIN=${GDDR_BIN:-$here}
+  me=gddr-launch
+fi
+export BIN
 sets=() result='' keep=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --set) sets+=(--set "$2"); shift 2 ;;
     --result) result=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) break ;;
   esac
 done

@@ -2,7 +2,7 @@
 # make deb: Debian packages of this build, made with dpkg-deb, into $BUILD/deb/:
 #
 #   gddr-ps             the daemon and the tools (gddr-ps, gddr-ctl, gddr-keygen,
-#                       gddr-train, gddr-bench), the systemd unit (DynamicUser:
+#                       gddr-train, gddr-bench, gddr-launch), the systemd unit (DynamicUser:
 #                       no system user to create), /etc/gddr/gddr-ps.ini (a
 #                       conffile), the docs an operator needs
 #   libgddr-client0     the shared library (not a CUDA build's plugin: the CUDA
@@ -68,7 +68,8 @@ control() {
 # gddr-ps
 d=$stage/gddr-ps
 install -d "$d/usr/bin" "$d/lib/systemd/system" "$d/etc/gddr" "$d/usr/share/doc/gddr-ps"
-for b in gddr-ps gddr-ctl gddr-keygen gddr-train gddr-bench; do install -m 755 "$a/bin/$b" "$d/usr/bin/"; done
+for b in gddr-ps gddr-ctl gddr-keygen gddr-train gddr-bench gddr-launch; do install -m 755 "$a/bin/$b" "$d/usr/bin/"; done
+install -D -m 644 "$a/share/gddr/lib.sh" "$d/usr/share/gddr/lib.sh" # gddr-launch's helpers
 # The unit of `make install` with /usr paths, and the package's own header
 # in place of its install notes.
 {

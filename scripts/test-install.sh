@@ -14,7 +14,7 @@ cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$stage"; }
 trap cleanup EXIT
 make --no-print-directory install PREFIX=/usr/local DESTDIR="$stage" > "$stage/install.log"
 prefix="$stage/usr/local"
-for f in bin/gddr-ps bin/gddr-train bin/gddr-ctl lib/libgddr-client.a lib/libgddr-client.so \
+for f in bin/gddr-ps bin/gddr-train bin/gddr-ctl bin/gddr-launch share/gddr/lib.sh lib/libgddr-client.a lib/libgddr-client.so \
          include/gddr/gddr.h lib/pkgconfig/gddr-client.pc; do
   [ -e "$prefix/$f" ] || { echo "test-install: FAIL: $f was not installed" >&2; exit 1; }
 done
@@ -94,4 +94,11 @@ PY
 )
 echo "$pyout"
 grep -q "^minimal.py: $prefix/lib/libgddr-client.so" <<< "$pyout"
-echo "test-install: OK (installed, linked with pkg-config, trained through the installed gddr-ps from C and Python)"
+# The launcher as a command: 2 servers, 2 workers, from outside the
+# repository, the installed programs only.
+lout=$(cd "$stage" && PATH="$prefix/bin:/usr/bin:/bin" gddr-launch 2 2 --workload softmax \
+         --synthetic 600 --steps 8 --quiet 2>&1) || { echo "test-install: FAIL: gddr-launch:" >&2; echo "$lout" >&2; exit 1; }
+grep -q "servers' final model (version [1-9][0-9]*): test accuracy 0\.[0-9]" <<< "$lout" || {
+  echo "test-install: FAIL: gddr-launch printed no final model:" >&2; echo "$lout" >&2; exit 1; }
+echo "gddr-launch: $(grep "servers' final model" <<< "$lout")"
+echo "test-install: OK (installed, linked with pkg-config, trained through the installed gddr-ps from C and Python, gddr-launch)"
