@@ -112,9 +112,11 @@ void ps_sync_restored(gddr_ps *ps)
         t->realign = 1;
         t->open_step = 0;
         memset(t->seen, 0, (size_t)ps->cfg.max_workers);
+        /* The lowest: a rank's record may be of a later push (a flush) */
         for (int r = 0; t->npushes && r < ps->cfg.max_workers; r++) {
             ps_worker *w = &ps->workers[r];
-            if (t->contrib[r] && t->id < w->nwt && w->wt[t->id].set && w->wt[t->id].step > t->open_step)
+            if (t->contrib[r] && t->id < w->nwt && w->wt[t->id].set &&
+                (!t->open_step || w->wt[t->id].step < t->open_step))
                 t->open_step = w->wt[t->id].step;
         }
     }
