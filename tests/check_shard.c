@@ -586,10 +586,11 @@ static void *rk_worker(void *arg)
  * the steps lined up after a restore, a restarted shard could collect one
  * worker's push into a step of its own that no other shard had, and every
  * worker waited until reconnect_timeout_ms ended it. GDDR_SHARD_KILLS sets
- * the number of kills (default 6, two per server). */
+ * the number of kills (default 12, four per server: about 30 s; before the
+ * fix, three 30-kill runs deadlocked, each by its 12th kill; three 6-kill runs passed). */
 START_TEST(test_shard_restart_sync_steps)
 {
-    int kills = 6;
+    int kills = 12;
     const char *ev = getenv("GDDR_SHARD_KILLS");
     if (ev && atoi(ev) > 0)
         kills = atoi(ev);
