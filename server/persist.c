@@ -432,6 +432,7 @@ static size_t restore_workers(gddr_ps *ps, const gddr_ckpt_section *ws, int form
         w->state = wr.state == PS_W_DEAD ? PS_W_DEAD : PS_W_LIVE;
         w->restored = 1;
         w->session = wr.session;
+        w->ckpt_session = wr.session;
         w->last_seen_ms = now;
         w->clock = wr.clock;
         w->pushes = wr.pushes;

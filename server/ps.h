@@ -179,6 +179,7 @@ typedef struct ps_worker {
     int absent_said;    /* logged that this expected rank never came */
     int held_said;      /* logged that a second process asked for this rank */
     uint64_t session;   /* the owner's session (kept after a death, to recognise it) */
+    uint64_t ckpt_session; /* its session in the restored checkpoint (0: none): sync.c */
     int64_t last_seen_ms;
     uint64_t clock;     /* steps pushed: highest step + 1 */
     uint64_t pushes, duplicates;

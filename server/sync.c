@@ -100,7 +100,8 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
  * (the checkpoint was taken mid-step, and the steps since were lost). The
  * open step collects one Push.step (restored: the step of the pushes in
  * it, from their ranks' exactly-once records); until every live worker
- * pushed the tensor again, a push naming a later step closes the open step
+ * pushed the tensor again, a push of a worker process the checkpoint knew
+ * (same session) naming a later step closes the open step
  * as it is, so it does not join a step other shards closed without it, and
  * a push naming an earlier step (whose step was lost or closed here) is
  * answered without joining a later one. docs/protocol.md "Sync steps after
@@ -125,7 +126,11 @@ void ps_sync_restored(gddr_ps *ps)
 int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step)
 {
     int stale = 0;
-    if (t->realign && t->npushes > 0 && t->open_step) {
+    /* A new process for the rank (a new session) numbers its steps anew:
+     * its pushes join the open step as always. */
+    const ps_worker *w = &ps->workers[rank];
+    int same = w->ckpt_session && w->session == w->ckpt_session;
+    if (t->realign && same && t->npushes > 0 && t->open_step) {
         if (step > t->open_step) {
             gddr_log(GDDR_LOG_INFO, "tensor '%s': worker %u pushed step %llu while the step restored "
                      "open collects step %llu: that step closes with the %u push(es) it has",

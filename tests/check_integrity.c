@@ -610,6 +610,68 @@ START_TEST(test_sync_restore_steps_line_up)
 }
 END_TEST
 
+/* The same checkpoint (step 2 open with rank 0's push), but the workers
+ * restart too: new sessions number their steps from 1 again, and their
+ * pushes join the restored step as always (none is taken for an old
+ * step's). */
+START_TEST(test_sync_restore_new_sessions)
+{
+    char dir[64], ck[96], log[128], ckset[128];
+    scratch_ckpt(dir, sizeof dir, ck, sizeof ck, ckset, sizeof ckset);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    const char *sets[] = { ckset, "checkpoint_interval_s=0", "lr=1", "mode=sync", "workers=3", NULL };
+    gt_server s;
+    gt_start_logged(&s, log, sets);
+    raw_conn r[3];
+    for (int k = 0; k < 3; k++) {
+        raw_open(&r[k], s.endpoint);
+        r[k].session = 0xabc0 + (uint64_t)k;
+        raw_hello(&r[k], (uint32_t)k, 3);
+        sr_register(&r[k]);
+    }
+    for (int k = 0; k < 3; k++)
+        sr_expect(&r[k], 0, 1, k == 2, 1);
+    sr_expect(&r[0], 1, 2, 0, 2);
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
+    rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
+    rq.checkpoint = &cr;
+    uint64_t rid = raw_simple(&r[0], &rq);
+    gddr__reply__free_unpacked(raw_reply_to(&r[0], rid, NULL), NULL);
+    int64_t deadline = gt_now_ms() + WAIT_MS;
+    uint64_t seqs[2];
+    size_t nck = 0;
+    while (gddr__ckpt_list(ck, seqs, 2, &nck) == GDDR_OK && nck == 0) {
+        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written");
+        gt_sleep_ms(20);
+    }
+    for (int k = 0; k < 3; k++)
+        raw_close(&r[k]);
+    kill(s.pid, SIGKILL);
+    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
+    s.pid = 0;
+    gt_start_logged(&s, log, sets);
+    for (int k = 0; k < 3; k++) {
+        raw_open(&r[k], s.endpoint);
+        r[k].session = 0xdef0 + (uint64_t)k; /* new processes */
+        raw_hello(&r[k], (uint32_t)k, 3);
+        sr_register(&r[k]);
+    }
+    sr_expect(&r[1], 1, 1, 0, 2);
+    sr_expect(&r[2], 1, 1, 1, 2); /* with the restored push of rank 0 */
+    sr_expect(&r[0], 2, 1, 0, 3);
+    sr_expect(&r[1], 2, 2, 0, 3);
+    sr_expect(&r[2], 2, 2, 1, 3);
+    for (int k = 0; k < 3; k++)
+        raw_close(&r[k]);
+    float w[2];
+    ck_assert_uint_eq(observe(s.endpoint, "r", w, 2), 3);
+    ck_assert_msg(fabsf(w[0] - (-3.0f)) < 1e-5f, "values %g, expected -3", (double)w[0]);
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
 /* A worker that said bye is forgotten: the next checkpoint carries only the
  * workers still live (or dead, which may come back). */
 START_TEST(test_checkpoint_forgets_departed)
@@ -2198,6 +2260,7 @@ Suite *suite_integrity(void)
     ADD("duplicate_gets_first_answer", test_duplicate_gets_first_answer);
     ADD("exactly_once_across_restart", test_exactly_once_across_restart);
     ADD("sync_restore_steps_line_up", test_sync_restore_steps_line_up);
+    ADD("sync_restore_new_sessions", test_sync_restore_new_sessions);
     ADD("checkpoint_forgets_departed", test_checkpoint_forgets_departed);
     ADD("sync_flush_weight", test_sync_flush_weight);
     ADD("sync_flush_during_open_step", test_sync_flush_during_open_step);
