@@ -432,6 +432,7 @@ static size_t restore_workers(gddr_ps *ps, const gddr_ckpt_section *ws, int form
         w->state = wr.state == PS_W_DEAD ? PS_W_DEAD : PS_W_LIVE;
         w->restored = 1;
         w->session = wr.session;
+        w->ckpt_session = wr.session;
         w->last_seen_ms = now;
         w->clock = wr.clock;
         w->pushes = wr.pushes;
@@ -527,6 +528,7 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
     size_t nw = restore_workers(ps, gddr__ckpt_find(&c, "workers"), (int)format);
     ps_fill_restore(ps, &c);
     gddr_ps_orphan_restore(ps, &c, (int)format);
+    ps_sync_restored(ps);
     gddr_log(GDDR_LOG_INFO, "restored checkpoint %s: %llu tensors, %zu workers", c.path,
              (unsigned long long)nt, nw);
     gddr__ckpt_free(&c);

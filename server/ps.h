@@ -145,6 +145,14 @@ typedef struct ps_tensor {
     uint32_t ncontrib; /* distinct ranks in this step */
     uint32_t npushes;  /* pushes folded into this step */
     uint32_t sync_divisor; /* workers the last completed step averaged over */
+    /* Sync steps after a restore (sync.c ps_sync_realign): the Push.step
+     * the open step collects, and while `realign` is set (from a restore
+     * until every live worker pushed the tensor again) a push naming a
+     * later step closes the open one, and one naming an earlier step is
+     * not folded into it. seen: per rank, pushed since the restore. */
+    uint64_t open_step;
+    uint8_t realign;
+    uint8_t *seen;
     ps_flush *flushes; /* flushes waiting for the step to complete */
     uint32_t nflushes;
     /* dynamic tau */
@@ -171,6 +179,7 @@ typedef struct ps_worker {
     int absent_said;    /* logged that this expected rank never came */
     int held_said;      /* logged that a second process asked for this rank */
     uint64_t session;   /* the owner's session (kept after a death, to recognise it) */
+    uint64_t ckpt_session; /* its session in the restored checkpoint (0: none): sync.c */
     int64_t last_seen_ms;
     uint64_t clock;     /* steps pushed: highest step + 1 */
     uint64_t pushes, duplicates;
@@ -348,6 +357,12 @@ long long ps_vbuf_bytes(void);
 /* Applies the step being collected when enough workers pushed (or force);
  * returns 1 when it did. */
 int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force);
+/* After a restore: which sync step a push of `step` belongs to (sync.c). */
+void ps_sync_restored(gddr_ps *ps);
+/* Before a sync push joins the open step: closes a restored step the push
+ * is past; 1 when the push names an older step than the one collected (it
+ * is answered, not folded in). */
+int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step);
 /* Applies a flush (a closing worker's held residual) as its own update.
  * payload: the message vals lives in (the pool takes it), or NULL when the
  * caller frees vals right after: then the update is waited for. */

@@ -400,6 +400,11 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
                              t->key);
         }
         out.sync_target = t->version + (out.applied ? 0 : 1);
+    } else if (mode == GDDR_PS_MODE_SYNC && ps_sync_realign(ps, t, rq->rank, p->step)) {
+        /* After a restart: a push for a step that was lost (or closed) here
+         * does not join the step being collected (sync.c). */
+        out.applied = 1;
+        out.sync_target = t->version;
     } else if (mode == GDDR_PS_MODE_SYNC) {
         /* Fill (fill.c): a push whose absent chunks are held gets credits. */
         int held = push_holds(ps, p, src, t);
@@ -408,6 +413,8 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
                        .held = held && fw };
         if (job.held)
             ps_fill_holding(t, fw);
+        if (t->npushes == 0)
+            t->open_step = p->step;
         submit_push(ps, t, &job, NULL, src);
         if (!t->contrib[rq->rank]) {
             t->contrib[rq->rank] = 1;

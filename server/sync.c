@@ -96,6 +96,65 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     return 1;
 }
 
+/* After a restore, a tensor's sync steps may sit behind the workers'
+ * (the checkpoint was taken mid-step, and the steps since were lost). The
+ * open step collects one Push.step (restored: the step of the pushes in
+ * it, from their ranks' exactly-once records); until every live worker
+ * pushed the tensor again, a push of a worker process the checkpoint knew
+ * (same session) naming a later step closes the open step
+ * as it is, so it does not join a step other shards closed without it, and
+ * a push naming an earlier step (whose step was lost or closed here) is
+ * answered without joining a later one. docs/protocol.md "Sync steps after
+ * a restart". */
+void ps_sync_restored(gddr_ps *ps)
+{
+    for (size_t i = 0; i < ps->ntensors; i++) {
+        ps_tensor *t = ps->tensors[i];
+        t->realign = 1;
+        t->open_step = 0;
+        memset(t->seen, 0, (size_t)ps->cfg.max_workers);
+        /* The lowest: a rank's record may be of a later push (a flush) */
+        for (int r = 0; t->npushes && r < ps->cfg.max_workers; r++) {
+            ps_worker *w = &ps->workers[r];
+            if (t->contrib[r] && t->id < w->nwt && w->wt[t->id].set &&
+                (!t->open_step || w->wt[t->id].step < t->open_step))
+                t->open_step = w->wt[t->id].step;
+        }
+    }
+}
+
+int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step)
+{
+    int stale = 0;
+    /* A new process for the rank (a new session) numbers its steps anew:
+     * its pushes join the open step as always. */
+    const ps_worker *w = &ps->workers[rank];
+    int same = w->ckpt_session && w->session == w->ckpt_session;
+    if (t->realign && same && t->npushes > 0 && t->open_step) {
+        if (step > t->open_step) {
+            gddr_log(GDDR_LOG_INFO, "tensor '%s': worker %u pushed step %llu while the step restored "
+                     "open collects step %llu: that step closes with the %u push(es) it has",
+                     t->key, rank, (unsigned long long)step, (unsigned long long)t->open_step,
+                     t->npushes);
+            ps_sync_try_complete(ps, t, 1);
+        } else if (step < t->open_step) {
+            gddr_log(GDDR_LOG_INFO, "tensor '%s': worker %u pushed step %llu after a restart, when step "
+                     "%llu is collected: its step was lost or closed, not applied",
+                     t->key, rank, (unsigned long long)step, (unsigned long long)t->open_step);
+            stale = 1;
+        }
+    }
+    if (t->realign) {
+        t->seen[rank] = 1;
+        int nseen = 0;
+        for (int r = 0; r < ps->cfg.max_workers; r++)
+            nseen += t->seen[r];
+        if (nseen >= gddr_ps_live_workers(ps))
+            t->realign = 0; /* every worker's steps line up again */
+    }
+    return stale;
+}
+
 void ps_membership_changed(gddr_ps *ps)
 {
     for (size_t i = 0; i < ps->ntensors; i++)

@@ -485,6 +485,193 @@ START_TEST(test_exactly_once_across_restart)
 }
 END_TEST
 
+/* ---- sync steps after a restart (issue 24 item 2) -------------------------------- */
+
+static void sr_register(raw_conn *r)
+{
+    float w0[2] = { 0, 0 };
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__InitTensor in = GDDR__INIT_TENSOR__INIT;
+    in.key = "r";
+    in.n = 2;
+    in.payload_bytes = 8;
+    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq.req_id = ++r->next_id;
+    rq.rank = r->rank;
+    rq.session = r->session;
+    rq.body_case = GDDR__REQUEST__BODY_INIT;
+    rq.init = &in;
+    gddr__raw raw = { w0, 8, NULL, NULL };
+    ck_assert(gddr__send(r->sock, NULL, &rq.base, &raw, 1) >= 0);
+    Gddr__Reply *rep = raw_reply_to(r, rq.req_id, NULL);
+    ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_INIT);
+    ck_assert_uint_eq(rep->init->id, 0);
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+/* A push of 1.0 per value with step `step` tagged with `version`; returns
+ * the push reply (the caller frees it). */
+static Gddr__Reply *sr_push(raw_conn *r, uint64_t version, uint64_t step)
+{
+    float g[2] = { 1, 1 };
+    uint64_t rid = raw_push_step(r, 0, g, 2, version, step, 1.0f);
+    Gddr__Reply *rep = raw_reply_to(r, rid, NULL);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_PUSH, "rank %u step %" PRIu64 ": %s", r->rank,
+                  step, rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->message : "?");
+    return rep;
+}
+
+static void sr_expect(raw_conn *r, uint64_t version, uint64_t step, int applied, uint64_t at)
+{
+    Gddr__Reply *rep = sr_push(r, version, step);
+    ck_assert_msg(!rep->push->duplicate && rep->push->applied == applied &&
+                      (applied ? rep->push->version : rep->push->sync_target) == at,
+                  "rank %u, push of step %" PRIu64 ": applied %d version %" PRIu64 " sync_target %" PRIu64
+                  " duplicate %d; expected %s at %" PRIu64,
+                  r->rank, step, rep->push->applied, rep->push->version, rep->push->sync_target,
+                  rep->push->duplicate, applied ? "applied" : "collected", at);
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+/* The checkpoint holds an open sync step with rank 0's push of step 2; the
+ * others' pushes of step 2 complete it after the checkpoint, and they push
+ * step 3 before the kill -9. After the restart ranks 1 and 2 resend step 3
+ * and rank 0 sends step 3: the restored step (step 2) must close before
+ * step 3 collects, so step 3 completes with all three (before, ranks 1
+ * and 2 completed the restored step with their step 3, and rank 0's step 3
+ * opened a step of its own that the other shards never have: the sharded
+ * run's deadlock). */
+START_TEST(test_sync_restore_steps_line_up)
+{
+    char dir[64], ck[96], log[128], ckset[128];
+    scratch_ckpt(dir, sizeof dir, ck, sizeof ck, ckset, sizeof ckset);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    const char *sets[] = { ckset, "checkpoint_interval_s=0", "lr=1", "mode=sync", "workers=3", NULL };
+    gt_server s;
+    gt_start_logged(&s, log, sets);
+    raw_conn r[3];
+    for (int k = 0; k < 3; k++) {
+        raw_open(&r[k], s.endpoint);
+        r[k].session = 0xabc0 + (uint64_t)k;
+        raw_hello(&r[k], (uint32_t)k, 3);
+        sr_register(&r[k]);
+    }
+    sr_expect(&r[0], 0, 1, 0, 1);
+    sr_expect(&r[1], 0, 1, 0, 1);
+    sr_expect(&r[2], 0, 1, 1, 1);
+    sr_expect(&r[0], 1, 2, 0, 2);
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
+    rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
+    rq.checkpoint = &cr;
+    uint64_t rid = raw_simple(&r[0], &rq);
+    gddr__reply__free_unpacked(raw_reply_to(&r[0], rid, NULL), NULL);
+    int64_t deadline = gt_now_ms() + WAIT_MS;
+    uint64_t seqs[2];
+    size_t nck = 0;
+    while (gddr__ckpt_list(ck, seqs, 2, &nck) == GDDR_OK && nck == 0) {
+        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written");
+        gt_sleep_ms(20);
+    }
+    sr_expect(&r[1], 1, 2, 0, 2);
+    sr_expect(&r[2], 1, 2, 1, 2);
+    sr_expect(&r[1], 2, 3, 0, 3);
+    sr_expect(&r[2], 2, 3, 0, 3);
+    for (int k = 0; k < 3; k++)
+        raw_close(&r[k]);
+    kill(s.pid, SIGKILL);
+    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
+    s.pid = 0;
+    gt_start_logged(&s, log, sets);
+    for (int k = 0; k < 3; k++) {
+        raw_open(&r[k], s.endpoint);
+        r[k].session = 0xabc0 + (uint64_t)k;
+        raw_hello(&r[k], (uint32_t)k, 3);
+        sr_register(&r[k]);
+    }
+    /* Restored at version 1, step 2 open with rank 0's push. */
+    sr_expect(&r[1], 1, 3, 0, 3); /* closes step 2 (version 2), collects step 3 */
+    sr_expect(&r[2], 1, 3, 0, 3);
+    sr_expect(&r[0], 2, 3, 1, 3); /* step 3 complete: nobody waits on a step of its own */
+    /* And on: step 4 lines up as ever. */
+    sr_expect(&r[0], 3, 4, 0, 4);
+    sr_expect(&r[1], 3, 4, 0, 4);
+    sr_expect(&r[2], 3, 4, 1, 4);
+    for (int k = 0; k < 3; k++)
+        raw_close(&r[k]);
+    float w[2];
+    ck_assert_uint_eq(observe(s.endpoint, "r", w, 2), 4);
+    /* Step 1, step 2 with rank 0's push alone (the others' went with the
+     * crash: 1/3), steps 3 and 4 whole. */
+    ck_assert_msg(fabsf(w[0] - (-3.0f - 1.0f / 3.0f)) < 1e-5f, "values %g, expected %g", (double)w[0],
+                  -3.0 - 1.0 / 3.0);
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
+/* The same checkpoint (step 2 open with rank 0's push), but the workers
+ * restart too: new sessions number their steps from 1 again, and their
+ * pushes join the restored step as always (none is taken for an old
+ * step's). */
+START_TEST(test_sync_restore_new_sessions)
+{
+    char dir[64], ck[96], log[128], ckset[128];
+    scratch_ckpt(dir, sizeof dir, ck, sizeof ck, ckset, sizeof ckset);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    const char *sets[] = { ckset, "checkpoint_interval_s=0", "lr=1", "mode=sync", "workers=3", NULL };
+    gt_server s;
+    gt_start_logged(&s, log, sets);
+    raw_conn r[3];
+    for (int k = 0; k < 3; k++) {
+        raw_open(&r[k], s.endpoint);
+        r[k].session = 0xabc0 + (uint64_t)k;
+        raw_hello(&r[k], (uint32_t)k, 3);
+        sr_register(&r[k]);
+    }
+    for (int k = 0; k < 3; k++)
+        sr_expect(&r[k], 0, 1, k == 2, 1);
+    sr_expect(&r[0], 1, 2, 0, 2);
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
+    rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
+    rq.checkpoint = &cr;
+    uint64_t rid = raw_simple(&r[0], &rq);
+    gddr__reply__free_unpacked(raw_reply_to(&r[0], rid, NULL), NULL);
+    int64_t deadline = gt_now_ms() + WAIT_MS;
+    uint64_t seqs[2];
+    size_t nck = 0;
+    while (gddr__ckpt_list(ck, seqs, 2, &nck) == GDDR_OK && nck == 0) {
+        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written");
+        gt_sleep_ms(20);
+    }
+    for (int k = 0; k < 3; k++)
+        raw_close(&r[k]);
+    kill(s.pid, SIGKILL);
+    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
+    s.pid = 0;
+    gt_start_logged(&s, log, sets);
+    for (int k = 0; k < 3; k++) {
+        raw_open(&r[k], s.endpoint);
+        r[k].session = 0xdef0 + (uint64_t)k; /* new processes */
+        raw_hello(&r[k], (uint32_t)k, 3);
+        sr_register(&r[k]);
+    }
+    sr_expect(&r[1], 1, 1, 0, 2);
+    sr_expect(&r[2], 1, 1, 1, 2); /* with the restored push of rank 0 */
+    sr_expect(&r[0], 2, 1, 0, 3);
+    sr_expect(&r[1], 2, 2, 0, 3);
+    sr_expect(&r[2], 2, 2, 1, 3);
+    for (int k = 0; k < 3; k++)
+        raw_close(&r[k]);
+    float w[2];
+    ck_assert_uint_eq(observe(s.endpoint, "r", w, 2), 3);
+    ck_assert_msg(fabsf(w[0] - (-3.0f)) < 1e-5f, "values %g, expected -3", (double)w[0]);
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
 /* A worker that said bye is forgotten: the next checkpoint carries only the
  * workers still live (or dead, which may come back). */
 START_TEST(test_checkpoint_forgets_departed)
@@ -2072,6 +2259,8 @@ Suite *suite_integrity(void)
     ADD("exactly_once_worker_pause", test_exactly_once_worker_pause);
     ADD("duplicate_gets_first_answer", test_duplicate_gets_first_answer);
     ADD("exactly_once_across_restart", test_exactly_once_across_restart);
+    ADD("sync_restore_steps_line_up", test_sync_restore_steps_line_up);
+    ADD("sync_restore_new_sessions", test_sync_restore_new_sessions);
     ADD("checkpoint_forgets_departed", test_checkpoint_forgets_departed);
     ADD("sync_flush_weight", test_sync_flush_weight);
     ADD("sync_flush_during_open_step", test_sync_flush_during_open_step);

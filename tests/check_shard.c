@@ -13,6 +13,7 @@
 #include <check.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -531,6 +532,150 @@ START_TEST(test_api_across_shards)
 }
 END_TEST
 
+/* ---- sync steps across a restarted shard (issue 24 item 2) ------------------------ */
+
+#define RW 4           /* workers */
+#define RN 300000      /* a tensor split over all three servers (1.2 MB) */
+
+typedef struct rk_run {
+    const char *list;
+    int rank;
+    atomic_int *stop;
+    atomic_int *steps;
+    int rc;
+    char err[300];
+} rk_run;
+
+static void *rk_worker(void *arg)
+{
+    rk_run *a = arg;
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = a->list;
+    o.rank = a->rank;
+    o.world_size = RW;
+    o.timeout_ms = 1000;             /* notice a dead shard soon */
+    o.reconnect_timeout_ms = 20000;  /* a deadlock ends the run in 20 s */
+    gddr_client *c = NULL;
+    if ((a->rc = gddr_client_open(&o, &c)) != GDDR_OK) {
+        snprintf(a->err, sizeof a->err, "rank %d: open: %s", a->rank, gddr_strerror(a->rc));
+        return NULL;
+    }
+    float *w = calloc(RN, 4), *g = malloc(RN * 4);
+    for (size_t i = 0; i < RN; i++)
+        g[i] = 1e-4f;
+    int id;
+    if ((a->rc = gddr_register(c, "split", w, RN, &id, NULL)) != GDDR_OK)
+        snprintf(a->err, sizeof a->err, "rank %d: register: %s", a->rank, gddr_client_errmsg(c));
+    for (int s = 0; a->rc == GDDR_OK && !atomic_load(a->stop); s++) {
+        const float *gp[1] = { g };
+        float *wp[1] = { w };
+        if ((a->rc = gddr_step(c, gp, wp)) != GDDR_OK)
+            snprintf(a->err, sizeof a->err, "rank %d step %d: %s", a->rank, s, gddr_client_errmsg(c));
+        else
+            atomic_fetch_add(a->steps, 1);
+    }
+    free(w), free(g);
+    gddr_client_close(&c);
+    return NULL;
+}
+
+/* Three servers in sync mode, checkpointing every 50 ms, four workers
+ * stepping a tensor split over all three; each server in turn is killed
+ * with SIGKILL at a random point of the run and restarted from its newest
+ * checkpoint (which often holds an open step). The run must go on: before
+ * the steps lined up after a restore, a restarted shard could collect one
+ * worker's push into a step of its own that no other shard had, and every
+ * worker waited until reconnect_timeout_ms ended it. GDDR_SHARD_KILLS sets
+ * the number of kills (default 12, four per server: about 30 s; before the
+ * fix, three 30-kill runs deadlocked, each by its 12th kill; three 6-kill runs passed). */
+START_TEST(test_shard_restart_sync_steps)
+{
+    int kills = 12;
+    const char *ev = getenv("GDDR_SHARD_KILLS");
+    if (ev && atoi(ev) > 0)
+        kills = atoi(ev);
+    char dir[64], ck[3][128], ckset[3][400], idx[3][32], lst[3][300];
+    gt_mk_tmpdir(dir, sizeof dir);
+    gt_server sv[3];
+    char list[1600] = "";
+    for (int s = 0; s < 3; s++) {
+        snprintf(ck[s], sizeof ck[s], "%s/ck%d", dir, s);
+        snprintf(ckset[s], sizeof ckset[s], "checkpoint_dir=%s", ck[s]);
+        snprintf(idx[s], sizeof idx[s], "shard_index=%d", s);
+        char log[160];
+        snprintf(log, sizeof log, "%s/s%d-0.log", dir, s);
+        const char *sets[] = { "mode=sync", "workers=4", "lr=0.1", "chunk=256", "shard_count=3", idx[s],
+                               ckset[s], "checkpoint_interval_s=0.05", NULL };
+        gt_start_logged(&sv[s], log, sets);
+        snprintf(lst[s], sizeof lst[s], "listen=%s", sv[s].endpoint);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", s ? "," : "", sv[s].endpoint);
+    }
+    atomic_int stop = 0, steps = 0;
+    rk_run a[RW];
+    pthread_t th[RW];
+    for (int r = 0; r < RW; r++) {
+        a[r] = (rk_run){ list, r, &stop, &steps, GDDR_OK, "" };
+        ck_assert_int_eq(pthread_create(&th[r], NULL, rk_worker, &a[r]), 0);
+    }
+    unsigned seed = (unsigned)gt_now_ms();
+    int64_t t0 = gt_now_ms();
+    int failed = 0;
+    for (int k = 0; k < kills && !failed; k++) {
+        /* Some steps first, then a random point within the next few. */
+        int want = atomic_load(&steps) + RW * 3;
+        int64_t deadline = gt_now_ms() + WAIT_MS;
+        while (atomic_load(&steps) < want && gt_now_ms() < deadline) {
+            for (int r = 0; r < RW; r++)
+                failed |= a[r].rc != GDDR_OK;
+            if (failed)
+                break;
+            usleep(5000);
+        }
+        if (failed)
+            break;
+        ck_assert_msg(atomic_load(&steps) >= want, "kill %d: the run made no progress in %d ms", k, WAIT_MS);
+        usleep((useconds_t)(rand_r(&seed) % 150000));
+        int s = k % 3;
+        kill(sv[s].pid, SIGKILL);
+        ck_assert_int_eq(gt_wait_pid(sv[s].pid, WAIT_MS, NULL), 1);
+        sv[s].pid = 0;
+        char log[160];
+        snprintf(log, sizeof log, "%s/s%d-%d.log", dir, s, k + 1);
+        const char *sets[] = { "mode=sync", "workers=4", "lr=0.1", "chunk=256", "shard_count=3", idx[s],
+                               ckset[s], "checkpoint_interval_s=0.05", lst[s], NULL };
+        gt_start_logged(&sv[s], log, sets);
+        ck_assert_msg(gt_wait_for_text(log, "restored checkpoint", WAIT_MS) >= 0,
+                      "kill %d: server %d restored nothing", k, s);
+    }
+    /* Steps after the last restart too. */
+    int want = atomic_load(&steps) + RW * 3;
+    int64_t deadline = gt_now_ms() + WAIT_MS;
+    while (!failed && atomic_load(&steps) < want && gt_now_ms() < deadline) {
+        for (int r = 0; r < RW; r++)
+            failed |= a[r].rc != GDDR_OK;
+        usleep(5000);
+    }
+    atomic_store(&stop, 1);
+    for (int r = 0; r < RW; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < RW; r++)
+        ck_assert_msg(a[r].rc == GDDR_OK, "%s", a[r].err);
+    /* How many restarts came back with a step open that a later step closed. */
+    int closed = 0;
+    for (int k = 0; k < kills; k++) {
+        char log[160];
+        snprintf(log, sizeof log, "%s/s%d-%d.log", dir, k % 3, k + 1);
+        closed += gt_wait_for_text(log, "the step restored open", 0) >= 0;
+    }
+    printf("shard: %d kills (each server %d times) of a 3-server sync run of 4 workers, %d steps, %.1f s: "
+           "the run went on (%d restarts closed a restored open step early)\n",
+           kills, (kills + 2) / 3, atomic_load(&steps) / RW, (double)(gt_now_ms() - t0) / 1000.0, closed);
+    for (int s = 0; s < 3; s++)
+        stop_server(&sv[s]);
+    gt_rm_rf(dir);
+}
+END_TEST
+
 Suite *suite_shard(void)
 {
     Suite *s = suite_create("shard");
@@ -539,5 +684,6 @@ Suite *suite_shard(void)
     GT_ADD_CASE(s, "sync_three_equals_one", test_sync_three_equals_one, 240);
     GT_ADD_CASE(s, "shard_killed", test_shard_killed, 300);
     GT_ADD_CASE(s, "api_across_shards", test_api_across_shards, 120);
+    GT_ADD_CASE(s, "restart_sync_steps", test_shard_restart_sync_steps, 600);
     return s;
 }
