@@ -30,7 +30,7 @@ else
   # PREFIX/share/gddr/lib.sh: the programs next to it.
   # shellcheck source=scripts/lib.sh
   . "$here/../share/gddr/lib.sh"
-  BIN=${GDDR_BIN:-$here}
+  BIN=$here # (not GDDR_BIN: that names a build tree's programs, relative to it)
   me=gddr-launch
 fi
 export BIN

@@ -32,6 +32,7 @@ a=$stage/all/usr
 deps() {
   local f so path c pkg
   for f in "$@"; do
+    [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] || continue # (gddr-launch: a script)
     for so in $(objdump -p "$f" | awk '$1 == "NEEDED" { print $2 }'); do
       path=$(ldd "$f" | awk -v so="$so" '$1 == so { print $3 }')
       [ -n "$path" ] || continue
