@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 BIN=${GDDR_BIN:-build/bin}
 PY=/usr/bin/python3   # Debian's: it has python3-numpy and python3-torch
 LM=python/examples/tiny_lm.py
-modes="sync async" seeds="1 2 3" quick=0 workers=4 steps="" lr=0.003 alpha=0.4 keep="" modes_given=0
+modes="sync async" seeds="1 2 3" quick=0 workers=4 steps="" lr=0.001 alpha=0.4 keep="" modes_given=0
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -70,7 +70,7 @@ if [ "$quick" = 1 ]; then
   steps=${steps:-8}
 else
   model=()
-  steps=${steps:-150}
+  steps=${steps:-250}
 fi
 lm_args=(${model[@]+"${model[@]}"} ${extra[@]+"${extra[@]}"})
 

@@ -3,15 +3,16 @@
 trained through gddr-ps with Adam on the server (scripts/experiment-lm.sh
 starts the server and W of these).
 
-    gddr-ps --set mode=sync --set workers=4 --set optimizer.kind=adam --set optimizer.lr=0.002 ...
-    tiny_lm.py --server tcp://127.0.0.1:5555 --rank 0 --world 4 --steps 300
+    gddr-ps --set mode=sync --set workers=4 --set optimizer.kind=adam --set optimizer.lr=0.001 ...
+    tiny_lm.py --server tcp://127.0.0.1:5555 --rank 0 --world 4 --steps 250
     tiny_lm.py --server tcp://127.0.0.1:5555 --evaluate   # the server's model
 
 The model: bytes (256 symbols) -> embedding + learned positions -> L
 pre-norm blocks of causal multi-head self-attention and a 4x GELU MLP ->
 LayerNorm -> logits over the next byte (output weights tied to the
-embedding). The defaults (4 layers, d_model 128, 4 heads, context 128)
-have 0.84M parameters in 52 tensors.
+embedding). The defaults (4 layers, d_model 128, 4 heads, context 64)
+have 834,304 parameters in 52 tensors. The linear layers go through
+oneDNN where torch's own BLAS would be slow (--onednn, class Linear).
 
 The corpus is the Python standard library's own source: every *.py under
 /usr/lib/python3.11 outside test/ and tests/ folders (and outside
@@ -63,6 +64,62 @@ EVAL_SEED = 12345  # the held-out windows are the same for every run
 # ---- the model ------------------------------------------------------------------
 
 
+def _onednn(x, w, b=None):
+    """x @ w.T + b through oneDNN's inner product (2-D dense in and out)."""
+    return torch._C._nn.mkldnn_linear(x.to_mkldnn(), w.to_mkldnn(),
+                                      None if b is None else b.to_mkldnn()).to_dense()
+
+
+class _OneDNNLinear(torch.autograd.Function):
+    """A linear layer whose three products (forward, input and weight
+    gradients) go through oneDNN instead of torch's BLAS."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        ctx.save_for_backward(x, w)
+        return _onednn(x, w, b)
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, w = ctx.saved_tensors
+        gy = gy.contiguous()
+        gx = _onednn(gy, w.t().contiguous())  # gy @ w
+        gw = _onednn(gy.t().contiguous(), x.t().contiguous())  # gy.T @ x
+        return gx, gw, gy.sum(0) if ctx.needs_input_grad[2] else None
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters, same names), computed through oneDNN when
+    Linear.onednn is set. Debian's python3-torch does its dense products
+    through libblas3, which is the reference BLAS unless an optimised one
+    is installed: about 3 GFLOP/s a core, and this model's steps 5-7x
+    slower than with oneDNN's kernels (which that torch also carries)."""
+
+    onednn = False
+
+    def forward(self, x):
+        return linear(x, self.weight, self.bias)
+
+
+def linear(x, w, b=None):
+    """F.linear(x, w, b), through oneDNN when Linear.onednn is set."""
+    if not Linear.onednn:
+        return F.linear(x, w, b)
+    shape = x.shape
+    y = _OneDNNLinear.apply(x.reshape(-1, shape[-1]).contiguous(), w, b)
+    return y.view(*shape[:-1], y.shape[-1])
+
+
+def use_onednn(choice):
+    """--onednn auto: on unless torch does its products with MKL."""
+    if choice == "auto":
+        on = torch.backends.mkldnn.is_available() and "BLAS_INFO=mkl" not in torch.__config__.show()
+    else:
+        on = choice == "on"
+    Linear.onednn = on
+    return on
+
+
 class Block(nn.Module):
     """Pre-norm: x + attn(ln(x)), then x + mlp(ln(x))."""
 
@@ -70,11 +127,11 @@ class Block(nn.Module):
         super().__init__()
         self.heads = heads
         self.ln1 = nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
+        self.qkv = Linear(d, 3 * d)
+        self.proj = Linear(d, d)
         self.ln2 = nn.LayerNorm(d)
-        self.fc = nn.Linear(d, 4 * d)
-        self.out = nn.Linear(4 * d, d)
+        self.fc = Linear(d, 4 * d)
+        self.out = Linear(4 * d, d)
         mask = torch.full((context, context), float("-inf")).triu(1)
         self.register_buffer("mask", mask, persistent=False)
 
@@ -113,7 +170,7 @@ class TinyLM(nn.Module):
         x = self.emb(idx) + self.pos[:idx.shape[1]]
         for blk in self.blocks:
             x = blk(x)
-        return self.ln(x) @ self.emb.weight.t()
+        return linear(self.ln(x), self.emb.weight)
 
 
 def lm_loss(model, batch):
@@ -284,9 +341,9 @@ def main(argv=None):
     ap.add_argument("--server", required=True, help="gddr-ps endpoint")
     ap.add_argument("--rank", type=int, help="worker rank (default: GDDR_RANK, RANK, ...)")
     ap.add_argument("--world", type=int, help="worker count (default: GDDR_WORLD_SIZE, ...)")
-    ap.add_argument("--steps", type=int, default=300, help="steps of this worker")
+    ap.add_argument("--steps", type=int, default=250, help="steps of this worker")
     ap.add_argument("--batch", type=int, default=16, help="windows per step")
-    ap.add_argument("--context", type=int, default=128, help="bytes a window predicts")
+    ap.add_argument("--context", type=int, default=64, help="bytes a window predicts")
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--heads", type=int, default=4)
@@ -302,12 +359,15 @@ def main(argv=None):
     ap.add_argument("--clip-norm", type=float, help="clip gradients to this global L2 norm")
     ap.add_argument("--timeout-ms", type=int, help="bound on every wait for the server")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    ap.add_argument("--onednn", choices=("auto", "on", "off"), default="auto",
+                    help="the linear layers through oneDNN (auto: unless torch uses MKL)")
     ap.add_argument("--progress", type=float, default=5.0, help="seconds between progress lines")
     ap.add_argument("--quiet", action="store_true", help="only the RESULT line")
     ap.add_argument("--evaluate", action="store_true",
                     help="train nothing: score the server's current model on the held-out windows")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    use_onednn(args.onednn)
     logging.basicConfig(format="[rank %s] gddr %%(levelname)s: %%(message)s"
                         % (args.rank if args.rank is not None else "?"))
     try:
