@@ -9,7 +9,9 @@
 # block of the docs compiled), the Debian packages (scripts/test-deb.sh), the protocol
 # test (tests/protocol: the wire spoken from Python without libgddr-client),
 # the Python package's tests (python/tests: gddr and gddr.torch over
-# libgddr-client), the network smoke test (scripts/experiment-network.sh
+# libgddr-client) with the language-model example's smoke run
+# (scripts/experiment-lm.sh --quick: gddr-ps with Adam, Python workers, an
+# observer), the network smoke test (scripts/experiment-network.sh
 # --smoke: two namespaces, a rate-limited veth, one short run; skipped with
 # the reason when not root or without ip netns) and the Check suite
 # (build/bin/gddr-tests).
@@ -75,6 +77,7 @@ if [ "$python" -eq 1 ]; then
   # The package loads the library of this build ($GDDR_BIN/../lib); -rs
   # prints why a test was skipped (no torch, no GPU).
   timeout 600 /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests || status=$?
+  timeout 300 scripts/experiment-lm.sh --quick || status=$?
 fi
 if [ "$network" -eq 1 ]; then
   timeout 120 scripts/experiment-network.sh --smoke || status=$?
