@@ -19,8 +19,11 @@
 #                                                       and the loss is finite (make check)
 #
 # Options: --workers W (4), --steps N (per worker), --lr X (Adam's, on the
-# server), --alpha A (0.4), --keep DIR (keep the logs there);
-# after --, arguments for every tiny_lm.py (workers and observer).
+# server), --alpha A (0.4), --pull-bits B (the GDDR row's delta pulls: 8,
+# 16, or 0 for float32 pulls; --alpha 0 --pull-bits 8 measures the 8-bit
+# pulls alone), --set KEY=VALUE (one more gddr-ps setting, for every row;
+# repeatable), --keep DIR (keep the logs there); after --, arguments for
+# every tiny_lm.py (workers and observer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -28,8 +31,8 @@ cd "$(dirname "$0")/.."
 BIN=${GDDR_BIN:-build/bin}
 PY=/usr/bin/python3   # Debian's: it has python3-numpy and python3-torch
 LM=python/examples/tiny_lm.py
-modes="sync async" seeds="1 2 3" quick=0 workers=4 steps="" lr=0.001 alpha=0.4 keep="" modes_given=0
-extra=()
+modes="sync async" seeds="1 2 3" quick=0 workers=4 steps="" lr=0.001 alpha=0.4 bits=8 keep="" modes_given=0
+extra=() sets=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --modes) modes=$2 modes_given=1; shift 2 ;;
@@ -38,10 +41,12 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --lr) lr=$2; shift 2 ;;
     --alpha) alpha=$2; shift 2 ;;
+    --pull-bits) bits=$2; shift 2 ;;
+    --set) sets+=(--set "$2"); shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "experiment-lm: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -84,7 +89,7 @@ run() {
   start=$(date +%s.%N)
   "$BIN/gddr-ps" --listen 'tcp://127.0.0.1:*' --endpoint-file "$tmp/endpoint" \
     --set log_level=warn --set mode="$mode" --set workers="$workers" \
-    --set optimizer.kind=adam --set optimizer.lr="$lr" 2> "$log/server.log" &
+    --set optimizer.kind=adam --set optimizer.lr="$lr" ${sets[@]+"${sets[@]}"} 2> "$log/server.log" &
   server_pid=$!
   wait_file "$tmp/endpoint" 10 ||
     { echo "experiment-lm: gddr-ps did not start:" >&2; cat "$log/server.log" >&2; exit 1; }
@@ -121,15 +126,17 @@ run() {
   echo "$loss $bp $bl $wall $version" > "$tmp/row"
 }
 
-echo "experiment-lm: $workers workers, $steps steps each, server Adam lr $lr, seeds $seeds;" \
-     "the server's final model, scored by an observer"
+echo "experiment-lm: $workers workers, $steps steps each, server Adam lr $lr${sets[*]+ ${sets[*]}}," \
+     "seeds $seeds; the server's final model, scored by an observer"
 for mode in $modes; do
   declare -A loss=() bp=() bl=() wall=()
-  labels=("dense" "GDDR a=$alpha + q8")
+  gddr_label="GDDR a=$alpha" gflags=(--delay-fraction "$alpha")
+  if [ "$bits" != 0 ]; then gddr_label+=" + q$bits" gflags+=(--pull-delta-bits "$bits"); fi
+  labels=("dense" "$gddr_label")
   for seed in $seeds; do
     for label in "${labels[@]}"; do
       if [ "$label" = dense ]; then flags=(); tag=dense
-      else flags=(--delay-fraction "$alpha" --pull-delta-bits 8); tag=gddr; fi
+      else flags=("${gflags[@]}"); tag=gddr; fi
       run "$mode" "$seed" "$tag" ${flags[@]+"${flags[@]}"}
       read -r loss["$label/$seed"] bp["$label/$seed"] bl["$label/$seed"] wall["$label/$seed"] version < "$tmp/row"
       echo "experiment-lm: $mode / $label / seed $seed: held-out loss ${loss["$label/$seed"]} nats/byte" \
