@@ -78,6 +78,7 @@ if [ "$python" -eq 1 ]; then
   # prints why a test was skipped (no torch, no GPU).
   timeout 600 /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests || status=$?
   timeout 300 scripts/experiment-lm.sh --quick || status=$?
+  timeout 300 scripts/experiment-optim.sh --quick > /dev/null || status=$?
 fi
 if [ "$network" -eq 1 ]; then
   timeout 120 scripts/experiment-network.sh --smoke || status=$?
