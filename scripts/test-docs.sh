@@ -3,11 +3,11 @@
 # (the design contract the project started from, the seed folder next to
 # it), and every citation of docs/design.md names a section that exists.
 #
-#   - the upper-case word DESIGN (a citation of the outside DESIGN file:
-#     "DESIGN section 7", its .md name) is refused: cite
+#   - the upper-case name of the outside design contract (its bare name,
+#     its .md file name, or "<name> section N") is refused: cite
 #     "docs/design.md section N" instead;
-#   - a path into the folder above the checkout (../shared, shared/seeds)
-#     is refused;
+#   - a path into the folder that holds the checkout (the one up one level
+#     from the repository, or its seed folder) is refused;
 #   - "docs/design.md section N", "sections N-M", "sections N, M and K"
 #     (also wrapped over comment lines) must name sections 1..last of
 #     docs/design.md ("## N. " headings), and "section 6 step K" a step
