@@ -533,6 +533,59 @@ static void sr_expect(raw_conn *r, uint64_t version, uint64_t step, int applied,
     gddr__reply__free_unpacked(rep, NULL);
 }
 
+/* Three raw workers of sessions session0 + k say hello and register "r". */
+static void sr_join(raw_conn *r, const gt_server *s, uint64_t session0)
+{
+    for (int k = 0; k < 3; k++) {
+        raw_open(&r[k], s->endpoint);
+        r[k].session = session0 + (uint64_t)k;
+        raw_hello(&r[k], (uint32_t)k, 3);
+        sr_register(&r[k]);
+    }
+}
+
+/* Asks for a checkpoint and waits until one is in ck. */
+static void sr_checkpoint(raw_conn *r, const char *ck)
+{
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
+    rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
+    rq.checkpoint = &cr;
+    uint64_t rid = raw_simple(r, &rq);
+    gddr__reply__free_unpacked(raw_reply_to(r, rid, NULL), NULL);
+    int64_t deadline = gt_now_ms() + WAIT_MS;
+    uint64_t seqs[2];
+    size_t nck = 0;
+    while (gddr__ckpt_list(ck, seqs, 2, &nck) == GDDR_OK && nck == 0) {
+        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written");
+        gt_sleep_ms(20);
+    }
+}
+
+/* Closes the workers, kill -9s the server and starts it again on its
+ * checkpoint. */
+static void sr_kill_restart(raw_conn *r, gt_server *s, const char *log, const char *const *sets)
+{
+    for (int k = 0; k < 3; k++)
+        raw_close(&r[k]);
+    kill(s->pid, SIGKILL);
+    ck_assert_int_eq(gt_wait_pid(s->pid, WAIT_MS, NULL), 1);
+    s->pid = 0;
+    gt_start_logged(s, log, sets);
+}
+
+/* The workers leave; the observer's values of "r" at `version`; the server stops. */
+static void sr_finish(raw_conn *r, gt_server *s, const char *dir, uint64_t version, float want)
+{
+    for (int k = 0; k < 3; k++)
+        raw_close(&r[k]);
+    float w[2];
+    ck_assert_uint_eq(observe(s->endpoint, "r", w, 2), version);
+    ck_assert_msg(fabsf(w[0] - want) < 1e-5f, "values %g, expected %g", (double)w[0], (double)want);
+    stop_server(s);
+    gt_rm_rf(dir);
+}
+
 /* The checkpoint holds an open sync step with rank 0's push of step 2; the
  * others' pushes of step 2 complete it after the checkpoint, and they push
  * step 3 before the kill -9. After the restart ranks 1 and 2 resend step 3
@@ -550,45 +603,18 @@ START_TEST(test_sync_restore_steps_line_up)
     gt_server s;
     gt_start_logged(&s, log, sets);
     raw_conn r[3];
-    for (int k = 0; k < 3; k++) {
-        raw_open(&r[k], s.endpoint);
-        r[k].session = 0xabc0 + (uint64_t)k;
-        raw_hello(&r[k], (uint32_t)k, 3);
-        sr_register(&r[k]);
-    }
+    sr_join(r, &s, 0xabc0);
     sr_expect(&r[0], 0, 1, 0, 1);
     sr_expect(&r[1], 0, 1, 0, 1);
     sr_expect(&r[2], 0, 1, 1, 1);
     sr_expect(&r[0], 1, 2, 0, 2);
-    Gddr__Request rq = GDDR__REQUEST__INIT;
-    Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
-    rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
-    rq.checkpoint = &cr;
-    uint64_t rid = raw_simple(&r[0], &rq);
-    gddr__reply__free_unpacked(raw_reply_to(&r[0], rid, NULL), NULL);
-    int64_t deadline = gt_now_ms() + WAIT_MS;
-    uint64_t seqs[2];
-    size_t nck = 0;
-    while (gddr__ckpt_list(ck, seqs, 2, &nck) == GDDR_OK && nck == 0) {
-        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written");
-        gt_sleep_ms(20);
-    }
+    sr_checkpoint(&r[0], ck);
     sr_expect(&r[1], 1, 2, 0, 2);
     sr_expect(&r[2], 1, 2, 1, 2);
     sr_expect(&r[1], 2, 3, 0, 3);
     sr_expect(&r[2], 2, 3, 0, 3);
-    for (int k = 0; k < 3; k++)
-        raw_close(&r[k]);
-    kill(s.pid, SIGKILL);
-    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
-    s.pid = 0;
-    gt_start_logged(&s, log, sets);
-    for (int k = 0; k < 3; k++) {
-        raw_open(&r[k], s.endpoint);
-        r[k].session = 0xabc0 + (uint64_t)k;
-        raw_hello(&r[k], (uint32_t)k, 3);
-        sr_register(&r[k]);
-    }
+    sr_kill_restart(r, &s, log, sets);
+    sr_join(r, &s, 0xabc0);
     /* Restored at version 1, step 2 open with rank 0's push. */
     sr_expect(&r[1], 1, 3, 0, 3); /* closes step 2 (version 2), collects step 3 */
     sr_expect(&r[2], 1, 3, 0, 3);
@@ -597,16 +623,9 @@ START_TEST(test_sync_restore_steps_line_up)
     sr_expect(&r[0], 3, 4, 0, 4);
     sr_expect(&r[1], 3, 4, 0, 4);
     sr_expect(&r[2], 3, 4, 1, 4);
-    for (int k = 0; k < 3; k++)
-        raw_close(&r[k]);
-    float w[2];
-    ck_assert_uint_eq(observe(s.endpoint, "r", w, 2), 4);
     /* Step 1, step 2 with rank 0's push alone (the others' went with the
      * crash: 1/3), steps 3 and 4 whole. */
-    ck_assert_msg(fabsf(w[0] - (-3.0f - 1.0f / 3.0f)) < 1e-5f, "values %g, expected %g", (double)w[0],
-                  -3.0 - 1.0 / 3.0);
-    stop_server(&s);
-    gt_rm_rf(dir);
+    sr_finish(r, &s, dir, 4, -3.0f - 1.0f / 3.0f);
 }
 END_TEST
 
@@ -623,52 +642,19 @@ START_TEST(test_sync_restore_new_sessions)
     gt_server s;
     gt_start_logged(&s, log, sets);
     raw_conn r[3];
-    for (int k = 0; k < 3; k++) {
-        raw_open(&r[k], s.endpoint);
-        r[k].session = 0xabc0 + (uint64_t)k;
-        raw_hello(&r[k], (uint32_t)k, 3);
-        sr_register(&r[k]);
-    }
+    sr_join(r, &s, 0xabc0);
     for (int k = 0; k < 3; k++)
         sr_expect(&r[k], 0, 1, k == 2, 1);
     sr_expect(&r[0], 1, 2, 0, 2);
-    Gddr__Request rq = GDDR__REQUEST__INIT;
-    Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
-    rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
-    rq.checkpoint = &cr;
-    uint64_t rid = raw_simple(&r[0], &rq);
-    gddr__reply__free_unpacked(raw_reply_to(&r[0], rid, NULL), NULL);
-    int64_t deadline = gt_now_ms() + WAIT_MS;
-    uint64_t seqs[2];
-    size_t nck = 0;
-    while (gddr__ckpt_list(ck, seqs, 2, &nck) == GDDR_OK && nck == 0) {
-        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written");
-        gt_sleep_ms(20);
-    }
-    for (int k = 0; k < 3; k++)
-        raw_close(&r[k]);
-    kill(s.pid, SIGKILL);
-    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
-    s.pid = 0;
-    gt_start_logged(&s, log, sets);
-    for (int k = 0; k < 3; k++) {
-        raw_open(&r[k], s.endpoint);
-        r[k].session = 0xdef0 + (uint64_t)k; /* new processes */
-        raw_hello(&r[k], (uint32_t)k, 3);
-        sr_register(&r[k]);
-    }
+    sr_checkpoint(&r[0], ck);
+    sr_kill_restart(r, &s, log, sets);
+    sr_join(r, &s, 0xdef0); /* new processes */
     sr_expect(&r[1], 1, 1, 0, 2);
     sr_expect(&r[2], 1, 1, 1, 2); /* with the restored push of rank 0 */
     sr_expect(&r[0], 2, 1, 0, 3);
     sr_expect(&r[1], 2, 2, 0, 3);
     sr_expect(&r[2], 2, 2, 1, 3);
-    for (int k = 0; k < 3; k++)
-        raw_close(&r[k]);
-    float w[2];
-    ck_assert_uint_eq(observe(s.endpoint, "r", w, 2), 3);
-    ck_assert_msg(fabsf(w[0] - (-3.0f)) < 1e-5f, "values %g, expected -3", (double)w[0]);
-    stop_server(&s);
-    gt_rm_rf(dir);
+    sr_finish(r, &s, dir, 3, -3.0f);
 }
 END_TEST
 
