@@ -945,6 +945,7 @@ int gddr_client_info(gddr_client *c, gddr_server_info *out)
     if (!c || !out)
         return GDDR_EINVAL;
     *out = c->info;
+    out->world_size = c->o.world_size;
     return GDDR_OK;
 }
 

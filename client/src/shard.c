@@ -307,6 +307,7 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out, char *why
         return rc;
     }
     c->info = h->sub[0]->info;
+    c->o.world_size = h->sub[0]->o.world_size; /* as the shards resolved it */
     gddr__logf(&c->log, GDDR_LOG_INFO, "rank %d connected to %d servers", c->info.rank, S);
     *out = c;
     return GDDR_OK;

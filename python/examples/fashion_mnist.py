@@ -21,7 +21,6 @@ parameters and scores them on the test set (RESULT server_model=1 ...).
 import argparse
 import gzip
 import logging
-import os
 import struct
 import sys
 import time
@@ -119,16 +118,6 @@ def train_shard(args, rank, world):
     return to_tensors(x[rank::world], y[rank::world])
 
 
-def world_size(args):
-    """--world, else the launcher's variables in libgddr-client's order."""
-    if args.world:
-        return args.world
-    for name in ("GDDR_WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 1
-
-
 def evaluate(model, x, y, batch=1000):
     """(accuracy, mean cross-entropy) of model on (x, y)."""
     model.eval()
@@ -187,7 +176,7 @@ def run_worker(args):
     with gddr.Client(args.server, rank=args.rank, world_size=args.world,
                      **client_options(args)) as c:
         rank = c.rank
-        xtr, ytr = train_shard(args, rank, world_size(args))
+        xtr, ytr = train_shard(args, rank, c.world_size)
         xte, yte = test_set(args)
         loaded = time.monotonic() - t0
         ps = gddr.torch.ParameterServer(model, c, optimizer=args.optimizer)

@@ -41,7 +41,6 @@ reports the mean cross-entropy per byte on a fixed set of held-out windows
 import argparse
 import logging
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -258,16 +257,6 @@ def evaluate(model, windows, batch=64):
     return total / len(windows)
 
 
-def world_size(args):
-    """--world, else the launcher's variables in libgddr-client's order."""
-    if args.world:
-        return args.world
-    for name in ("GDDR_WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"):
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 1
-
-
 def make_model(args):
     return TinyLM(args.layers, args.d_model, args.heads, args.context)
 
@@ -303,7 +292,7 @@ def run_worker(args):
     with gddr.Client(args.server, rank=args.rank, world_size=args.world,
                      **client_options(args)) as c:
         rank = c.rank
-        text = train_text(args, rank, world_size(args))
+        text = train_text(args, rank, c.world_size)
         loaded = time.monotonic() - t0
         ps = gddr.torch.ParameterServer(model, c)
         if not args.quiet:

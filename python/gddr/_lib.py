@@ -65,6 +65,7 @@ class ServerInfo(ctypes.Structure):
         ("chunk", ctypes.c_int),
         ("workers", ctypes.c_int),
         ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
     ]
 
 

@@ -222,7 +222,7 @@ class Client:
         self.options = {k: _opt_value(opts, k) for k in OPTIONS} if opts is not None else None
         self.has_cuda = _lib.HAS_CUDA
         info = self.info()
-        self.rank, self.mode = info["rank"], info["mode"]
+        self.rank, self.mode, self.world_size = info["rank"], info["mode"], info["world_size"]
         _open_clients.add(self)
 
     # ---- plumbing -----------------------------------------------------------
@@ -469,7 +469,8 @@ class Client:
 
     def info(self):
         """What the server said at hello and since: epoch, mode ("async",
-        "sync", "ssp"), tau, chunk, workers, rank."""
+        "sync", "ssp"), tau, chunk, workers, rank, and world_size (this
+        client's job: its option, or the launcher's environment)."""
         with self._lock:
             i = _lib.ServerInfo()
             self._check(_lib.client_info(self._handle(), ctypes.byref(i)), "info")

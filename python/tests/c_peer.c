@@ -41,6 +41,7 @@ static int layout(void)
     printf("gddr_server_info - %zu %zu\n", (size_t)0, sizeof(gddr_server_info));
     F(gddr_server_info, epoch); F(gddr_server_info, mode); F(gddr_server_info, tau);
     F(gddr_server_info, chunk); F(gddr_server_info, workers); F(gddr_server_info, rank);
+    F(gddr_server_info, world_size);
     printf("gddr_push_tags - %zu %zu\n", (size_t)0, sizeof(gddr_push_tags));
     F(gddr_push_tags, birth_version); F(gddr_push_tags, base_version); F(gddr_push_tags, has_birth);
     printf("gddr_client_counters - %zu %zu\n", (size_t)0, sizeof(gddr_client_counters));

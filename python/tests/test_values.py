@@ -161,7 +161,7 @@ def test_stats_metrics_counters_info(server, clients):
     srv = server(lr=0.5, chunk=64)
     c = clients(srv)
     info = c.info()
-    assert (info["mode"], info["chunk"], info["rank"]) == ("async", 64, 0)
+    assert (info["mode"], info["chunk"], info["rank"], info["world_size"]) == ("async", 64, 0, 1)
     c.register("m.w", np.zeros(100, np.float32))
     for _ in range(3):
         c.push("m.w", np.ones(100, np.float32))
@@ -184,7 +184,8 @@ def test_rank_and_world_from_the_environment(server, monkeypatch):
     monkeypatch.setenv("GDDR_RANK", "2")
     monkeypatch.setenv("GDDR_WORLD_SIZE", "3")
     with gddr.Client(srv.endpoint) as c:
-        assert c.rank == 2
+        assert (c.rank, c.world_size) == (2, 3)  # as the library resolved them
+        assert c.info()["world_size"] == 3
         c.register("e", np.zeros(2, np.float32))
         c.push("e", np.ones(2, np.float32))
         assert "gddr_worker_pushes_total{rank=\"2\"} 1" in c.metrics()

@@ -182,6 +182,8 @@ typedef struct gddr_server_info {
     int chunk;              /* chunk size in elements */
     int workers;            /* workers the server expects */
     int rank;               /* this client's rank */
+    int world_size;         /* workers in this client's job: its world_size option, or the
+                               launcher's (GDDR_WORLD_SIZE, SLURM_NTASKS, ...) */
 } gddr_server_info;
 int gddr_client_info(gddr_client *c, gddr_server_info *out);
 
