@@ -197,21 +197,29 @@ PS_CLONES static void sgd_momentum(float *out, const float *w, float *restrict v
     }
 }
 
+/* One element's Adam step with gradient d (weight decay already in d for
+ * adam): the moments move, the new weight is returned. Shared by the
+ * update and by async fill, so the two are the same arithmetic. */
+static inline float adam_el(float w, float d, float *m, float *v, const ps_upd *u, int decoupled)
+{
+    *m = u->b1 * *m + (1.0f - u->b1) * d;
+    *v = u->b2 * *v + (1.0f - u->b2) * (d * d);
+    float step = (*m * u->bc1) / (sqrtf(*v * u->bc2) + u->eps);
+    if (decoupled && u->wd != 0)
+        step += u->wd * w;
+    return w - u->lr * step;
+}
+
 PS_CLONES static void adam(float *out, const float *w, float *restrict m, float *restrict v,
                            const float *restrict g, float gs, const ps_upd *u, int decoupled, size_t n)
 {
-    const float b1 = u->b1, b2 = u->b2, c1 = 1.0f - u->b1, c2 = 1.0f - u->b2;
-    const float lr = u->lr, bc1 = u->bc1, bc2 = u->bc2, eps = u->eps, wd = u->wd;
+    const ps_upd k = *u; /* a local: the loop keeps it in registers (m, v cannot alias it) */
+    const float wd = decoupled ? 0.0f : k.wd; /* adam: L2 in the gradient */
     for (size_t i = 0; i < n; i++) {
         float d = gs * g[i];
-        if (!decoupled && wd != 0)
+        if (wd != 0)
             d += wd * w[i];
-        m[i] = b1 * m[i] + c1 * d;
-        v[i] = b2 * v[i] + c2 * (d * d);
-        float step = (m[i] * bc1) / (sqrtf(v[i] * bc2) + eps);
-        if (decoupled && wd != 0)
-            step += wd * w[i];
-        out[i] = w[i] - lr * step;
+        out[i] = adam_el(w[i], d, &m[i], &v[i], &k, decoupled);
     }
 }
 
@@ -255,17 +263,11 @@ int ps_upd_fills(const ps_upd *u)
 PS_CLONES static void adam_fill(float *out, const float *w, float *restrict m, float *restrict v,
                                 float *restrict cr, const ps_upd *u, int decoupled, size_t n)
 {
-    const float b1 = u->b1, b2 = u->b2, c1 = 1.0f - u->b1, c2 = 1.0f - u->b2;
-    const float lr = u->lr, bc1 = u->bc1, bc2 = u->bc2, eps = u->eps, wd = u->wd, mh = u->mh;
+    const ps_upd k = *u;
     for (size_t i = 0; i < n; i++) {
-        float d = m[i] * mh; /* m-hat: weight decay is in it already */
+        float d = m[i] * k.mh; /* m-hat: weight decay is in it already */
         cr[i] += d;
-        m[i] = b1 * m[i] + c1 * d;
-        v[i] = b2 * v[i] + c2 * (d * d);
-        float step = (m[i] * bc1) / (sqrtf(v[i] * bc2) + eps);
-        if (decoupled && wd != 0)
-            step += wd * w[i];
-        out[i] = w[i] - lr * step;
+        out[i] = adam_el(w[i], d, &m[i], &v[i], &k, decoupled);
     }
 }
 
