@@ -707,15 +707,25 @@ static int register_one(gddr_client *c, int i, const float *vals, int timeout_ms
     return rc;
 }
 
+/* How long a lost server is retried: reconnect_timeout_ms, but while
+ * closing only until the close's deadline, timeout_ms from its start (the
+ * flush is worth one more try, not the wait for a restart: a close must
+ * not hang on a dead server). */
+static int retry_window_ms(const gddr_client *c)
+{
+    if (!c->closing)
+        return c->o.reconnect_timeout_ms;
+    int64_t left = c->close_deadline - gddr__now_ms();
+    return left > 0 ? (int)left : 0;
+}
+
 /* After a restart or a lost server: a fresh socket, hello and every tensor
  * registered again (a server restored from a checkpoint answers with the
  * saved version; an empty one takes our last pulled values), retried with
  * exponential backoff for up to reconnect_timeout_ms. */
-static int retry_ms(const gddr_client *c);
-
 int gddr__reconnect(gddr_client *c)
 {
-    int64_t deadline = gddr__now_ms() + retry_ms(c);
+    int64_t deadline = gddr__now_ms() + retry_window_ms(c);
     int backoff = 100, rc = GDDR_ETIMEDOUT;
     ops_fail_all(c, GDDR_ETIMEDOUT);
     c->k.reconnects++;
@@ -762,7 +772,7 @@ int gddr__reconnect(gddr_client *c)
         backoff = backoff * 2 > 5000 ? 5000 : backoff * 2;
     }
     return gddr__set_err(c, GDDR_ETIMEDOUT, "server %s did not come back within %d ms", c->server,
-                         retry_ms(c));
+                         retry_window_ms(c));
 }
 
 int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
@@ -979,20 +989,9 @@ int gddr__needs_reconnect(gddr_client *c, int rc)
 /* Runs call(c, arg) again after a reconnect while the server is away,
  * within reconnect_timeout_ms: what a restarting cluster needs from every
  * blocking call, not only from gddr_step. */
-/* How long a lost server is retried: reconnect_timeout_ms, but while
- * closing at most timeout_ms (the flush is worth one more try, not the
- * wait for a restart: a close must not hang on a dead server). */
-static int retry_ms(const gddr_client *c)
-{
-    if (!c->closing)
-        return c->o.reconnect_timeout_ms;
-    int64_t left = c->close_deadline - gddr__now_ms();
-    return left > 0 ? (int)left : 0;
-}
-
 static int with_reconnect(gddr_client *c, int (*call)(gddr_client *, void *), void *arg)
 {
-    int64_t give_up = gddr__now_ms() + retry_ms(c);
+    int64_t give_up = gddr__now_ms() + retry_window_ms(c);
     for (;;) {
         int rc = call(c, arg);
         if (rc == GDDR_OK || !gddr__needs_reconnect(c, rc) || gddr__now_ms() > give_up)

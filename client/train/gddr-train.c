@@ -112,8 +112,9 @@ static void usage(FILE *f)
             "                         iteration) and add step_mean_ms= step_p95_ms= to the RESULT line\n");
 }
 
-/* An integer flag into an int field (the whole argument, in range). */
-static int arg_int_into(const char *flag, long long lo, long long hi, int *field)
+/* optarg, whole and in range, into an int or a double field; -1 (said)
+ * when it is not. */
+static int arg_int(const char *flag, long long lo, long long hi, int *field)
 {
     long long v;
     if (gddr__arg_int("gddr-train", flag, optarg, lo, hi, &v) < 0)
@@ -121,7 +122,11 @@ static int arg_int_into(const char *flag, long long lo, long long hi, int *field
     *field = (int)v;
     return 0;
 }
-#define arg_int(flag, lo, hi, field) arg_int_into(flag, lo, hi, field)
+
+static int arg_num(const char *flag, double lo, double hi, double *field)
+{
+    return gddr__arg_num("gddr-train", flag, optarg, lo, hi, field);
+}
 
 static int parse_args(int argc, char **argv, args *a)
 {
@@ -179,16 +184,16 @@ static int parse_args(int argc, char **argv, args *a)
         }
         case 'O': if (arg_int("--connect-timeout-ms", 0, 86400000, &a->connect_ms) < 0) return -1; break;
         case 'D': if (arg_int("--simulate-staleness", 0, 1000000, &a->stale) < 0) return -1; break;
-        case 'C': if (gddr__arg_num("gddr-train", "--clip-norm", optarg, 0, 1e30, &a->clip_norm) < 0) return -1; break;
-        case 'L': if (gddr__arg_num("gddr-train", "--dc-lambda", optarg, 0, 1e6, &a->dc_lambda) < 0) return -1; break;
+        case 'C': if (arg_num("--clip-norm", 0, 1e30, &a->clip_norm) < 0) return -1; break;
+        case 'L': if (arg_num("--dc-lambda", 0, 1e6, &a->dc_lambda) < 0) return -1; break;
         case 'M':
             if (strcmp(optarg, "diag") == 0) a->dc_mode = GDDR_DC_DIAG;
             else if (strcmp(optarg, "identity") == 0) a->dc_mode = GDDR_DC_IDENTITY;
             else { fprintf(stderr, "gddr-train: --dc-mode must be diag or identity\n"); return -1; }
             break;
         case 'A': a->dc_adaptive = 1; break;
-        case 'a': if (gddr__arg_num("gddr-train", "--delay-fraction", optarg, 0, 0.99, &a->delay_fraction) < 0) return -1; break;
-        case 'p': if (gddr__arg_num("gddr-train", "--progress", optarg, 0, 1e6, &a->progress) < 0) return -1; break;
+        case 'a': if (arg_num("--delay-fraction", 0, 0.99, &a->delay_fraction) < 0) return -1; break;
+        case 'p': if (arg_num("--progress", 0, 1e6, &a->progress) < 0) return -1; break;
         case 'q': a->quiet = 1; break;
         case 'v': a->verbose = 1; break;
         case 'P': a->pipeline = 1; break;
@@ -196,9 +201,9 @@ static int parse_args(int argc, char **argv, args *a)
         case 'T': if (arg_int("--timeout-ms", 1, 86400000, &a->timeout_ms) < 0) return -1; break;
         case 'R': if (arg_int("--residual-checkpoint-steps", 0, 1000000, &a->residual_ckpt) < 0) return -1; break;
         case 'K': if (arg_int("--accumulate-steps", 1, 1000000, &a->accumulate) < 0) return -1; break;
-        case 'Y': if (gddr__arg_num("gddr-train", "--pull-delay-fraction", optarg, 0, 0.99, &a->pull_alpha) < 0) return -1; break;
+        case 'Y': if (arg_num("--pull-delay-fraction", 0, 0.99, &a->pull_alpha) < 0) return -1; break;
         case 'B': if (arg_int("--pull-delta-bits", 8, 16, &a->pull_bits) < 0) return -1; break;
-        case 'V': if (gddr__arg_num("gddr-train", "--evaluate-every", optarg, 0, 1e9, &a->evaluate_every) < 0) return -1; break;
+        case 'V': if (arg_num("--evaluate-every", 0, 1e9, &a->evaluate_every) < 0) return -1; break;
         case 'Z': a->step_times = 1; break;
         case 'h': usage(stdout); exit(0);
         case 'U': printf("gddr-train %s\n", GDDR_VERSION); exit(0);
