@@ -149,10 +149,12 @@ typedef struct ps_tensor {
      * the open step collects, and while `realign` is set (from a restore
      * until every live worker pushed the tensor again) a push naming a
      * later step closes the open one, and one naming an earlier step is
-     * not folded into it. seen: per rank, pushed since the restore. */
+     * not folded into it. seen: per rank, pushed since the restore (nseen
+     * of them). */
     uint64_t open_step;
     uint8_t realign;
     uint8_t *seen;
+    uint32_t nseen;
     ps_flush *flushes; /* flushes waiting for the step to complete */
     uint32_t nflushes;
     /* dynamic tau */

@@ -101,8 +101,8 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
  * open step collects one Push.step (restored: the step of the pushes in
  * it, from their ranks' exactly-once records); until every live worker
  * pushed the tensor again, a push of a worker process the checkpoint knew
- * (same session) naming a later step closes the open step
- * as it is, so it does not join a step other shards closed without it, and
+ * (same session) naming a later step closes the open step as it is, so it
+ * does not join a step other shards closed without it, and
  * a push naming an earlier step (whose step was lost or closed here) is
  * answered without joining a later one. docs/protocol.md "Sync steps after
  * a restart". */
@@ -113,6 +113,7 @@ void ps_sync_restored(gddr_ps *ps)
         t->realign = 1;
         t->open_step = 0;
         memset(t->seen, 0, (size_t)ps->cfg.max_workers);
+        t->nseen = 0;
         /* The lowest: a rank's record may be of a later push (a flush) */
         for (int r = 0; t->npushes && r < ps->cfg.max_workers; r++) {
             ps_worker *w = &ps->workers[r];
@@ -145,11 +146,11 @@ int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step)
         }
     }
     if (t->realign) {
-        t->seen[rank] = 1;
-        int nseen = 0;
-        for (int r = 0; r < ps->cfg.max_workers; r++)
-            nseen += t->seen[r];
-        if (nseen >= gddr_ps_live_workers(ps))
+        if (!t->seen[rank]) {
+            t->seen[rank] = 1;
+            t->nseen++;
+        }
+        if ((int)t->nseen >= gddr_ps_live_workers(ps))
             t->realign = 0; /* every worker's steps line up again */
     }
     return stale;
