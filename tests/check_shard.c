@@ -617,7 +617,11 @@ START_TEST(test_shard_restart_sync_steps)
         a[r] = (rk_run){ list, r, &stop, &steps, GDDR_OK, "" };
         ck_assert_int_eq(pthread_create(&th[r], NULL, rk_worker, &a[r]), 0);
     }
-    unsigned seed = (unsigned)gt_now_ms();
+    /* The kill points are random; GDDR_SHARD_SEED replays a run (the seed
+     * is in every failure message). */
+    const char *se = getenv("GDDR_SHARD_SEED");
+    unsigned seed = se && *se ? (unsigned)strtoul(se, NULL, 10) : (unsigned)gt_now_ms();
+    const unsigned seed0 = seed;
     int64_t t0 = gt_now_ms();
     int failed = 0;
     for (int k = 0; k < kills && !failed; k++) {
@@ -633,7 +637,8 @@ START_TEST(test_shard_restart_sync_steps)
         }
         if (failed)
             break;
-        ck_assert_msg(atomic_load(&steps) >= want, "kill %d: the run made no progress in %d ms", k, WAIT_MS);
+        ck_assert_msg(atomic_load(&steps) >= want, "kill %d: the run made no progress in %d ms (GDDR_SHARD_SEED=%u)",
+                      k, WAIT_MS, seed0);
         usleep((useconds_t)(rand_r(&seed) % 150000));
         int s = k % 3;
         kill(sv[s].pid, SIGKILL);
@@ -659,7 +664,7 @@ START_TEST(test_shard_restart_sync_steps)
     for (int r = 0; r < RW; r++)
         pthread_join(th[r], NULL);
     for (int r = 0; r < RW; r++)
-        ck_assert_msg(a[r].rc == GDDR_OK, "%s", a[r].err);
+        ck_assert_msg(a[r].rc == GDDR_OK, "%s (GDDR_SHARD_SEED=%u)", a[r].err, seed0);
     /* How many restarts came back with a step open that a later step closed. */
     int closed = 0;
     for (int k = 0; k < kills; k++) {
@@ -668,8 +673,9 @@ START_TEST(test_shard_restart_sync_steps)
         closed += gt_wait_for_text(log, "the step restored open", 0) >= 0;
     }
     printf("shard: %d kills (each server %d times) of a 3-server sync run of 4 workers, %d steps, %.1f s: "
-           "the run went on (%d restarts closed a restored open step early)\n",
-           kills, (kills + 2) / 3, atomic_load(&steps) / RW, (double)(gt_now_ms() - t0) / 1000.0, closed);
+           "the run went on (%d restarts closed a restored open step early; GDDR_SHARD_SEED=%u)\n",
+           kills, (kills + 2) / 3, atomic_load(&steps) / RW, (double)(gt_now_ms() - t0) / 1000.0, closed,
+           seed0);
     for (int s = 0; s < 3; s++)
         stop_server(&sv[s]);
     gt_rm_rf(dir);
