@@ -19,8 +19,9 @@
  *   JOIN   a flush added to the step just applied      (sync: a closing worker)
  * With fill (fill.c) ACC also takes the pushing worker's credit off the
  * chunks it sends and counts the chunks it holds back, and SYNC averages
- * each chunk over the pushes that carried it and credits that mean to the
- * workers that held it. An async APPLY of adam/adamw steps a chunk the
+ * each chunk over the pushes that carried it (adam, adamw, adagrad: over
+ * the fresh pushes, t->facc) and credits that mean to the workers that
+ * held it. An async APPLY of adam/adamw steps a chunk the
  * pusher holds with the first moment as its gradient (ps_upd_fill).
  * With job->dst set the new values go there (copy on write: a pull reply
  * still holds t->w), and chunks the job does not change are copied over.
@@ -92,6 +93,42 @@ static void drop_holds(const ps_job *j, size_t c)
         j->holders[h]->held[c] = 0;
 }
 
+/* SYNC, adam/adamw/adagrad: the fresh pushes' mean is credited to the
+ * holders and their share of it added to the step's sum a (fill.c says
+ * why); with no fresh push the holders get nothing this step. */
+static void grant_fresh(const ps_job *j, size_t c, size_t lo, size_t len, float *a)
+{
+    uint32_t nf = j->t->fcnt[c];
+    if (!nf) {
+        drop_holds(j, c);
+        return;
+    }
+    float *m = j->facc + lo;
+    const float inv = 1.0f / (float)nf;
+    for (size_t i = 0; i < len; i++)
+        m[i] *= inv;
+    uint32_t holds = 0;
+    for (uint32_t h = 0; h < j->nholders; h++) {
+        ps_fillw *fw = j->holders[h];
+        uint8_t k = fw->held[c];
+        if (!k)
+            continue;
+        acc_add(fw->cred + lo, m, (float)k, len);
+        fw->held[c] = 0;
+        holds += k;
+    }
+    acc_add(a, m, (float)holds, len);
+}
+
+/* SYNC: the fresh sums of chunk c back to zero for the next step. */
+static void clear_fresh(const ps_job *j, size_t c, size_t lo, size_t len)
+{
+    if (!j->facc)
+        return;
+    memset(j->facc + lo, 0, len * sizeof(float));
+    j->t->fcnt[c] = 0;
+}
+
 static void apply_chunk(const ps_job *j, size_t c)
 {
     ps_tensor *t = j->t;
@@ -117,6 +154,7 @@ static void apply_chunk(const ps_job *j, size_t c)
         }
         float gs = j->vscale * j->scale;
         if (j->fw) {
+            j->fw->open[c] = 0;
             float *cr = j->fw->cred + lo;
             net_of_credit(cr, g, j->vscale, len);
             g = cr;
@@ -134,6 +172,7 @@ static void apply_chunk(const ps_job *j, size_t c)
         const float *g = job_values(j, c, lo);
         if (!g) {
             if (j->fw && j->held) {
+                j->fw->open[c] = 1;
                 if (j->fw->held[c] < 255)
                     j->fw->held[c]++;
             } else {
@@ -141,10 +180,16 @@ static void apply_chunk(const ps_job *j, size_t c)
             }
             return;
         }
-        if (j->fw)
+        if (t->facc && !(j->fw && j->fw->open[c])) {
+            acc_add(t->facc + lo, g, j->vscale, len); /* fresh: this step's gradient only */
+            t->fcnt[c]++;
+        }
+        if (j->fw) {
+            j->fw->open[c] = 0;
             acc_add_credit(t->acc + lo, g, j->vscale, j->fw->cred + lo, len);
-        else
+        } else {
             acc_add(t->acc + lo, g, j->vscale, len);
+        }
         t->touched[c] = 1;
         t->cnt[c]++;
         return;
@@ -156,13 +201,17 @@ static void apply_chunk(const ps_job *j, size_t c)
             /* No push carried it: it keeps its values and its state (and a
              * chunk every pusher held gives nobody credit). */
             drop_holds(j, c);
+            clear_fresh(j, c, lo, len);
             if (j->dst)
                 memcpy(out, w, len * sizeof *out);
             return;
         }
         float *a = t->acc + lo;
         float gs = j->scale;
-        if (n < j->npushes) {
+        if (n < j->npushes && j->facc && ps_upd_normalises(j->upd.kind)) {
+            /* Fill with the fresh pushes' mean: a becomes the step's sum. */
+            grant_fresh(j, c, lo, len, a);
+        } else if (n < j->npushes) {
             /* Fill: the mean over the n pushes that carried it stands in
              * for the others'. */
             grant_credit(j, c, lo, len, a, n);
@@ -170,6 +219,7 @@ static void apply_chunk(const ps_job *j, size_t c)
         } else {
             drop_holds(j, c);
         }
+        clear_fresh(j, c, lo, len);
         ps_upd_run(&j->upd, out, w, s1, s2, a, gs, len);
         memset(a, 0, len * sizeof *a);
         t->touched[c] = 0;

@@ -255,6 +255,11 @@ void ps_upd_run(const ps_upd *u, float *out, const float *w, float *s1, float *s
     }
 }
 
+int ps_upd_normalises(int kind)
+{
+    return kind == PS_OPT_ADAM || kind == PS_OPT_ADAMW || kind == PS_OPT_ADAGRAD;
+}
+
 int ps_upd_fills(const ps_upd *u)
 {
     return u->kind == PS_OPT_ADAM || u->kind == PS_OPT_ADAMW;

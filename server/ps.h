@@ -110,6 +110,8 @@ typedef struct ps_fillw {
     size_t n, nchunks;    /* the tensor's */
     float *cred;          /* n floats */
     uint8_t *held;        /* per chunk: holds in the open step */
+    uint8_t *open;        /* per chunk: held since it last sent it (its next push of it
+                           * is a release: its own gradients minus the credits) */
 } ps_fillw;
 
 typedef struct ps_tensor {
@@ -136,6 +138,11 @@ typedef struct ps_tensor {
     uint8_t *touched;  /* per chunk: some push of this step carried it */
     uint32_t *cnt;     /* per chunk: pushes of this step that count in its mean
                         * (all but those holding it back under fill) */
+    float *facc;       /* fill for adam, adamw, adagrad (fill.c): per value, the sum of
+                        * this step's fresh pushes (from workers holding nothing of the
+                        * chunk back since they last sent it); NULL until the first
+                        * step with fill closed */
+    uint32_t *fcnt;    /* per chunk: how many fresh pushes facc holds */
     double step_lr;    /* the lr of the step's last push (0: the tensor's) */
     ps_fillw **holders; /* fill states of the workers holding chunks in this step
                          * (max_workers entries; fill.c) */
@@ -453,6 +460,8 @@ typedef struct ps_job {
     int held;               /* ACC, APPLY: its absent chunks are held (fill), not zeros
                              * (APPLY: adam/adamw only, see ps_upd_fill) */
     uint32_t npushes;       /* SYNC: pushes in the step (the fill mean's weight) */
+    float *facc;            /* SYNC: t->facc as the step's pushes found it (NULL: the
+                             * carriers' mean is the fill, see fill.c) */
     ps_fillw **holders;     /* SYNC: the workers that held chunks in the step */
     uint32_t nholders;
 } ps_job;
@@ -532,6 +541,9 @@ void ps_upd_join(const ps_upd *u, float *out, const float *w, float *s1, const f
 /* Whether an async push's held chunks can be filled for this optimizer
  * (adam, adamw: their first moment is the estimate). */
 int ps_upd_fills(const ps_upd *u);
+/* Whether the optimizer divides by a running mean of squared gradients
+ * (adam, adamw, adagrad): sync fill then uses the fresh pushes' mean. */
+int ps_upd_normalises(int kind);
 /* An async step of a chunk the pushing worker holds (adam, adamw): the
  * bias-corrected first moment stands in for its gradient and is added to
  * the worker's credit cred (taken off when it sends the chunk). */
@@ -551,6 +563,11 @@ void ps_fill_holding(ps_tensor *t, ps_fillw *fw);
 void ps_fill_free_worker(gddr_ps *ps, ps_worker *w);
 /* Bytes held by every worker's fill state. */
 long long ps_fill_bytes(void);
+/* After a sync step of t closed: the fresh-push sums its next steps collect
+ * into, when fill is on and t's optimizer normalises (no-op otherwise). */
+void ps_fill_fresh_alloc(gddr_ps *ps, ps_tensor *t);
+/* Frees t->facc and t->fcnt. */
+void ps_fill_tensor_free(ps_tensor *t);
 
 /* tau.c: the dynamic tau controller. Returns 1 when tau changed. */
 int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double grad_norm);

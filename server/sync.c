@@ -68,7 +68,8 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
         gddr_log(GDDR_LOG_ERROR, "no memory for a copy of '%s': a pull in flight may see this step",
                  t->key);
     ps_job job = { .kind = PS_JOB_SYNC, .t = t, .scale = 1.0f / (float)divisor,
-                   .npushes = t->npushes, .holders = t->holders, .nholders = t->nholders };
+                   .npushes = t->npushes, .holders = t->holders, .nholders = t->nholders,
+                   .facc = t->facc };
     ps_upd_for(ps, t, lr_or_tensor(ps, t, t->step_lr), &job.upd);
     /* The job reads this step's holders; the next step collects into the
      * other array. */
@@ -77,6 +78,8 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     t->holders_alt = h;
     t->nholders = 0;
     ps_tensor_submit(ps, t, &job, fresh, NULL, 0, NULL);
+    /* From the next step on (this one's pushes did not sum into it). */
+    ps_fill_fresh_alloc(ps, t);
     t->version++;
     ps->versions_total++;
     t->sync_divisor = (uint32_t)divisor;

@@ -171,6 +171,7 @@ void ps_tensor_free(ps_tensor *t)
     free(t->acc);
     free(t->touched);
     free(t->cnt);
+    ps_fill_tensor_free(t);
     free(t->holders);
     free(t->holders_alt);
     free(t->contrib);

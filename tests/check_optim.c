@@ -15,6 +15,10 @@
  *   register_optimizer    per-tensor optimizers: chosen at registration,
  *                         reported back, a contradiction refused
  *   push_lr               a push's own lr (gddr_set_lr) replaces the tensor's
+ *   fresh_fill_normalising  adagrad (as adam, adamw): a held chunk is
+ *                         filled with the mean of the fresh pushes only (not
+ *                         the releases), no fill when none is fresh; which
+ *                         holds are open survives a restart
  *   async_adam_fill       async adam: a chunk a push holds back is stepped
  *                         with m-hat, credited, and the credit comes off
  *                         when the chunk is sent (not with fill_held off,
@@ -196,7 +200,7 @@ START_TEST(test_fill_survives_restart)
     char err[256];
     ck_assert_int_eq(gddr__ckpt_load_newest(dir, &c, err, sizeof err), GDDR_OK);
     const gddr_ckpt_section *sec = gddr__ckpt_find(&c, "fill/0/0");
-    ck_assert_msg(sec && sec->len == 16 + FN * 4 + 2, "no fill credits of worker 0 in %s", c.path);
+    ck_assert_msg(sec && sec->len == 16 + FN * 4 + 2 + 2, "no fill credits of worker 0 in %s", c.path);
     float cred[FN];
     memcpy(cred, (const char *)sec->data + 16, sizeof cred);
     const float want[FN] = { 0, 0, 0, 0, 5, 6, 7, 8 }; /* what was filled in for its chunk 1 */
@@ -219,6 +223,138 @@ START_TEST(test_fill_survives_restart)
     assert_same_floats(w, FILL_B, FN, "fill across a restart, step B");
     raw_close(&w0);
     raw_close(&w1);
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
+/* ---- fill from fresh pushes (adam, adamw, adagrad) ------------------------------- */
+
+enum { XN = 8 }; /* two chunks of 4; chunk 0 is always sent by everyone (its step mean is 2) */
+
+/* One worker's push: chunk 0 = c0, chunk 1 = c1 (sent) or held. */
+static void x_push(raw_conn *r, uint32_t id, float c0, const float *c1)
+{
+    float v[XN] = { c0, c0, c0, c0 };
+    if (c1) {
+        memcpy(v + 4, c1, 4 * sizeof(float));
+        raw_push_full(r, id, v, XN, NULL, 0, 1, 0, 0);
+    } else {
+        uint8_t bm = 0x01;
+        raw_push_full(r, id, v, 4, &bm, 1, 1, 0, 0);
+    }
+}
+
+/* adagrad, lr, eps 1e-8: the expected values after the steps' mean
+ * gradients d (chunk 1's four values; chunk 0's are 2). */
+static void x_adagrad(double *w, double *G, const double d1[4], double lr)
+{
+    for (int i = 0; i < XN; i++) {
+        double d = i < 4 ? 2.0 : d1[i - 4];
+        G[i] += d * d;
+        w[i] -= lr * d / (sqrt(G[i]) + 1e-8);
+    }
+}
+
+static void x_expect(const char *ep, const double *want, uint64_t v, const char *what)
+{
+    float w[XN], f[XN];
+    server_values(ep, "x", w, XN, v);
+    for (int i = 0; i < XN; i++)
+        f[i] = (float)want[i];
+    assert_near(w, f, XN, 1e-5f, what);
+}
+
+/* Worker r's chunk-1 credits and open holds in the checkpoint in dir. */
+static void x_fill_state(const char *dir, int r, float cred[4], uint8_t open[2])
+{
+    gddr_ckpt c;
+    char err[256], name[32];
+    ck_assert_int_eq(gddr__ckpt_load_newest(dir, &c, err, sizeof err), GDDR_OK);
+    snprintf(name, sizeof name, "fill/%d/0", r);
+    const gddr_ckpt_section *sec = gddr__ckpt_find(&c, name);
+    ck_assert_msg(sec && sec->len == 16 + XN * 4 + 2 + 2, "no %s (credits and open holds) in %s", name,
+                  c.path);
+    memcpy(cred, (const char *)sec->data + 16 + 16, 4 * sizeof(float));
+    memcpy(open, (const char *)sec->data + 16 + XN * 4 + 2, 2);
+    gddr__ckpt_free(&c);
+}
+
+START_TEST(test_fresh_fill_normalising)
+{
+    char dir[] = "/tmp/gddr-test-xfill-XXXXXX", set[128];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(set, sizeof set, "checkpoint_dir=%s", dir);
+    const double lr = 0.5;
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=3", "kind=adagrad", "lr=0.5", "chunk=4",
+                 "checkpoint_interval_s=0", set);
+    raw_conn w[3];
+    for (int r = 0; r < 3; r++) {
+        raw_open(&w[r], s.endpoint);
+        w[r].session = 0x100 + (uint64_t)r; /* the same workers after the restart */
+        raw_hello(&w[r], (uint32_t)r, 3);
+    }
+    uint32_t id = raw_register(&w[0], "x", XN);
+    double want[XN] = { 0 }, G[XN] = { 0 };
+
+    /* A: worker 0 holds chunk 1; 1 and 2 are fresh: the fill is their mean
+     * (5.5 11 16.5 22), credited to worker 0. */
+    static const float a1[4] = { 10, 20, 30, 40 }, a2[4] = { 1, 2, 3, 4 };
+    x_push(&w[0], id, 1, NULL), x_push(&w[1], id, 2, a1), x_push(&w[2], id, 3, a2);
+    x_adagrad(want, G, (const double[4]){ 5.5, 11, 16.5, 22 }, lr);
+    x_expect(s.endpoint, want, 1, "step A: the holder filled with the fresh mean");
+
+    /* B: worker 0 releases chunk 1 (7 each, net 7 - credit = 1.5 -4 -9.5
+     * -15), worker 1 holds it, worker 2 is fresh (100 200 300 400). The
+     * fill is worker 2's alone (the carriers' mean, 50.75 98 ..., would
+     * bounce worker 0's deviation back through worker 1's credit). */
+    static const float b0[4] = { 7, 7, 7, 7 }, b2[4] = { 100, 200, 300, 400 };
+    x_push(&w[0], id, 1, b0), x_push(&w[1], id, 2, NULL), x_push(&w[2], id, 3, b2);
+    x_adagrad(want, G, (const double[4]){ (1.5 + 200) / 3, (-4 + 400) / 3.0, (-9.5 + 600) / 3, (-15 + 800) / 3.0 },
+              lr);
+    x_expect(s.endpoint, want, 2, "step B: the fill is the fresh push's, not the release's");
+
+    /* C: worker 1 releases (50 each, net -50 -150 -250 -350), 0 and 2 hold:
+     * no fresh push, so no fill -- their credits stay 0, their holds open. */
+    static const float c1[4] = { 50, 50, 50, 50 };
+    x_push(&w[0], id, 1, NULL), x_push(&w[1], id, 2, c1), x_push(&w[2], id, 3, NULL);
+    x_adagrad(want, G, (const double[4]){ -50.0 / 3, -150.0 / 3, -250.0 / 3, -350.0 / 3 }, lr);
+    x_expect(s.endpoint, want, 3, "step C: no fresh push, no fill");
+    stop_server(&s); /* SIGTERM writes the final checkpoint */
+    static const float zero[4] = { 0 };
+    const uint8_t open_want[3][2] = { { 0, 1 }, { 0, 0 }, { 0, 1 } };
+    for (int r = 0; r < 3; r++) {
+        float cred[4];
+        uint8_t open[2];
+        char what[64];
+        x_fill_state(dir, r, cred, open);
+        snprintf(what, sizeof what, "worker %d's chunk-1 credit after step C", r);
+        assert_same_floats(cred, zero, 4, what);
+        ck_assert_msg(open[0] == open_want[r][0] && open[1] == open_want[r][1],
+                      "worker %d's open holds in the checkpoint: %u %u, expected %u %u", r, open[0], open[1],
+                      open_want[r][0], open_want[r][1]);
+    }
+
+    /* D, after a restart: 0 and 2 release (9 and 5), 1 holds. Both are
+     * releases (the open holds came back from the checkpoint), so again no
+     * fill: chunk 1's step is (9 + 5) / 3, not (9 + 5 + 7) / 3. */
+    START_SERVER(s, "mode=sync", "workers=3", "kind=adagrad", "lr=0.5", "chunk=4",
+                 "checkpoint_interval_s=0", set);
+    for (int r = 0; r < 3; r++) {
+        uint64_t step = w[r].step;
+        raw_close(&w[r]);
+        raw_open(&w[r], s.endpoint);
+        w[r].session = 0x100 + (uint64_t)r, w[r].step = step;
+        raw_hello(&w[r], (uint32_t)r, 3);
+    }
+    id = raw_register(&w[0], "x", XN);
+    static const float d0[4] = { 9, 9, 9, 9 }, d2[4] = { 5, 5, 5, 5 };
+    x_push(&w[0], id, 1, d0), x_push(&w[1], id, 2, NULL), x_push(&w[2], id, 3, d2);
+    x_adagrad(want, G, (const double[4]){ 14.0 / 3, 14.0 / 3, 14.0 / 3, 14.0 / 3 }, lr);
+    x_expect(s.endpoint, want, 4, "step D after a restart: releases stay releases");
+    for (int r = 0; r < 3; r++)
+        raw_close(&w[r]);
     stop_server(&s);
     gt_rm_rf(dir);
 }
@@ -605,6 +741,7 @@ Suite *suite_optim(void)
     GT_ADD_CASE(s, "optimizers_match_reference", test_optimizers_match_reference, 120);
     GT_ADD_CASE(s, "register_optimizer", test_register_optimizer, 60);
     GT_ADD_CASE(s, "push_lr", test_push_lr, 60);
+    GT_ADD_CASE(s, "fresh_fill_normalising", test_fresh_fill_normalising, 60);
     GT_ADD_CASE(s, "async_adam_fill", test_async_adam_fill, 60);
     return s;
 }
