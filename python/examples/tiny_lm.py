@@ -317,12 +317,18 @@ def run_worker(args):
                       % (rank, s + 1, args.steps, loss_ema, (s + 1) / (now - t_train)), flush=True)
                 last_print = now
         train_s = time.monotonic() - t_train
+        view = ""
+        if args.eval_view and rank == 0:
+            # This worker's own view before its close (the flush of its
+            # residual comes after): what the server's final model is
+            # compared against to see what the close costs.
+            view = " view_loss=%.4f" % evaluate(model, heldout_windows(args))
         k, st = c.counters(), c.stats()
         print("RESULT rank=%d train_loss=%.4f steps=%d bytes_pushed=%d bytes_pulled=%d "
-              "values_pushed=%d mean_staleness=%.3f max_staleness=%d train_seconds=%.2f"
+              "values_pushed=%d mean_staleness=%.3f max_staleness=%d train_seconds=%.2f%s"
               % (rank, loss_ema if loss_ema is not None else float("nan"), args.steps,
                  k["bytes_pushed"], k["bytes_pulled"], k["values_pushed"],
-                 st["worker_staleness_mean"], st["staleness_max"], train_s), flush=True)
+                 st["worker_staleness_mean"], st["staleness_max"], train_s, view), flush=True)
 
 
 def main(argv=None):
@@ -352,6 +358,8 @@ def main(argv=None):
                     help="the linear layers through oneDNN (auto: unless torch uses MKL)")
     ap.add_argument("--progress", type=float, default=5.0, help="seconds between progress lines")
     ap.add_argument("--quiet", action="store_true", help="only the RESULT line")
+    ap.add_argument("--eval-view", action="store_true",
+                    help="rank 0 also scores its own view on the held-out windows before it closes")
     ap.add_argument("--evaluate", action="store_true",
                     help="train nothing: score the server's current model on the held-out windows")
     args = ap.parse_args(argv)
