@@ -96,11 +96,16 @@ void ps_fill_tensor_free(ps_tensor *t)
     t->facc = NULL, t->fcnt = NULL;
 }
 
+/* The default: every expected worker's credits and hold bytes (fw_bytes)
+ * for the whole model, and the fresh-push sums (fresh_bytes) once. */
 static uint64_t fill_limit(gddr_ps *ps)
 {
     if (ps->cfg.max_fill_bytes > 0)
         return (uint64_t)ps->cfg.max_fill_bytes;
-    return ps_per_worker_bound(ps, 4, 1, 0);
+    uint64_t fresh = 0;
+    for (size_t i = 0; i < ps->ntensors; i++)
+        fresh += fresh_bytes(ps->tensors[i]);
+    return ps_per_worker_bound(ps, 4, 2, 0) + fresh;
 }
 
 ps_fillw *ps_fill_find(gddr_ps *ps, uint32_t rank, uint32_t id)

@@ -19,6 +19,9 @@
  *                         filled with the mean of the fresh pushes only (not
  *                         the releases), no fill when none is fresh; which
  *                         holds are open survives a restart
+ *   fill_bound_fits_workers  the default max_fill_bytes holds every
+ *                         expected worker's fill state and the fresh sums
+ *                         of a 4 MiB tensor (no worker is left without fill)
  *   async_adam_fill       async adam: a chunk a push holds back is stepped
  *                         with m-hat, credited, and the credit comes off
  *                         when the chunk is sent (not with fill_held off,
@@ -356,6 +359,53 @@ START_TEST(test_fresh_fill_normalising)
     for (int r = 0; r < 3; r++)
         raw_close(&w[r]);
     stop_server(&s);
+    gt_rm_rf(dir);
+}
+END_TEST
+
+START_TEST(test_fill_bound_fits_workers)
+{
+    enum { BN = 1 << 20, BC = 1 << 16, BCHUNKS = BN / BC };
+    char dir[] = "/tmp/gddr-test-fbound-XXXXXX", set[128];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(set, sizeof set, "checkpoint_dir=%s", dir);
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=3", "kind=adam", "chunk=65536", "checkpoint_interval_s=0", set);
+    float *v = calloc(BN, sizeof(float));
+    for (size_t i = 0; i < BN; i++)
+        v[i] = 0.001f * (float)(i % 97);
+    raw_conn w[3];
+    uint32_t id = 0;
+    for (int r = 0; r < 3; r++) {
+        raw_open(&w[r], s.endpoint);
+        raw_hello(&w[r], (uint32_t)r, 3);
+        if (r == 0)
+            id = raw_register(&w[0], "big", BN);
+    }
+    /* Each worker holds back a chunk of its own (r), so each needs fill. */
+    for (int r = 0; r < 3; r++) {
+        uint8_t bm[BCHUNKS / 8] = { 0xff, 0xff };
+        bm[0] = (uint8_t)(0xff & ~(1u << r));
+        raw_push_full(&w[r], id, v, BN - BC, bm, sizeof bm, 1, 0, 0);
+    }
+    float *got = malloc(BN * sizeof(float));
+    server_values(s.endpoint, "big", got, BN, 1);
+    free(got);
+    for (int r = 0; r < 3; r++)
+        raw_close(&w[r]);
+    stop_server(&s);
+    gddr_ckpt c;
+    char err[256];
+    ck_assert_int_eq(gddr__ckpt_load_newest(dir, &c, err, sizeof err), GDDR_OK);
+    for (int r = 0; r < 3; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "fill/%d/0", r);
+        ck_assert_msg(gddr__ckpt_find(&c, name) != NULL,
+                      "worker %d has no fill state with the default max_fill_bytes (it was left "
+                      "without fill)", r);
+    }
+    gddr__ckpt_free(&c);
+    free(v);
     gt_rm_rf(dir);
 }
 END_TEST
@@ -742,6 +792,7 @@ Suite *suite_optim(void)
     GT_ADD_CASE(s, "register_optimizer", test_register_optimizer, 60);
     GT_ADD_CASE(s, "push_lr", test_push_lr, 60);
     GT_ADD_CASE(s, "fresh_fill_normalising", test_fresh_fill_normalising, 60);
+    GT_ADD_CASE(s, "fill_bound_fits_workers", test_fill_bound_fits_workers, 60);
     GT_ADD_CASE(s, "async_adam_fill", test_async_adam_fill, 60);
     return s;
 }
