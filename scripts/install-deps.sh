@@ -35,6 +35,8 @@ pkgs=(
     python3-seccomp       # runs gddr-ps under the unit's system-call filter (test-unit.sh)
     iproute2              # ip netns and tc: the network experiment and its smoke test
     gnuplot-nox           # the network experiment's pictures (docs/network-*.png)
+    scdoc                 # the manual pages (man/*.scd -> build/man/)
+    man-db                # man -l: scripts/test-man.sh renders every page
 )
 
 # --slurm: also what scripts/slurm/test-slurm.sh needs (a one-node Slurm
