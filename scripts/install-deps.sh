@@ -37,6 +37,10 @@ pkgs=(
     gnuplot-nox           # the network experiment's pictures (docs/network-*.png)
     scdoc                 # the manual pages (man/*.scd -> build/man/)
     man-db                # man -l: scripts/test-man.sh renders every page
+    python3-pip           # make wheel (pip wheel) and scripts/test-wheel.sh (pip install)
+    python3-setuptools    # the wheel's build backend (offline, --no-build-isolation)
+    python3-wheel         # setuptools' bdist_wheel
+    python3-venv          # scripts/test-wheel.sh installs the wheel into a venv
 )
 
 # --slurm: also what scripts/slurm/test-slurm.sh needs (a one-node Slurm
