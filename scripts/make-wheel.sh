@@ -41,8 +41,9 @@ rm -f "$src/gddr/_install.py" # (make install's record, never in a wheel)
 install -m 755 "$lib" "$src/gddr/libgddr-client.so.0"
 strip --strip-unneeded "$src/gddr/libgddr-client.so.0"
 plugin=
-if [ -f "$BUILD/lib/libgddr-cuda.so" ]; then
-  install -m 755 "$BUILD/lib/libgddr-cuda.so" "$src/gddr/libgddr-cuda.so"
+so=$(make --no-print-directory -s plugin-path BUILD="$BUILD" 2> /dev/null) # (empty: none built)
+if [ -n "$so" ] && [ -f "$so" ]; then
+  install -m 755 "$so" "$src/gddr/libgddr-cuda.so"
   strip --strip-unneeded "$src/gddr/libgddr-cuda.so"
   plugin=" and libgddr-cuda.so"
 fi

@@ -42,8 +42,9 @@ scripts/make-deb.sh "$BUILD" > "$aux/make-deb.log" 2>&1 || { cat "$aux/make-deb.
 version=$(sed -n 's/^VERSION *:= *//p' Makefile)
 ma=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 pkgs=(gddr-ps libgddr-client0 libgddr-client-dev python3-gddr)
-plugin=$BUILD/lib/libgddr-cuda.so
-[ -f "$plugin" ] || plugin=
+# The CUDA plugin this configuration builds, as make-deb.sh asks for it.
+plugin=$(make --no-print-directory -s plugin-path BUILD="$BUILD" 2> /dev/null)
+[ -n "$plugin" ] && [ -f "$plugin" ] || plugin=
 [ -z "$plugin" ] || pkgs+=(libgddr-client0-cuda)
 debs=("$BUILD"/deb/*.deb)
 [ "${#debs[@]}" = "${#pkgs[@]}" ] || fail "expected ${#pkgs[@]} packages (${pkgs[*]}), got: ${debs[*]}"

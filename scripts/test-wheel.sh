@@ -29,7 +29,8 @@ whl=$BUILD/wheel/gddr-$version-py3-none-$plat.whl
 [ -f "$whl" ] || fail "no $whl: $(ls "$BUILD/wheel")"
 want="gddr/__init__.py gddr/_lib.py gddr/client.py gddr/libgddr-client.so.0"
 plugin=0
-[ -f "$BUILD/lib/libgddr-cuda.so" ] && { want+=" gddr/libgddr-cuda.so"; plugin=1; }
+p=$(make --no-print-directory -s plugin-path BUILD="$BUILD" 2> /dev/null)
+[ -n "$p" ] && [ -f "$p" ] && { want+=" gddr/libgddr-cuda.so"; plugin=1; }
 list=$("$PY" -m zipfile -l "$whl" | awk 'NR > 1 { print $1 }')
 for f in $want; do grep -qx "$f" <<< "$list" || fail "$whl lacks $f"; done
 grep -q '_install.py' <<< "$list" && fail "$whl carries make install's _install.py"
