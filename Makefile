@@ -5,9 +5,15 @@
 #   make demo       install missing packages, build, train Fashion-MNIST
 #                   (SERVERS=2: the model sharded over two servers)
 #   make slurm-check  run scripts/slurm/gddr.sbatch on a one-node Slurm cluster
-#   make install PREFIX=/usr/local DESTDIR=   (the gddr Python package too)
+#   make install PREFIX=/usr/local DESTDIR=   (the gddr Python package and
+#                   the manual pages too; LIBDIR=PREFIX/lib by default)
 #   make deb        Debian packages under build/deb/ (gddr-ps, libgddr-client0,
-#                   libgddr-client-dev), made with dpkg-deb
+#                   libgddr-client-dev, python3-gddr, libgddr-client0-cuda when
+#                   the CUDA plugin is built), made with debhelper (debian/)
+#   make wheel      build/wheel/gddr-VERSION-py3-none-PLATFORM.whl: the Python
+#                   package with libgddr-client (and the CUDA plugin) inside
+#   make man        the manual pages under build/man/ (scdoc; `all` makes them
+#                   when scdoc is installed)
 #   make SANITIZER=address|undefined
 #   make WITH_CUDA=0  (force a CPU-only build)
 #
@@ -18,6 +24,13 @@ CC        ?= cc
 BUILD     ?= build$(if $(SANITIZER),/$(SANITIZER))
 PREFIX    ?= /usr/local
 DESTDIR   ?=
+# Where make install puts the libraries (the Debian packages: the multiarch
+# folder /usr/lib/<triplet>), the CUDA plugin (libgddr-client looks for it
+# next to itself, then in a gddr/ folder there: kernels/cuda_loader.c) and
+# the manual pages.
+LIBDIR    ?= $(PREFIX)/lib
+PLUGINDIR ?= $(LIBDIR)
+MANDIR    ?= $(PREFIX)/share/man
 SANITIZER ?=
 VERSION   := 0.1.0
 # The gddr Python package installs where this python3 looks for PREFIX's
@@ -125,10 +138,17 @@ BINS     := $(BUILD)/bin/gddr-ps $(BUILD)/bin/gddr-train $(BUILD)/bin/gddr-ctl \
             $(BUILD)/bin/gddr-keygen $(BUILD)/bin/gddr-bench
 TESTBIN  := $(BUILD)/bin/gddr-tests
 BENCHES  := $(patsubst tests/%.c,$(BUILD)/bin/%,$(BENCH_SRC))
+# The manual pages, written once in scdoc (man/*.scd); gddr-ps.ini(5) gets
+# its key list from the server's own table (gddr-ps --dump-config
+# --markdown, through scripts/man-keys.sh), so it cannot drift from it.
+SCDOC    ?= $(shell command -v scdoc 2>/dev/null)
+MAN_SRC  := $(wildcard man/*.scd)
+MANS     := $(patsubst man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
 
-.PHONY: all deps check demo install clean cuda-status bench slurm-check config-table deb
+.PHONY: all deps check demo install clean cuda-status bench slurm-check config-table deb wheel man \
+        plugin-path
 all: cuda-status $(LIB_A) $(LIB_SO) $(PLUGIN_SO) $(FAKE_SO) $(BINS) $(TESTBIN) $(BENCHES) \
-     $(BUILD)/gddr-client.pc
+     $(BUILD)/gddr-client.pc $(if $(SCDOC),$(MANS))
 
 cuda-status:
 ifeq ($(USE_CUDA),1)
@@ -257,6 +277,22 @@ $(BUILD)/bin/bench_%: $(BUILD)/obj/tests/bench_%.o $(SERVER_A) $(TRAIN_A) $(LIB_
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS) $(if $(USE_CUDA),$(CUDA_RPATH) -lcudart)
 
+$(BUILD)/man/%: man/%.scd
+	@mkdir -p $(dir $@)
+	@echo "  SCDOC  $<"
+	$(Q)$(SCDOC) < $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/man/gddr-ps.ini.5: man/gddr-ps.ini.5.scd scripts/man-keys.sh $(BUILD)/bin/gddr-ps
+	@mkdir -p $(dir $@)
+	@echo "  SCDOC  $< (keys from gddr-ps --dump-config --markdown)"
+	$(Q)$(BUILD)/bin/gddr-ps --dump-config --markdown > $@.md
+	$(Q)scripts/man-keys.sh $< < $@.md | $(SCDOC) > $@.tmp && rm -f $@.md && mv $@.tmp $@
+
+man: $(MANS)
+ifeq ($(SCDOC),)
+	@echo "man: scdoc not found (scripts/install-deps.sh installs it)" >&2; exit 1
+endif
+
 $(BUILD)/gddr-client.pc: Makefile
 	@mkdir -p $(BUILD)
 	@printf 'prefix=%s\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: gddr-client\nDescription: GDDR parameter-server client library\nVersion: %s\nRequires.private: libzmq libprotobuf-c inih\nLibs: -L$${libdir} -lgddr-client\nLibs.private: -lz -lm -pthread -ldl\nCflags: -I$${includedir}\n' \
@@ -279,10 +315,22 @@ demo: deps
 bench: all
 	@scripts/bench.sh
 
-# Debian packages of this build (scripts/make-deb.sh; make check installs
-# them into a scratch root, scripts/test-deb.sh).
+# Debian packages of this build, made by debhelper from debian/ on a copy
+# under $(BUILD)/debian-tree (scripts/make-deb.sh; make check lints them and
+# installs them into a scratch root, scripts/test-deb.sh).
 deb: all
 	@scripts/make-deb.sh $(BUILD)
+
+# The CUDA plugin this configuration builds, empty when none
+# (scripts/make-deb.sh asks, to leave its package out or not).
+plugin-path:
+	@echo $(PLUGIN_SO)
+
+# The Python package as a wheel with libgddr-client (and the CUDA plugin,
+# when built) inside, installable offline with pip (scripts/make-wheel.sh;
+# make check installs it into a venv, scripts/test-wheel.sh).
+wheel: all
+	@scripts/make-wheel.sh $(BUILD)
 
 # README's configuration reference, written from the key tables
 # (server/config.c, client/src/options.c); `gddr-tests conf` fails when the
@@ -300,19 +348,28 @@ slurm-check: all
 	@scripts/slurm/test-slurm.sh $(SERVERS)
 
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig \
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(LIBDIR)/pkgconfig \
 	  $(DESTDIR)$(PREFIX)/include/gddr $(DESTDIR)$(PREFIX)/share/gddr
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
-	install -m 644 $(LIB_A) $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(LIB_SO) $(DESTDIR)$(PREFIX)/lib/libgddr-client.so.0
-	ln -sf libgddr-client.so.0 $(DESTDIR)$(PREFIX)/lib/libgddr-client.so
+	install -m 644 $(LIB_A) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(LIB_SO) $(DESTDIR)$(LIBDIR)/libgddr-client.so.0
+	ln -sf libgddr-client.so.0 $(DESTDIR)$(LIBDIR)/libgddr-client.so
 ifeq ($(USE_CUDA),1)
-	install -m 755 $(PLUGIN_SO) $(DESTDIR)$(PREFIX)/lib/
+	install -d $(DESTDIR)$(PLUGINDIR)
+	install -m 755 $(PLUGIN_SO) $(DESTDIR)$(PLUGINDIR)/
 endif
 	install -m 644 client/include/gddr/*.h $(DESTDIR)$(PREFIX)/include/gddr/
-	# The .pc names the PREFIX of this install, whatever PREFIX built it.
-	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/gddr-client.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/gddr-client.pc
-	chmod 644 $(DESTDIR)$(PREFIX)/lib/pkgconfig/gddr-client.pc
+	# The .pc names the PREFIX and LIBDIR of this install, whatever PREFIX built it.
+	sed -e 's|^prefix=.*|prefix=$(PREFIX)|' -e 's|^libdir=.*|libdir=$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|' \
+	  $(BUILD)/gddr-client.pc > $(DESTDIR)$(LIBDIR)/pkgconfig/gddr-client.pc
+	chmod 644 $(DESTDIR)$(LIBDIR)/pkgconfig/gddr-client.pc
+ifneq ($(SCDOC),)
+	install -d $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man5
+	install -m 644 $(filter %.1,$(MANS)) $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(filter %.5,$(MANS)) $(DESTDIR)$(MANDIR)/man5/
+else
+	@echo "install: scdoc not found: the manual pages are not installed"
+endif
 	install -m 644 config/*.ini config/*.service config/*.json $(DESTDIR)$(PREFIX)/share/gddr/
 	# The local launcher as a command (S servers, W workers on this host).
 	install -m 755 scripts/launch-local.sh $(DESTDIR)$(PREFIX)/bin/gddr-launch
@@ -321,7 +378,7 @@ ifneq ($(PYTHON_SITE),)
 	install -d $(DESTDIR)$(PYTHON_SITE)/gddr $(DESTDIR)$(PREFIX)/share/gddr/examples
 	install -m 644 python/gddr/*.py $(DESTDIR)$(PYTHON_SITE)/gddr/
 	printf '"""Written by make install: where it put libgddr-client."""\nLIBDIR = "%s"\n' \
-	  '$(PREFIX)/lib' > $(DESTDIR)$(PYTHON_SITE)/gddr/_install.py
+	  '$(LIBDIR)' > $(DESTDIR)$(PYTHON_SITE)/gddr/_install.py
 	install -m 755 python/examples/*.py $(DESTDIR)$(PREFIX)/share/gddr/examples/
 else
 	@echo "install: $(PYTHON) not found: the gddr Python package is not installed"

@@ -18,10 +18,13 @@
  * plugin, in this order:
  *   1. next to the object that holds this code (libgddr-client.so, or the
  *      executable that linked libgddr-client.a), found with dladdr;
- *   2. ../lib/ from there (an executable in PREFIX/bin, the plugin in
+ *   2. the folder gddr/ there (the Debian package libgddr-client0-cuda puts
+ *      it in /usr/lib/<multiarch>/gddr/: a plugin without a SONAME does not
+ *      belong in the library folder itself);
+ *   3. ../lib/ from there (an executable in PREFIX/bin, the plugin in
  *      PREFIX/lib, also build/bin and build/lib);
- *   3. the file named by $GDDR_CUDA_PLUGIN;
- *   4. libgddr-cuda.so through the default loader path (LD_LIBRARY_PATH,
+ *   4. the file named by $GDDR_CUDA_PLUGIN;
+ *   5. libgddr-cuda.so through the default loader path (LD_LIBRARY_PATH,
  *      ld.so.cache).
  * The first that loads and has the right ABI wins. When none does, the
  * reason for each is kept: gddr_cuda_available() returns it, and every
@@ -151,6 +154,9 @@ static void search(void)
     char dir[PATH_MAX], path[PATH_MAX + 64];
     if (self_dir(dir, sizeof dir)) {
         snprintf(path, sizeof path, "%s/%s", dir, GDDR_CUDA_PLUGIN_FILE);
+        if (try_open(path, 1, tried, sizeof tried))
+            return;
+        snprintf(path, sizeof path, "%s/gddr/%s", dir, GDDR_CUDA_PLUGIN_FILE);
         if (try_open(path, 1, tried, sizeof tried))
             return;
         snprintf(path, sizeof path, "%s/../lib/%s", dir, GDDR_CUDA_PLUGIN_FILE);

@@ -35,6 +35,15 @@ pkgs=(
     python3-seccomp       # runs gddr-ps under the unit's system-call filter (test-unit.sh)
     iproute2              # ip netns and tc: the network experiment and its smoke test
     gnuplot-nox           # the network experiment's pictures (docs/network-*.png)
+    scdoc                 # the manual pages (man/*.scd -> build/man/)
+    man-db                # man -l: scripts/test-man.sh renders every page
+    debhelper             # make deb: dh and its dh_* tools (debian/)
+    dh-python             # make deb: dh_python3 for python3-gddr
+    lintian               # scripts/test-deb.sh: the packages must be lintian-clean
+    python3-pip           # make wheel (pip wheel) and scripts/test-wheel.sh (pip install)
+    python3-setuptools    # the wheel's build backend (offline, --no-build-isolation)
+    python3-wheel         # setuptools' bdist_wheel
+    python3-venv          # scripts/test-wheel.sh installs the wheel into a venv
 )
 
 # --slurm: also what scripts/slurm/test-slurm.sh needs (a one-node Slurm

@@ -14,6 +14,11 @@
 # build_documented ME DIR FILE WHAT
 #               compile FILE with the `cc NAME.c ...` command its comment gives
 # field K LINE  the value of K=... in a RESULT line
+# stand_in_cuda_driver DIR
+#               build DIR/libcuda.so.1, an empty library named like NVIDIA's
+#               driver: with DIR on LD_LIBRARY_PATH, libgddr-client looks for
+#               its CUDA plugin on a host without a GPU (the plugin then loads
+#               and reports that no device is usable)
 # server_eval EP WORKLOAD [gddr-train args...]
 #               the RESULT line of the model the server holds now: an observer
 #               pulls it and evaluates it on the test set (changes nothing;
@@ -102,6 +107,12 @@ build_documented() {
 }
 
 field() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<< "$2"; }
+
+stand_in_cuda_driver() {
+  mkdir -p "$1"
+  echo 'int gddr_stand_in_driver;' > "$1/driver.c"
+  cc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$1/libcuda.so.1" "$1/driver.c"
+}
 
 server_eval() {
   local ep=$1 wl=$2 out

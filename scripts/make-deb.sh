@@ -1,124 +1,72 @@
 #!/usr/bin/env bash
-# make deb: Debian packages of this build, made with dpkg-deb, into $BUILD/deb/:
+# make deb: the Debian packages of this build, made with debhelper from
+# debian/ (debian/rules), into $BUILD/deb/:
 #
-#   gddr-ps             the daemon and the tools (gddr-ps, gddr-ctl, gddr-keygen,
-#                       gddr-train, gddr-bench, gddr-launch), the systemd unit (DynamicUser:
-#                       no system user to create), /etc/gddr/gddr-ps.ini (a
-#                       conffile), the docs an operator needs
-#   libgddr-client0     the shared library (not a CUDA build's plugin: the CUDA
-#                       runtime it needs is not a Debian package here)
-#   libgddr-client-dev  headers, the static library, the .so link, pkg-config
+#   gddr-ps               the daemon and the tools (gddr-ps, gddr-ctl,
+#                         gddr-keygen, gddr-train, gddr-bench, gddr-launch),
+#                         their manual pages and gddr-ps.ini(5), the systemd
+#                         unit (dh_installsystemd; DynamicUser: no system user
+#                         to create; not enabled or started at install),
+#                         /etc/gddr/gddr-ps.ini (a conffile), the docs an
+#                         operator needs
+#   libgddr-client0       the shared library in /usr/lib/<multiarch>/ (shlibs,
+#                         symbols, the ldconfig trigger)
+#   libgddr-client-dev    headers, the static library, the .so link, pkg-config
+#   python3-gddr          the gddr package (it loads libgddr-client0's library)
+#   libgddr-client0-cuda  the CUDA plugin, in /usr/lib/<multiarch>/gddr/, when
+#                         this build made one (nvcc found); it needs NVIDIA's
+#                         CUDA runtime, not a Debian package (its Description
+#                         says which)
 #
-# Installed under /usr. Depends: the Debian packages that hold the libraries
-# the binaries name (NEEDED), found with dpkg -S on this machine; -dev
-# depends on the -dev packages its pkg-config file requires. Nothing is
-# started or enabled at install: `systemctl enable --now gddr-ps`.
-# (The Python package stays with `make install`.)
+# dh runs on a copy of debian/ under $BUILD/debian-tree, with copies of the
+# files the packages document, so that everything it writes stays under
+# $BUILD; nothing is compiled there: debian/rules installs this build with
+# `make install PREFIX=/usr LIBDIR=/usr/lib/<multiarch>`. Binaries are
+# stripped (no -dbgsym packages); Depends come from dh_shlibdeps. The
+# packages are lintian-clean: scripts/test-deb.sh checks it.
 #
 #   scripts/make-deb.sh [BUILD]      (BUILD: the build folder, default build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
 me=make-deb
+fail() { echo "$me: $*" >&2; exit 1; }
+for t in dh dh_python3 dpkg-architecture dpkg-parsechangelog objdump; do
+  command -v "$t" > /dev/null || fail "$t not found (scripts/install-deps.sh installs debhelper, dh-python, dpkg-dev)"
+done
 version=$(sed -n 's/^VERSION *:= *//p' Makefile)
-arch=$(dpkg --print-architecture)
-out=$BUILD/deb
-stage=$(mktemp -d /tmp/gddr-deb.XXXXXX)
-trap 'rm -rf "$stage"' EXIT
-make --no-print-directory install PREFIX=/usr DESTDIR="$stage/all" PYTHON_SITE= > "$stage/install.log"
-a=$stage/all/usr
-
-# deps FILE...: the packages holding the libraries the files name directly.
-deps() {
-  local f so path c pkg
-  for f in "$@"; do
-    [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] || continue # (gddr-launch: a script)
-    for so in $(objdump -p "$f" | awk '$1 == "NEEDED" { print $2 }'); do
-      path=$(ldd "$f" | awk -v so="$so" '$1 == so { print $3 }')
-      [ -n "$path" ] || continue
-      for c in "$path" "/usr$path" "$(readlink -f "$path")" "/usr$(readlink -f "$path")"; do
-        pkg=$(dpkg -S "$c" 2>/dev/null | head -n 1 | cut -d: -f1) || true
-        [ -n "$pkg" ] && { echo "$pkg"; break; }
-      done
-    done
-  done | sort -u | paste -sd, | sed 's/,/, /g'
-}
-
-# control DIR PACKAGE DEPENDS DESCRIPTION...
-control() {
-  local dir=$1 pkg=$2 dep=$3
-  shift 3
-  mkdir -p "$dir/DEBIAN"
-  {
-    echo "Package: $pkg"
-    echo "Version: $version"
-    echo "Architecture: $arch"
-    echo "Maintainer: GDDR developers <gddr@localhost>"
-    echo "Section: net"
-    echo "Priority: optional"
-    [ -z "$dep" ] || echo "Depends: $dep"
-    echo "Installed-Size: $(du -sk --exclude=DEBIAN "$dir" | cut -f1)"
-    echo "Description: $1"
-    shift
-    for line in "$@"; do echo " $line"; done
-  } > "$dir/DEBIAN/control"
-  find "$dir" -path "$dir/DEBIAN" -prune -o -type f -printf '%P\0' | sort -z |
-    (cd "$dir" && xargs -0 -r md5sum) > "$dir/DEBIAN/md5sums"
-}
-
-# gddr-ps
-d=$stage/gddr-ps
-install -d "$d/usr/bin" "$d/lib/systemd/system" "$d/etc/gddr" "$d/usr/share/doc/gddr-ps"
-for b in gddr-ps gddr-ctl gddr-keygen gddr-train gddr-bench gddr-launch; do install -m 755 "$a/bin/$b" "$d/usr/bin/"; done
-install -D -m 644 "$a/share/gddr/lib.sh" "$d/usr/share/gddr/lib.sh" # gddr-launch's helpers
-# The unit of `make install` with /usr paths, and the package's own header
-# in place of its install notes.
+changelog=$(dpkg-parsechangelog -l debian/changelog -S Version)
+[ "$version" = "$changelog" ] || fail "debian/changelog's version is $changelog, the Makefile's $version: add a changelog entry"
+[ -d "$BUILD/man" ] && [ -n "$(ls "$BUILD/man")" ] || fail "no manual pages in $BUILD/man (scdoc missing? scripts/install-deps.sh)"
+top=$PWD
+b=$(cd "$BUILD" && pwd)
+tree=$b/debian-tree
+out=$b/deb
+rm -rf "$tree"
+mkdir -p "$tree/docs" "$out"
+cp -r debian config README.md "$tree/"
+cp docs/operations.md docs/protocol.md "$tree/docs/"
+# The unit of config/ with the package's paths (its hardening unchanged),
+# and the package's own header in place of the hand-install notes.
 {
   echo "# gddr-ps.service -- the GDDR parameter server under systemd (Debian package gddr-ps)."
   echo "#"
   echo "# Edit /etc/gddr/gddr-ps.ini (at least listen and checkpoint_dir = /var/lib/gddr),"
   echo "# check it with gddr-ps -c /etc/gddr/gddr-ps.ini --check-config, then"
-  echo "# systemctl enable --now gddr-ps. See /usr/share/doc/gddr-ps/operations.md."
+  echo "# systemctl enable --now gddr-ps. See gddr-ps(1), gddr-ps.ini(5) and"
+  echo "# /usr/share/doc/gddr-ps/operations.md."
   awk 'body || !/^#/ { body = 1; print }' config/gddr-ps.service |
     sed -e 's#/usr/local/bin/#/usr/bin/#g' \
-        -e 's#file:/usr/local/share/gddr/gddr-ps.ini#file:/usr/share/doc/gddr-ps/operations.md#g'
-} > "$d/lib/systemd/system/gddr-ps.service"
-chmod 644 "$d/lib/systemd/system/gddr-ps.service"
-install -m 644 config/gddr-ps.ini "$d/etc/gddr/gddr-ps.ini"
-install -m 644 config/gddr-client.ini config/grafana-gddr-ps.json README.md docs/operations.md \
-  docs/protocol.md "$d/usr/share/doc/gddr-ps/"
-mkdir -p "$d/DEBIAN"
-echo /etc/gddr/gddr-ps.ini > "$d/DEBIAN/conffiles"
-control "$d" gddr-ps "$(deps "$d"/usr/bin/*)" \
-  "GDDR parameter server for distributed training" \
-  "gddr-ps holds a model's float32 tensors and applies the gradients workers" \
-  "push over ZeroMQ (async, sync, ssp; staleness-aware steps, checkpoints," \
-  "CURVE). With gddr-ctl, gddr-keygen, the gddr-train trainer and a" \
-  "hardened systemd unit (not enabled at install)."
-
-# libgddr-client0
-l=$stage/libgddr-client0
-install -d "$l/usr/lib"
-install -m 644 "$a/lib/libgddr-client.so.0" "$l/usr/lib/"
-control "$l" libgddr-client0 "$(deps "$l/usr/lib/libgddr-client.so.0")" \
-  "GDDR parameter-server client library" \
-  "libgddr-client: pull parameters from and push gradients to gddr-ps."
-
-# libgddr-client-dev
-v=$stage/libgddr-client-dev
-install -d "$v/usr/lib/pkgconfig" "$v/usr/include/gddr"
-install -m 644 "$a/lib/libgddr-client.a" "$v/usr/lib/"
-ln -s libgddr-client.so.0 "$v/usr/lib/libgddr-client.so"
-install -m 644 "$a/lib/pkgconfig/gddr-client.pc" "$v/usr/lib/pkgconfig/"
-install -m 644 "$a"/include/gddr/*.h "$v/usr/include/gddr/"
-control "$v" libgddr-client-dev \
-  "libgddr-client0 (= $version), libzmq3-dev, libprotobuf-c-dev, libinih-dev" \
-  "GDDR parameter-server client library: development files" \
-  "Headers, static library and pkg-config file (gddr-client) of libgddr-client."
-
-mkdir -p "$out"
+        -e 's#^Documentation=.*#Documentation=man:gddr-ps(1) man:gddr-ps.ini(5) file:/usr/share/doc/gddr-ps/operations.md#'
+} > "$tree/debian/gddr-ps.service"
+# A build without the CUDA plugin leaves its package out (a build profile).
+plugin=$(make --no-print-directory -s plugin-path BUILD="$BUILD" 2> /dev/null)
+profiles=
+[ -n "$plugin" ] && [ -f "$plugin" ] || profiles=nocuda
 rm -f "$out"/*.deb
-for p in gddr-ps libgddr-client0 libgddr-client-dev; do
-  dpkg-deb --root-owner-group --build "$stage/$p" "$out/${p}_${version}_$arch.deb" > /dev/null
-  echo "$me: $out/${p}_${version}_$arch.deb"
-done
+if ! (cd "$tree" && GDDR_TOP="$top" GDDR_BUILD="$b" GDDR_DEB_OUT="$out" DEB_BUILD_PROFILES="$profiles" \
+        debian/rules binary) > "$tree/dh.log" 2>&1; then
+  tail -n 40 "$tree/dh.log" >&2
+  fail "debian/rules binary failed (the whole log: $tree/dh.log)"
+fi
+for deb in "$out"/*.deb; do echo "$me: $deb"; done

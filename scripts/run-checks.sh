@@ -6,7 +6,11 @@
 # loop (scripts/test-lib.sh), the Grafana dashboard's queries
 # (scripts/test-dashboard.sh), the README's
 # by-hand block (scripts/test-readme.sh), the install check (with every C
-# block of the docs compiled), the Debian packages (scripts/test-deb.sh), the protocol
+# block of the docs compiled), the manual pages (scripts/test-man.sh: man -l
+# renders each, every option and INI key named), the wheel (scripts/test-wheel.sh:
+# pip installs it offline into a venv, gddr imports and trains with the
+# library inside it), the Debian packages (scripts/test-deb.sh: lintian-clean,
+# installed into a scratch root, C and python3-gddr through them), the protocol
 # test (tests/protocol: the wire spoken from Python without libgddr-client),
 # the Python package's tests (python/tests: gddr and gddr.torch over
 # libgddr-client) with the language-model example's smoke run
@@ -63,6 +67,8 @@ if [ $# -eq 0 ]; then
   scripts/test-dashboard.sh || status=$?
   scripts/test-readme.sh || status=$?
   scripts/test-install.sh || status=$?
+  scripts/test-man.sh || status=$?
+  scripts/test-wheel.sh || status=$?
   scripts/test-deb.sh || status=$?
   protocol=1
   python=1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs GDDR into a scratch DESTDIR, builds client/examples/minimal.c with
+# Installs GDDR (the manual pages too) into a scratch DESTDIR, builds client/examples/minimal.c with
 # exactly the command its comment gives (pkg-config against the install) and
 # trains it through the installed gddr-ps; compiles every C block of
 # README.md and docs/*.md with the `cc ...` command in its first comment;
@@ -15,7 +15,7 @@ trap cleanup EXIT
 make --no-print-directory install PREFIX=/usr/local DESTDIR="$stage" > "$stage/install.log"
 prefix="$stage/usr/local"
 for f in bin/gddr-ps bin/gddr-train bin/gddr-ctl bin/gddr-launch share/gddr/lib.sh lib/libgddr-client.a lib/libgddr-client.so \
-         include/gddr/gddr.h lib/pkgconfig/gddr-client.pc; do
+         include/gddr/gddr.h lib/pkgconfig/gddr-client.pc share/man/man1/gddr-ps.1 share/man/man5/gddr-ps.ini.5; do
   [ -e "$prefix/$f" ] || { echo "test-install: FAIL: $f was not installed" >&2; exit 1; }
 done
 # The shared library exports exactly the functions of the public header.

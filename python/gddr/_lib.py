@@ -7,11 +7,16 @@ the library.
 Where the library comes from, first found wins:
 
   1. $GDDR_LIB: the path of libgddr-client.so (a file), or a folder holding it
-  2. next to this package (a copy placed beside gddr/)
+  2. inside this package (gddr/libgddr-client.so.0: the wheel of `make wheel`
+     carries it there, with the CUDA plugin beside it when one was built),
+     or next to the package (a copy placed beside gddr/)
   3. the build tree this package sits in (python/gddr -> build/lib), when
      run from a checkout after `make`
-  4. where `make install` put it (PREFIX/lib, recorded in _install.py)
-  5. the dynamic loader's own search (libgddr-client.so.0: ldconfig, LD_LIBRARY_PATH)
+  4. where `make install` put it (LIBDIR, recorded in _install.py)
+  5. the dynamic loader's own search (libgddr-client.so.0: ldconfig, LD_LIBRARY_PATH;
+     how Debian's python3-gddr finds libgddr-client0's library)
+
+`path` is the file that was loaded (for 5, read back from /proc/self/maps).
 """
 
 import ctypes
@@ -150,6 +155,19 @@ def candidates():
     return found
 
 
+def _mapped(name):
+    """The path of the loaded object whose file name is `name`, else `name`."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                p = line.split(None, 5)[-1].strip()
+                if p.endswith("/" + name):
+                    return p
+    except OSError:
+        pass
+    return name
+
+
 def load():
     tried = []
     for p in candidates():
@@ -158,11 +176,13 @@ def load():
         except OSError as e:
             tried.append("%s: %s" % (p, e))
     try:
-        return ctypes.CDLL(SONAME), SONAME
+        return ctypes.CDLL(SONAME), _mapped(SONAME)
     except OSError as e:
         tried.append("%s: %s" % (SONAME, e))
-    raise OSError("gddr: cannot load libgddr-client (build it with `make`, install it with "
-                  "`make install`, or set GDDR_LIB to its path); tried:\n  " + "\n  ".join(tried))
+    raise OSError("gddr: cannot load libgddr-client (install the wheel of `make wheel`, which "
+                  "carries it, or the Debian package libgddr-client0; or build it with `make`, "
+                  "install it with `make install`, or set GDDR_LIB to its path); tried:\n  "
+                  + "\n  ".join(tried))
 
 
 lib, path = load()
