@@ -17,7 +17,7 @@
 
 #include <stddef.h>
 
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -19,7 +19,7 @@
 #include "cuda_api.h"
 #include "cuda_err.h"
 #include "fused.h"
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 
 /* The context: one stream, a cuBLAS handle bound to it, and scratch for
  * the block partial sums of the reductions in fused.cu (ctx_scratch()). */
