@@ -285,7 +285,7 @@ deb: all
 	@scripts/make-deb.sh $(BUILD)
 
 # README's configuration reference, written from the key tables
-# (server/config.c, client/src/options.c); `gddr-tests conf` fails when the
+# (server/config.c, common/client_conf.c); `gddr-tests conf` fails when the
 # README and the tables differ.
 config-table: $(BUILD)/bin/gddr-ps
 	$(Q)$(BUILD)/bin/gddr-ps --dump-config --markdown > $(BUILD)/config-table.md

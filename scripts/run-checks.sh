@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the checks from the repository root: a second make has nothing to do,
-# the repository stands alone (scripts/test-docs.sh: no citation of a file
+# the layering rules hold (scripts/check-layers.sh: the daemon holds no
+# client code), the repository stands alone (scripts/test-docs.sh: no citation of a file
 # outside it, every docs/design.md section cited exists), the systemd unit's
 # hardening (scripts/test-unit.sh), the demo's progress
 # loop (scripts/test-lib.sh), the Grafana dashboard's queries
@@ -57,6 +58,7 @@ if [ $# -eq 0 ]; then
   else
     echo "run-checks: a second make has nothing to do"
   fi
+  scripts/check-layers.sh "$build" || status=$?
   scripts/test-docs.sh || status=$?
   scripts/test-unit.sh || status=$?
   scripts/test-lib.sh || status=$?

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client_conf.h"
 #include "conf.h"
 #include "config.h"
 #include "numparse.h"
@@ -849,7 +850,6 @@ START_TEST(test_readme_table)
     char *argv[] = { (char *)bin, "--dump-config", "--markdown", NULL };
     ck_assert_int_eq(run_capture(argv, out, errb, sizeof out, 20), 0);
     /* Every key of both tables has its row. */
-    extern const gddr__conf_key gddr__client_conf_table[];
     const gddr__conf_key *tabs[] = { TAB, gddr__client_conf_table };
     for (int t = 0; t < 2; t++)
         for (const gddr__conf_key *k = tabs[t]; k->name; k++) {

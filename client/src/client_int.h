@@ -2,7 +2,7 @@
  *
  * client.c   socket, requests in flight, replies, reconnects
  * step.c     gddr_step: clipping, DC-ASGD, GDDR residuals, push/pull order
- * options.c  INI table and rank discovery
+ * options.c  [client] INI section (table: common/client_conf.c), rank discovery
  * pipeline.c the library thread behind gddr_step_submit/gddr_step_wait
  */
 #ifndef GDDR_CLIENT_INT_H
