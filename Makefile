@@ -235,12 +235,12 @@ $(BUILD)/bin/gddr-train: $(BUILD)/obj/client/train/gddr-train.o $(TRAIN_A) $(LIB
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The benchmark drives the server's apply pool in process as well.
-$(BUILD)/bin/gddr-bench: $(BUILD)/obj/server/tools/gddr-bench.o $(SERVER_A) $(CPU_A)
+$(BUILD)/bin/gddr-bench: $(BUILD)/obj/tools/gddr-bench.o $(SERVER_A) $(CPU_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bin/gddr-%: $(BUILD)/obj/server/tools/gddr-%.o $(CPU_A)
+$(BUILD)/bin/gddr-%: $(BUILD)/obj/tools/gddr-%.o $(CPU_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
