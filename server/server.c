@@ -265,13 +265,9 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
         ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "this connection's key is no longer authorized");
         return;
     }
+    /* A rank not below max_workers never gets here: handle_message
+     * refuses it for every request, hello included. */
     if (body == GDDR__REQUEST__BODY_HELLO) {
-        if (!rq->observer && rq->rank >= (uint32_t)ps->cfg.max_workers) {
-            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "rank %u is not below max_workers %lld",
-                      rq->rank, ps->cfg.max_workers);
-            ps_log_refusal(ps, "refused a hello as rank %u: not below max_workers", rq->rank);
-            return;
-        }
         if (!shard_layout_ok(ps, ident, rq)) {
             ps_log_refusal(ps, "refused a hello %s %u: its server list does not match this "
                                "server's shard layout", rq->observer ? "from an observer, rank" : "as rank",

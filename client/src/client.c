@@ -888,9 +888,6 @@ int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int s
     return GDDR_OK;
 }
 
-void gddr__pipeline_stop(gddr_client *c);
-void gddr__step_free(ctensor *t);
-
 void gddr_client_close(gddr_client **cp)
 {
     if (!cp || !*cp)

@@ -246,6 +246,9 @@ int gddr__cuda_d2d(void *dst, const void *src, size_t bytes);
 /* Releases the device path's CUDA context (tensor buffers go with
  * gddr__step_free). */
 void gddr__step_dev_close(gddr_client *c);
+/* Frees what the step keeps for a tensor (its GDDR residual, the
+ * accumulated gradient, the device state); gddr_client_close calls it. */
+void gddr__step_free(ctensor *t);
 
 /* pipeline.c */
 /* 1 while gddr_step_submit() has steps the trainer has not waited for
