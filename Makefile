@@ -63,7 +63,7 @@ ifneq ($(SANITIZER),)
 endif
 
 # No program and no library of the project links CUDA except the plugin
-# $(BUILD)/lib/libgddr-cuda.so (kernels/cuda_rt.c and kernels/*.cu), which
+# $(BUILD)/lib/libgddr-cuda.so (kernels/cuda_*.c but the loader, and kernels/*.cu), which
 # libgddr-client dlopen()s the first time a caller hands it device memory
 # (kernels/cuda_loader.c). GDDR_HAVE_CUDA only tells the client library that
 # a plugin was built, so it may look for one. The daemon and the tools link
@@ -90,7 +90,7 @@ endif
 PROTO_C    := $(BUILD)/proto/gddr.pb-c.c
 PROTO_H    := $(BUILD)/proto/gddr.pb-c.h
 COMMON_SRC := $(wildcard common/*.c)
-PLUGIN_C   := kernels/cuda_rt.c
+PLUGIN_C   := kernels/cuda_rt.c kernels/cuda_err.c kernels/cuda_plugin.c
 KERNEL_SRC := $(filter-out $(PLUGIN_C),$(wildcard kernels/*.c))
 KERNEL_CU  := $(if $(USE_CUDA),$(wildcard kernels/*.cu))
 CLIENT_SRC := $(wildcard client/src/*.c)
@@ -178,7 +178,7 @@ $(BUILD)/cpu/obj/proto/gddr.pb-c.o: $(PROTO_C) $(PROTO_H)
 	$(Q)$(CC) $(CPU_CFLAGS) -Wno-shadow -c $< -o $@
 
 $(BUILD)/cpu/obj/kernels/blas.o: CPU_CFLAGS += -Wno-psabi
-$(BUILD)/obj/kernels/cuda_rt.o: ALL_CFLAGS += $(CUDA_CFLAGS) -fvisibility=hidden
+$(BUILD)/obj/kernels/cuda_rt.o $(BUILD)/obj/kernels/cuda_err.o $(BUILD)/obj/kernels/cuda_plugin.o: ALL_CFLAGS += $(CUDA_CFLAGS) -fvisibility=hidden
 $(BUILD)/obj/tests/bench_kernels.o: ALL_CFLAGS += $(CUDA_CFLAGS)
 
 $(CPU_A): $(CPU_O)
