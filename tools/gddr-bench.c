@@ -44,7 +44,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include <zmq.h>
 
 #include "bench_raw.h"
 #include "blas.h"
