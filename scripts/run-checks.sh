@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the checks from the repository root: a second make has nothing to do,
 # the layering rules hold (scripts/check-layers.sh: the daemon holds no
-# client code), the repository stands alone (scripts/test-docs.sh: no citation of a file
-# outside it, every docs/design.md section cited exists), the systemd unit's
+# client code, no include or call cycle among the files of a folder, no
+# source file over 700 lines), the repository stands alone
+# (scripts/test-docs.sh: no citation of a file outside it, every docs/design.md section cited exists), the systemd unit's
 # hardening (scripts/test-unit.sh), the demo's progress
 # loop (scripts/test-lib.sh), the Grafana dashboard's queries
 # (scripts/test-dashboard.sh), the README's
