@@ -49,7 +49,6 @@ call client/src/step.c -> client/src/shard.c
 # Files over the limit, until the client is split.
 size client/src/client.c
 size client/src/shard.c
-size client/src/step.c
 EOF
 )
 
