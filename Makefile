@@ -76,7 +76,7 @@ ifneq ($(SANITIZER),)
 endif
 
 # No program and no library of the project links CUDA except the plugin
-# $(BUILD)/lib/libgddr-cuda.so (kernels/cuda_rt.c and kernels/*.cu), which
+# $(BUILD)/lib/libgddr-cuda.so (kernels/cuda_*.c but the loader, and kernels/*.cu), which
 # libgddr-client dlopen()s the first time a caller hands it device memory
 # (kernels/cuda_loader.c). GDDR_HAVE_CUDA only tells the client library that
 # a plugin was built, so it may look for one. The daemon and the tools link
@@ -103,7 +103,7 @@ endif
 PROTO_C    := $(BUILD)/proto/gddr.pb-c.c
 PROTO_H    := $(BUILD)/proto/gddr.pb-c.h
 COMMON_SRC := $(wildcard common/*.c)
-PLUGIN_C   := kernels/cuda_rt.c
+PLUGIN_C   := kernels/cuda_rt.c kernels/cuda_err.c kernels/cuda_plugin.c
 KERNEL_SRC := $(filter-out $(PLUGIN_C),$(wildcard kernels/*.c))
 KERNEL_CU  := $(if $(USE_CUDA),$(wildcard kernels/*.cu))
 CLIENT_SRC := $(wildcard client/src/*.c)
@@ -198,7 +198,7 @@ $(BUILD)/cpu/obj/proto/gddr.pb-c.o: $(PROTO_C) $(PROTO_H)
 	$(Q)$(CC) $(CPU_CFLAGS) -Wno-shadow -c $< -o $@
 
 $(BUILD)/cpu/obj/kernels/blas.o: CPU_CFLAGS += -Wno-psabi
-$(BUILD)/obj/kernels/cuda_rt.o: ALL_CFLAGS += $(CUDA_CFLAGS) -fvisibility=hidden
+$(BUILD)/obj/kernels/cuda_rt.o $(BUILD)/obj/kernels/cuda_err.o $(BUILD)/obj/kernels/cuda_plugin.o: ALL_CFLAGS += $(CUDA_CFLAGS) -fvisibility=hidden
 $(BUILD)/obj/tests/bench_kernels.o: ALL_CFLAGS += $(CUDA_CFLAGS)
 
 $(CPU_A): $(CPU_O)
@@ -255,12 +255,12 @@ $(BUILD)/bin/gddr-train: $(BUILD)/obj/client/train/gddr-train.o $(TRAIN_A) $(LIB
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The benchmark drives the server's apply pool in process as well.
-$(BUILD)/bin/gddr-bench: $(BUILD)/obj/server/tools/gddr-bench.o $(SERVER_A) $(CPU_A)
+$(BUILD)/bin/gddr-bench: $(BUILD)/obj/tools/gddr-bench.o $(BUILD)/obj/tools/bench_raw.o $(SERVER_A) $(CPU_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bin/gddr-%: $(BUILD)/obj/server/tools/gddr-%.o $(CPU_A)
+$(BUILD)/bin/gddr-%: $(BUILD)/obj/tools/gddr-%.o $(CPU_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -333,7 +333,7 @@ wheel: all
 	@scripts/make-wheel.sh $(BUILD)
 
 # README's configuration reference, written from the key tables
-# (server/config.c, client/src/options.c); `gddr-tests conf` fails when the
+# (server/config.c, common/client_conf.c); `gddr-tests conf` fails when the
 # README and the tables differ.
 config-table: $(BUILD)/bin/gddr-ps
 	$(Q)$(BUILD)/bin/gddr-ps --dump-config --markdown > $(BUILD)/config-table.md

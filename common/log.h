@@ -11,7 +11,7 @@
 #ifndef GDDR_COMMON_LOG_H
 #define GDDR_COMMON_LOG_H
 
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 
 typedef struct gddr__logger {
     gddr_log_fn fn;   /* NULL: drop everything */

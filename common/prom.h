@@ -2,6 +2,7 @@
 #ifndef GDDR_COMMON_PROM_H
 #define GDDR_COMMON_PROM_H
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,5 +20,16 @@ static inline double gddr__prom_sample(const char *text, const char *name, doubl
     }
     return absent;
 }
+
+/* Most metric families gddr__prom_merge() takes. */
+#define GDDR_PROM_MAX_FAMILIES 1024
+
+/* Writes the texts of n servers to out as one exposition: each family once,
+ * its HELP and TYPE lines from the first text that has them, then its
+ * samples from every text in turn, each with shard="labels[i]" as its first
+ * label (a histogram's _bucket, _sum and _count lines go with their
+ * family). Returns 0; -1 out of memory; -2 more than
+ * GDDR_PROM_MAX_FAMILIES families. */
+int gddr__prom_merge(const char *const *texts, const int *labels, int n, FILE *out);
 
 #endif

@@ -11,9 +11,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "gddr/gddr.h"
 #include "blas.h"
 #include "cuda_err.h"
+#include "gddr_base.h"
 
 static __global__ void probe_kernel(int *out)
 {

@@ -2,8 +2,8 @@
  *
  * libgddr-client links no CUDA library. Every `_cuda` function of kernels/
  * and the CUDA context, memory and stream helpers of blas.h live in a
- * separate shared object, libgddr-cuda.so (cuda_rt.c and the .cu files),
- * which links cudart and cuBLAS. The client library loads it with dlopen()
+ * separate shared object, libgddr-cuda.so (cuda_rt.c, cuda_err.c, the .cu
+ * files and the table in cuda_plugin.c), which links cudart and cuBLAS. The client library loads it with dlopen()
  * the first time a caller hands it device memory (or asks
  * gddr_cuda_available()), and calls it through this table;
  * cuda_loader.c holds the client side, with one forwarding function per

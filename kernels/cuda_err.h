@@ -17,13 +17,13 @@
 
 #include <stddef.h>
 
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Sets the calling thread's message (cuda_rt.c). */
+/* Sets the calling thread's message (cuda_err.c). */
 void gddr__cuda_seterr(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Copies it into buf, clears it, returns its length. */
 size_t gddr__cuda_take_error(char *buf, size_t len);

@@ -50,7 +50,7 @@
 #include <unistd.h>
 
 #include "cuda_api.h"
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 
 #define DRIVER "libcuda.so.1"
 

@@ -1,7 +1,8 @@
 /* cuda_rt.c -- the host side of the CUDA plugin libgddr-cuda.so: the
  * context (stream + cuBLAS handle), memory and copies, cuBLAS norms,
- * pointer classification, the availability probe, the per-thread error
- * message, and the table the client library calls through (cuda_api.h).
+ * pointer classification and the availability probe. The per-thread
+ * error message is cuda_err.c, the table the client library calls through
+ * (cuda_api.h) cuda_plugin.c.
  *
  * Host code only, so gcc compiles it against the CUDA runtime and cuBLAS C
  * headers; the kernels are in the .cu files of this folder. This file and
@@ -10,7 +11,6 @@
  */
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +19,7 @@
 #include "cuda_api.h"
 #include "cuda_err.h"
 #include "fused.h"
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 
 /* The context: one stream, a cuBLAS handle bound to it, and scratch for
  * the block partial sums of the reductions in fused.cu (ctx_scratch()). */
@@ -266,41 +266,3 @@ int gddr_cuda_set_device(int dev)
     GDDR_CUDA_TRY(cudaSetDevice(dev));
     return GDDR_OK;
 }
-
-/* ---- errors ----------------------------------------------------------------- */
-
-static __thread char last_err[512];
-
-void gddr__cuda_seterr(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(last_err, sizeof last_err, fmt, ap);
-    va_end(ap);
-    /* A failed call may leave a sticky-looking error for the next
-     * cudaGetLastError(); the message above has it already. */
-    (void)cudaGetLastError();
-}
-
-size_t gddr__cuda_take_error(char *buf, size_t len)
-{
-    size_t n = strlen(last_err);
-    if (buf && len) {
-        snprintf(buf, len, "%s", last_err);
-    }
-    last_err[0] = 0;
-    return n;
-}
-
-/* ---- the table -------------------------------------------------------------- */
-
-static const gddr_cuda_api table =
-    GDDR_CUDA_TABLE(gddr__cuda_take_error, gddr_cuda_available, gddr_cuda_ctx_destroy,
-                    gddr_cuda_ctx_stream, gddr_cuda_is_device_ptr);
-
-/* The plugin's only exported symbol (libgddr-cuda.map). */
-__attribute__((visibility("default"))) const gddr_cuda_api *gddr_cuda_plugin_entry(void)
-{
-    return &table;
-}
-

@@ -10,7 +10,7 @@
 #include <math.h>
 
 #include "blas.h"
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 #include "log.h"
 
 int gddr_dc_cpu(const gddr_dc_args *a, float *g, const float *w_new, const float *w_bak,

@@ -9,11 +9,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gddr/gddr.h"
 #include "blas.h"
 #include "cuda_err.h"
 #include "dc.h"
 #include "dc_dev.cuh"
+#include "gddr_base.h"
 
 #define THREADS 256
 #define MAX_BLOCKS 65536u

@@ -23,7 +23,7 @@ extern "C" {
 typedef struct gddr_dc_args {
     size_t n;        /* tensor length */
     float lambda;    /* lambda (lambda0 when adaptive) */
-    int mode;        /* GDDR_DC_DIAG or GDDR_DC_IDENTITY (gddr.h) */
+    int mode;        /* GDDR_DC_DIAG or GDDR_DC_IDENTITY (gddr_base.h) */
     int adaptive;    /* 1: lambda_i = lambda / sqrtf(ms[i] + eps) */
     float ms_decay;  /* EMA factor of g^2 */
     float eps;       /* keeps the adaptive scale finite; 1e-7 by default */

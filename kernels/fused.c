@@ -11,7 +11,7 @@
 
 #include <math.h>
 
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 
 int gddr_fused_cpu(const gddr_fused_args *a, const gddr_fused_bufs *b)
 {

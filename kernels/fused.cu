@@ -24,11 +24,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gddr/gddr.h"
 #include "blas.h"
 #include "cuda_err.h"
 #include "dc_dev.cuh"
 #include "fused.h"
+#include "gddr_base.h"
 
 #define THREADS 256
 

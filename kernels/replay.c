@@ -1,7 +1,7 @@
 /* replay.c -- CPU twin of orphan residual installments (see replay.h). */
 #include "replay.h"
 
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 
 int gddr_replay_cpu(float *r, float *rem, size_t n, float gamma, int last)
 {

@@ -9,9 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gddr/gddr.h"
 #include "blas.h"
 #include "cuda_err.h"
+#include "gddr_base.h"
 #include "replay.h"
 
 #define THREADS 256

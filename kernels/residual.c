@@ -12,7 +12,7 @@
 
 #include "blas.h"
 #include "fused.h"
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 #include "gddr_hash.h"
 #include "log.h"
 

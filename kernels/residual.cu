@@ -27,9 +27,9 @@
 
 #include <cub/device/device_scan.cuh>
 
-#include "gddr/gddr.h"
 #include "blas.h"
 #include "cuda_err.h"
+#include "gddr_base.h"
 #include "gddr_hash.h"
 #include "residual.h"
 

@@ -8,8 +8,8 @@
  * every g.
  *
  * Each operation has a CPU twin (residual.c, always built) and a CUDA version
- * (residual.cu, built with nvcc; cuda_stub.c returns GDDR_ENOTSUP without
- * it). Both draw the hold mask from gddr_hash.h, so their bitmaps are
+ * (residual.cu, built with nvcc into the plugin libgddr-cuda.so; without the
+ * plugin, cuda_loader.c's forwarders answer GDDR_ENOTSUP). Both draw the hold mask from gddr_hash.h, so their bitmaps are
  * identical and their values bit-identical (u = r + g is one rounding).
  *
  * Bitmap layout, shared with the wire: bit c % 8 of byte c / 8 (LSB first)

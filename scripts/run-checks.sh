@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the checks from the repository root: a second make has nothing to do,
-# the repository stands alone (scripts/test-docs.sh: no citation of a file
-# outside it, every docs/design.md section cited exists), the systemd unit's
+# the layering rules hold (scripts/check-layers.sh: the daemon holds no
+# client code, no include or call cycle among the files of a folder, no
+# source file over 700 lines), the repository stands alone
+# (scripts/test-docs.sh: no citation of a file outside it, every docs/design.md section cited exists), the systemd unit's
 # hardening (scripts/test-unit.sh), the demo's progress
 # loop (scripts/test-lib.sh), the Grafana dashboard's queries
 # (scripts/test-dashboard.sh), the README's
@@ -61,6 +63,7 @@ if [ $# -eq 0 ]; then
   else
     echo "run-checks: a second make has nothing to do"
   fi
+  scripts/check-layers.sh "$build" || status=$?
   scripts/test-docs.sh || status=$?
   scripts/test-unit.sh || status=$?
   scripts/test-lib.sh || status=$?

@@ -15,13 +15,15 @@ trap cleanup EXIT
 make --no-print-directory install PREFIX=/usr/local DESTDIR="$stage" > "$stage/install.log"
 prefix="$stage/usr/local"
 for f in bin/gddr-ps bin/gddr-train bin/gddr-ctl bin/gddr-launch share/gddr/lib.sh lib/libgddr-client.a lib/libgddr-client.so \
-         include/gddr/gddr.h lib/pkgconfig/gddr-client.pc share/man/man1/gddr-ps.1 share/man/man5/gddr-ps.ini.5; do
+         include/gddr/gddr.h include/gddr/gddr_base.h lib/pkgconfig/gddr-client.pc share/man/man1/gddr-ps.1 \
+         share/man/man5/gddr-ps.ini.5; do
   [ -e "$prefix/$f" ] || { echo "test-install: FAIL: $f was not installed" >&2; exit 1; }
 done
-# The shared library exports exactly the functions of the public header.
+# The shared library exports exactly the functions of the public headers
+# (gddr.h and the common/gddr_base.h it includes).
 exported=$(nm -D --defined-only "$prefix/lib/libgddr-client.so" | awk '$2 == "T" { print $3 }' |
            sed 's/@.*//' | sort -u)
-declared=$(grep -oE '\bgddr_[a-z0-9_]+\(' client/include/gddr/gddr.h | tr -d '(' | sort -u)
+declared=$(cat client/include/gddr/gddr.h common/gddr_base.h | grep -oE '\bgddr_[a-z0-9_]+\(' | tr -d '(' | sort -u)
 if [ "$exported" != "$declared" ]; then
   echo "test-install: FAIL: libgddr-client.so exports other functions than gddr.h declares:" >&2
   diff <(echo "$declared") <(echo "$exported") >&2 || true

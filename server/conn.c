@@ -26,6 +26,7 @@
 #include "log.h"
 #include "gddr_hash.h"
 #include "ps.h"
+#include "view.h"
 
 #define CONN_BUCKETS 4096
 #define CONN_IDLE_MS 120000
@@ -366,39 +367,6 @@ static ps_pview *pview_get(gddr_ps *ps, uint32_t rank, const ps_tensor *t, int m
     return v;
 }
 
-/* Largest |w - m| over len values (inf when a difference overflows). */
-static float delta_amax(const float *w, const float *m, size_t len)
-{
-    float a = 0;
-    for (size_t i = 0; i < len; i++) {
-        float d = fabsf(w[i] - m[i]);
-        a = d > a ? d : a;
-    }
-    return a;
-}
-
-/* One chunk of a delta reply: q = round((w - m) / s), and m += q * s as the
- * worker will do it (float32, no fused multiply-add: -ffp-contract=off).
- * Returns whether m still differs from w. */
-static int delta_encode(const float *w, float *m, size_t len, float s, int bits, void *out)
-{
-    const float qmax = bits == 8 ? 127.0f : 32767.0f;
-    int8_t *q8 = out;
-    int16_t *q16 = out;
-    int differs = 0;
-    for (size_t i = 0; i < len; i++) {
-        float q = s > 0 ? rintf((w[i] - m[i]) / s) : 0.0f;
-        q = q > qmax ? qmax : q < -qmax ? -qmax : q;
-        if (bits == 8)
-            q8[i] = (int8_t)q;
-        else
-            q16[i] = (int16_t)q;
-        m[i] = m[i] + q * s;
-        differs |= m[i] != w[i];
-    }
-    return differs;
-}
-
 /* A lazy or delta reply: the chunks rank's view lacks, some held back (at
  * most the tensor's tau pulls in a row) when alpha > 0, packed as float32
  * values or (bits 8/16, once the server knows the worker's values) as
@@ -451,10 +419,10 @@ static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
             continue;
         }
         if (enc) {
-            float a = delta_amax(t->w + lo, v->mirror + lo, len);
+            float a = gddr__view_delta_amax(t->w + lo, v->mirror + lo, len);
             if (!isfinite(a))
                 enc = 0; /* a difference overflows: this reply goes as values */
-            scale[ch] = a / (bits == 8 ? 127.0f : 32767.0f);
+            scale[ch] = gddr__view_delta_scale(a, bits);
         }
         bm[ch / 8] |= (uint8_t)(1u << (ch % 8));
         v->seen[ch] = V;
@@ -462,24 +430,9 @@ static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
         sent++;
     }
     size_t nsel = sent;
-    size_t o = enc ? nsel * sizeof(float) : 0, k = 0;
-    for (size_t ch = 0; ch < t->nchunks; ch++) {
-        if (!(bm[ch / 8] >> (ch % 8) & 1))
-            continue;
-        size_t lo = ch * t->chunk, len = lo + t->chunk <= t->n ? t->chunk : t->n - lo;
-        if (enc) {
-            memcpy(packed + k++ * sizeof(float), &scale[ch], sizeof(float));
-            v->inexact[ch] = (uint8_t)delta_encode(t->w + lo, v->mirror + lo, len, scale[ch], enc, packed + o);
-            o += len * (size_t)(enc / 8);
-        } else {
-            memcpy(packed + o, t->w + lo, len * sizeof(float));
-            o += len * sizeof(float);
-            if (v->mirror) {
-                memcpy(v->mirror + lo, t->w + lo, len * sizeof(float));
-                v->inexact[ch] = 0;
-            }
-        }
-    }
+    /* The payload; a delta reply moves the server's copy of the view as the
+     * worker's decoder will move the view (common/view.c). */
+    size_t o = gddr__view_pack(t->w, t->n, t->chunk, bm, enc, scale, v->mirror, v->inexact, packed);
     free(scale);
     ps->lazy_pulls += alpha > 0;
     ps->lazy_chunks_held += held;

@@ -25,6 +25,7 @@
 #include <systemd/sd-daemon.h>
 #endif
 
+#include "client_conf.h"
 #include "log.h"
 #include "ps.h"
 
@@ -76,10 +77,8 @@ static int startup_rc;
 static int ready_fd = -1;
 static const char *pid_file;
 
-/* The table of every key, server and client, as the README shows it. The
- * client's table lives in libgddr-client (client/src/options.c). */
-extern const gddr__conf_key gddr__client_conf_table[];
-
+/* The table of every key, server and client, as the README shows it (the
+ * client's table: common/client_conf.c). */
 static void print_markdown(void)
 {
     printf("| key | default | meaning |\n|---|---|---|\n");

@@ -19,7 +19,7 @@
  *
  * Exactly once: per (rank, tensor) the server keeps the last step it took
  * from the session and that push's answer (ps_wtensor); a push whose step
- * is not above it is a resend and gets the first answer again (server.c).
+ * is not above it is a resend and gets the first answer again (push.c).
  * The records go into checkpoints with the workers (persist.c).
  */
 #include <stdio.h>

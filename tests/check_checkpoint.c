@@ -776,7 +776,13 @@ static gddr_ckpt_section *heap_sections(uint64_t seq, uint64_t len)
     return s;
 }
 
-START_TEST(test_writer)
+/* The writer takes one write at a time: while one is in flight, a second
+ * submit is refused and a bounded wait times out; a failed write is
+ * reported by the wait; the refused sections stay the caller's. The write
+ * in flight is held deterministically: its temp file is a FIFO, whose
+ * open(O_WRONLY) blocks until this test opens the read end (a large write
+ * racing the calls after it was not: a fast disk could finish first). */
+START_TEST(test_writer_one_write_in_flight)
 {
     char dir[256];
     snprintf(dir, sizeof dir, "%s/new", tdir);
@@ -801,26 +807,39 @@ START_TEST(test_writer)
     ck_assert_uint_eq(last_seq, 0);
     ck_assert_uint_eq(st.bytes, 0);
 
-    /* 32 MiB plus fsync takes far longer than the calls right after it. */
-    const uint64_t len = 32u << 20;
-    gddr_ckpt_section *s1 = heap_sections(1, len);
+    /* Write 1 blocks in open() of its temp file, a FIFO, until we read. */
+    char gate[300];
+    snprintf(gate, sizeof gate, "%s/ckpt-00000000000000000001.gddr.tmp", dir);
+    ck_assert_int_eq(mkfifo(gate, 0600), 0);
+    gddr_ckpt_section *s1 = heap_sections(1, 1000);
     ck_assert_int_eq(gddr__ckpt_writer_submit(w, 1, s1, 2), GDDR_OK);
     ck_assert_int_eq(gddr__ckpt_writer_busy(w), 1);
     gddr_ckpt_section *s2 = heap_sections(2, 1000);
     ck_assert_int_eq(gddr__ckpt_writer_submit(w, 2, s2, 2), GDDR_ESTATE);
     ck_assert_int_eq(gddr__ckpt_writer_wait(w, 0, &last_rc, &st, &last_seq), GDDR_ETIMEDOUT);
+    ck_assert_int_eq(gddr__ckpt_writer_wait(w, 50, &last_rc, &st, &last_seq), GDDR_ETIMEDOUT);
+    ck_assert_int_eq(gddr__ckpt_writer_busy(w), 1);
+    /* A reader that comes and goes lets the open return; the writes then
+     * find no reader (EPIPE): write 1 fails, and says so. */
+    int rd = open(gate, O_RDONLY | O_NONBLOCK);
+    ck_assert_int_ge(rd, 0);
+    close(rd);
     ck_assert_int_eq(gddr__ckpt_writer_wait(w, 30000, &last_rc, &st, &last_seq), GDDR_OK);
     ck_assert_int_eq(gddr__ckpt_writer_busy(w), 0);
-    ck_assert_int_eq(last_rc, GDDR_OK);
+    ck_assert_int_eq(last_rc, GDDR_EIO);
     ck_assert_uint_eq(last_seq, 1);
-    ck_assert(st.bytes > len);
-    ck_assert(st.total_ms > 0);
+    ck_assert_uint_eq(st.bytes, 0);
+    ck_assert(!exists(gate)); /* a failed write removes its temp file */
 
     /* The refused sections still belong to us: submit them now. */
     ck_assert_int_eq(gddr__ckpt_writer_submit(w, 2, s2, 2), GDDR_OK);
-    ck_assert_int_eq(gddr__ckpt_writer_wait(w, 30000, &last_rc, NULL, &last_seq), GDDR_OK);
+    ck_assert_int_eq(gddr__ckpt_writer_wait(w, 30000, &last_rc, &st, &last_seq), GDDR_OK);
+    ck_assert_int_eq(last_rc, GDDR_OK);
     ck_assert_uint_eq(last_seq, 2);
+    ck_assert(st.bytes > 1000);
+    ck_assert(st.total_ms > 0);
 
+    const uint64_t len = 32u << 20;
     /* Stop finishes the write in flight. */
     gddr_ckpt_section *s3 = heap_sections(3, len);
     ck_assert_int_eq(gddr__ckpt_writer_submit(w, 3, s3, 2), GDDR_OK);
@@ -911,7 +930,7 @@ Suite *suite_checkpoint(void)
     tcase_add_test(tc, test_bad_arguments);
     tcase_add_test(tc, test_write_bad_dir);
     tcase_add_test(tc, test_write_fails_midway);
-    tcase_add_test(tc, test_writer);
+    tcase_add_test(tc, test_writer_one_write_in_flight);
     tcase_add_test(tc, test_writer_failure_and_start);
     suite_add_tcase(s, tc);
     return s;

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client_conf.h"
 #include "conf.h"
 #include "config.h"
 #include "numparse.h"
@@ -373,7 +374,10 @@ START_TEST(test_cross_key)
 }
 END_TEST
 
-START_TEST(test_set)
+/* --set KEY=VALUE: each type of key is set from text; a bad value, an
+ * unknown key or one in another section leaves the field alone and the
+ * error names the key. */
+START_TEST(test_set_one_key_or_name_it)
 {
     gddr_ps_config cfg;
     char err[512] = "";
@@ -849,7 +853,6 @@ START_TEST(test_readme_table)
     char *argv[] = { (char *)bin, "--dump-config", "--markdown", NULL };
     ck_assert_int_eq(run_capture(argv, out, errb, sizeof out, 20), 0);
     /* Every key of both tables has its row. */
-    extern const gddr__conf_key gddr__client_conf_table[];
     const gddr__conf_key *tabs[] = { TAB, gddr__client_conf_table };
     for (int t = 0; t < 2; t++)
         for (const gddr__conf_key *k = tabs[t]; k->name; k++) {
@@ -1120,7 +1123,7 @@ Suite *suite_conf(void)
     tcase_add_test(tc, test_unknown_key_and_section);
     tcase_add_test(tc, test_syntax_error);
     tcase_add_test(tc, test_cross_key);
-    tcase_add_test(tc, test_set);
+    tcase_add_test(tc, test_set_one_key_or_name_it);
     tcase_add_test(tc, test_dump_round_trip_defaults);
     tcase_add_test(tc, test_dump_round_trip_changed);
     tcase_add_test(tc, test_dump_whole_numbers);

@@ -4,8 +4,8 @@
  * The CPU cases always run. The GPU cases run only where a usable GPU
  * exists; elsewhere a single case prints "SKIP gpu: <reason>" and passes,
  * because Check has no skip status. Whether a GPU is usable is asked in a
- * forked child: CUDA initialised in the runner process would not survive the
- * fork() Check does for every case.
+ * forked child (tests/gpu.h): CUDA initialised in the runner process would
+ * not survive the fork() Check does for every case.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -23,6 +23,7 @@
 #include "fused.h"
 #include "gddr/gddr.h"
 #include "gddr_hash.h"
+#include "gpu.h"
 #include "harness.h"
 #include "kcompare.h"
 #include "replay.h"
@@ -1238,47 +1239,6 @@ END_TEST
 
 static char gpu_why[256];
 
-/* Asks gddr_cuda_available() in a child so this process never initialises
- * CUDA (see the top of the file). */
-static int gpu_probe(void)
-{
-    int fds[2];
-    if (pipe(fds) != 0) {
-        snprintf(gpu_why, sizeof gpu_why, "could not probe for a GPU (pipe failed)");
-        return 0;
-    }
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(fds[0]), close(fds[1]);
-        snprintf(gpu_why, sizeof gpu_why, "could not probe for a GPU (fork failed)");
-        return 0;
-    }
-    if (pid == 0) {
-        char msg[sizeof gpu_why];
-        msg[0] = (char)('0' + gddr_cuda_available(msg + 1, sizeof msg - 1));
-        ssize_t w = write(fds[1], msg, strlen(msg) + 1);
-        _exit(w > 0 ? 0 : 1);
-    }
-    close(fds[1]);
-    char msg[sizeof gpu_why] = { 0 };
-    size_t got = 0;
-    ssize_t k;
-    while (got < sizeof msg - 1 && (k = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0)
-        got += (size_t)k;
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (got == 0 || !WIFEXITED(status)) {
-        snprintf(gpu_why, sizeof gpu_why, "GPU probe died (%s %d)",
-                 WIFSIGNALED(status) ? "signal" : "status",
-                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-        return 0;
-    }
-    snprintf(gpu_why, sizeof gpu_why, "%s", msg + 1);
-    return msg[0] == '1';
-}
-
 START_TEST(test_gpu_skipped)
 {
     /* What a host without a usable GPU gets instead is tested by the
@@ -1320,7 +1280,7 @@ Suite *suite_kernels(void)
     suite_add_tcase(s, loader);
 
     TCase *gpu = tcase_create("gpu");
-    if (gpu_probe()) {
+    if (gt_gpu_probe(gpu_why, sizeof gpu_why)) {
         tcase_set_timeout(gpu, 120);
         tcase_add_test(gpu, test_gpu_context);
         tcase_add_test(gpu, test_gpu_residual);

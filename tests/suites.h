@@ -18,7 +18,8 @@
     X(residual)        \
     X(integrity)       \
     X(shard)           \
-    X(optim)
+    X(optim)           \
+    X(view)
 
 #define GDDR__SUITE_DECL(name) Suite *suite_##name(void);
 GDDR_SUITES(GDDR__SUITE_DECL)

@@ -21,6 +21,7 @@
 #include "client_int.h"
 #include "gddr_hash.h"
 #include "keys.h"
+#include "view.h"
 
 int gddr__set_err(gddr_client *c, int rc, const char *fmt, ...)
 {
@@ -229,23 +230,6 @@ static float *view_own(ctensor *t)
     return t->last_own;
 }
 
-/* Adds a delta reply's chunk into the view: v += q * s, in float32 (a
- * product, then a sum; -ffp-contract=off), exactly as the server did to
- * its copy of the view. */
-static void delta_add(float *v, const uint8_t *q, size_t len, float s, int bits)
-{
-    if (bits == 8) {
-        for (size_t i = 0; i < len; i++)
-            v[i] = v[i] + (float)(int8_t)q[i] * s;
-    } else {
-        for (size_t i = 0; i < len; i++) {
-            int16_t x;
-            memcpy(&x, q + 2 * i, 2);
-            v[i] = v[i] + (float)x * s;
-        }
-    }
-}
-
 /* A lazy or delta pull reply (bitmap set): the chunks sent go into the view
  * (as values, or as differences with a scale each), the whole view into the
  * caller's buffer; the view's version is its oldest chunk's. */
@@ -253,19 +237,11 @@ static void lazy_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__f
 {
     ctensor *t = &c->t[o->tensor];
     size_t chunk = c->info.chunk > 0 ? (size_t)c->info.chunk : 0;
-    size_t nch = chunk ? (t->n + chunk - 1) / chunk : 0;
-    size_t bytes = f->n == 2 ? gddr__frame_size(f, 1) : 0, vals = 0, nsel = 0;
+    size_t bytes = f->n == 2 ? gddr__frame_size(f, 1) : 0;
     const int bits = (int)pr->delta_bits;
-    int ok = f->n == 2 && chunk && pr->bitmap.len == (nch + 7) / 8 && pr->payload_bytes == bytes &&
-             (bits == 0 || bits == 8 || bits == 16) &&
-             (nch % 8 == 0 || !(pr->bitmap.data[pr->bitmap.len - 1] >> (nch % 8)));
-    for (size_t ch = 0; ok && ch < nch; ch++)
-        if (pr->bitmap.data[ch / 8] >> (ch % 8) & 1) {
-            vals += (ch + 1) * chunk <= t->n ? chunk : t->n - ch * chunk;
-            nsel++;
-        }
-    size_t want = bits ? nsel * 4 + vals * (size_t)(bits / 8) : vals * 4;
-    float *view = ok && want == bytes && o->track ? view_own(t) : NULL;
+    int ok = f->n == 2 && pr->payload_bytes == bytes &&
+             gddr__view_check(t->n, chunk, pr->bitmap.data, pr->bitmap.len, bits, bytes) == 0;
+    float *view = ok && o->track ? view_own(t) : NULL;
     if (!view) {
         o->rc = gddr__set_err(c, GDDR_ELENGTH,
                               "%s pull reply for '%s': %zu bytes for its bitmap of %zu bytes",
@@ -273,20 +249,8 @@ static void lazy_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__f
         t->view_dirty = 1;
         return;
     }
-    const uint8_t *src = gddr__frame_data(f, 1), *q = src + (bits ? nsel * 4 : 0);
-    for (size_t ch = 0, k = 0; ch < nch; ch++)
-        if (pr->bitmap.data[ch / 8] >> (ch % 8) & 1) {
-            size_t lo = ch * chunk, len = lo + chunk <= t->n ? chunk : t->n - lo;
-            if (bits) {
-                float s;
-                memcpy(&s, src + 4 * k++, 4);
-                delta_add(view + lo, q, len, s, bits);
-                q += len * (size_t)(bits / 8);
-            } else {
-                memcpy(view + lo, q, len * 4);
-                q += len * 4;
-            }
-        }
+    /* The decoder of server/conn.c's encoder (common/view.c). */
+    gddr__view_apply(view, t->n, chunk, pr->bitmap.data, bits, gddr__frame_data(f, 1));
     memcpy(o->out, view, t->n * 4);
     o->version = pr->version;   /* the server's, for the step's wait */
     t->version = pr->view_version; /* what gradients computed on the view are tagged with */
@@ -887,9 +851,6 @@ int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int s
     *out = c;
     return GDDR_OK;
 }
-
-void gddr__pipeline_stop(gddr_client *c);
-void gddr__step_free(ctensor *t);
 
 void gddr_client_close(gddr_client **cp)
 {

@@ -2,7 +2,8 @@
  *
  * client.c   socket, requests in flight, replies, reconnects
  * step.c     gddr_step: clipping, DC-ASGD, GDDR residuals, push/pull order
- * options.c  INI table and rank discovery
+ *            (the host path; step_dev.c the device path)
+ * options.c  [client] INI section (table: common/client_conf.c), rank discovery
  * pipeline.c the library thread behind gddr_step_submit/gddr_step_wait
  */
 #ifndef GDDR_CLIENT_INT_H
@@ -105,7 +106,7 @@ typedef struct ctensor {
     int view_dirty;    /* lazy pulls: a reply may have been lost; the next pull is full */
     uint64_t view_seq; /* PullReply.view_seq of the last lazy/delta reply applied */
     float *accum;      /* accumulate_steps: the sum of the gradients so far (NULL until used) */
-    struct gddr__dtensor *dev; /* step.c: device-side GDDR state (NULL until a
+    struct gddr__dtensor *dev; /* step_dev.c: device-side GDDR state (NULL until a
                                 * step is given CUDA device pointers) */
 } ctensor;
 
@@ -135,7 +136,7 @@ struct gddr_client {
     gddr_client_counters k;
     char errmsg[512];
     struct pipeline *pipe; /* NULL unless gddr_step_submit was used */
-    void *cuda;            /* step.c: the device path's state (CUDA context and per-step
+    void *cuda;            /* step_dev.c: the device path's state (CUDA context and per-step
                             * buffers), or NULL */
     int ptr_kind;          /* step.c: 0 no step yet, 1 host, 2 device gradients */
     uint64_t dc_steps;     /* DC compensations done (bias correction of ms) */
@@ -225,7 +226,12 @@ int gddr__pull_view(gddr_client *c, int i, float *out, uint64_t min_version, uin
 int gddr__pull_tensor(gddr_client *c, int i, float *out, uint64_t min_version, uint64_t step,
                       uint64_t *ticket);
 
-/* recovery.c: every residual_checkpoint_steps, the held chunks of the
+/* recovery.c: a tensor's GDDR residual on the host (n floats, its chunk
+ * ages, packed and bitmap buffers), made on first use; freed with what
+ * replay and snapshots keep. */
+int gddr__residual_alloc(gddr_client *c, ctensor *t);
+void gddr__residual_free(ctensor *t);
+/* Every residual_checkpoint_steps, the held chunks of the
  * residual (sent_bm: the chunks sent this step, NULL = all) ride along. */
 int gddr__residual_snapshot(gddr_client *c, int i, const uint8_t *sent_bm, const float **snap,
                             const uint8_t **snap_bm, size_t *snap_vals);
@@ -241,11 +247,39 @@ void gddr__orphan_replay(gddr_client *c, int i, float *target);
  * GDDR_ESTATE while the pipeline has steps in flight. */
 int gddr__step_run(gddr_client *c, const float *const *grads, const float *const *computed_on,
                    const uint64_t *versions, float *const *params);
+/* DC-ASGD runs in async and ssp steps (a sync step has w' == w_bak). */
+static inline int gddr__dc_on(const gddr_client *c)
+{
+    return c->o.dc_lambda > 0 && c->info.mode != GDDR_MODE_SYNC;
+}
+
+/* step_dev.c: steps 1-4 of gddr_step when the gradients are CUDA device
+ * pointers (the order and the rest: step.c). dev_norms: steps 1-2 queued
+ * (*checked: the norms were waited for and checked already); dev_payloads:
+ * steps 3-4 for every tensor, one wait, then the payloads; dev_params_out:
+ * the pinned pull targets to the caller's buffers. */
+int gddr__dev_norms(gddr_client *c, const float *const *grads, gddr__push_args *pl,
+                    float **staged, int *checked);
+struct gddr_dc_args;
+int gddr__dev_payloads(gddr_client *c, gddr__push_args *pl, const float *const *w_bak,
+                       const struct gddr_dc_args *dca, int checked);
+int gddr__dev_params_out(gddr_client *c, float *const *staged, float *const *params);
+/* Frees a tensor's device state (NULL-safe). */
+void gddr__dev_free(ctensor *t);
 /* Device-to-device copy (GDDR_ENOTSUP without CUDA); waits for it. */
 int gddr__cuda_d2d(void *dst, const void *src, size_t bytes);
 /* Releases the device path's CUDA context (tensor buffers go with
  * gddr__step_free). */
 void gddr__step_dev_close(gddr_client *c);
+/* Test hooks: copy tensor id's residual (n floats, from the device when
+ * it lives there) / chunk ages (nchunks) to host memory. Only while no
+ * step is in flight. */
+int gddr__residual_get(gddr_client *c, int id, float *out);
+int gddr__residual_age_get(gddr_client *c, int id, uint32_t *out, size_t *nchunks);
+
+/* step.c: frees what the step keeps for a tensor (its GDDR residual, the
+ * accumulated gradient, the device state); gddr_client_close calls it. */
+void gddr__step_free(ctensor *t);
 
 /* pipeline.c */
 /* 1 while gddr_step_submit() has steps the trainer has not waited for
@@ -253,10 +287,6 @@ void gddr__step_dev_close(gddr_client *c);
 int gddr__pipeline_busy(const gddr_client *c);
 /* Joins the library thread and frees the pipeline (gddr_client_close). */
 void gddr__pipeline_stop(gddr_client *c);
-/* Test hooks: copy tensor id's residual (n floats) / chunk ages (nchunks)
- * to host memory. Only while no step is in flight. */
-int gddr__residual_get(gddr_client *c, int id, float *out);
-int gddr__residual_age_get(gddr_client *c, int id, uint32_t *out, size_t *nchunks);
 
 int gddr__socket_new(gddr_client *c, void **out, void **mon);
 /* Reads the main socket's monitor: GDDR_EAUTH (message set) when the

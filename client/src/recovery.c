@@ -7,6 +7,9 @@
  * to a survivor with an Orphan message; the survivor adds it to its own
  * residual in installments (replay_decay gamma, the last one takes the
  * remainder), so the sum re-injected is exactly the orphan.
+ *
+ * The residual's host buffers are made and freed here too, below both
+ * paths of the step (step.c, step_dev.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,35 @@
 #include "client_int.h"
 #include "replay.h"
 #include "residual.h"
+
+int gddr__residual_alloc(gddr_client *c, ctensor *t)
+{
+    residual *r = &t->res;
+    if (r->r)
+        return GDDR_OK;
+    r->nchunks = gddr_nchunks(t->n, (uint32_t)c->info.chunk);
+    r->r = calloc(t->n, 4);
+    r->age = calloc(r->nchunks, sizeof *r->age);
+    r->packed = malloc(t->n * 4);
+    r->bitmap = calloc(gddr_bitmap_bytes(r->nchunks), 1);
+    if (!r->r || !r->age || !r->packed || !r->bitmap) {
+        gddr__residual_free(t);
+        return gddr__set_err(c, GDDR_ENOMEM, "no memory for the residual of '%s'", t->key);
+    }
+    return GDDR_OK;
+}
+
+void gddr__residual_free(ctensor *t)
+{
+    free(t->res.r);
+    free(t->res.age);
+    free(t->res.packed);
+    free(t->res.bitmap);
+    free(t->res.orphan);
+    free(t->res.snap);
+    free(t->res.snap_bm);
+    memset(&t->res, 0, sizeof t->res);
+}
 
 int gddr__residual_snapshot(gddr_client *c, int i, const uint8_t *sent_bm, const float **snap,
                             const uint8_t **snap_bm, size_t *snap_vals)

@@ -1,10 +1,11 @@
-"""errors.py -- one exception class per gddr_err code of gddr.h.
+"""errors.py -- one exception class per gddr_err code of gddr.h
+(the list is common/gddr_base.h, which gddr.h includes).
 
 Every failing call raises a subclass of gddr.Error carrying `code` (the
 number, as on the wire), `name` (e.g. "GDDR_ETIMEDOUT") and `message`: the
 library's detail for that call (gddr_client_errmsg, often the server's own
 sentence), or gddr_strerror's text when there is none. The table below
-mirrors the GDDR_ERRORS list of gddr.h row for row; python/tests checks
+mirrors the GDDR_ERRORS list row for row; python/tests checks
 that they agree.
 """
 

@@ -300,103 +300,6 @@ static void status_many(const srv *s, int n)
 
 /* ---- metrics --------------------------------------------------------------- */
 
-/* The metric name a line is about: "# HELP name ..." / "# TYPE name ..." or
- * a sample "name{...} v" / "name v". Returns its length; *name points at it. */
-static size_t line_name(const char *line, const char **name)
-{
-    const char *p = line;
-    if (strncmp(p, "# HELP ", 7) == 0 || strncmp(p, "# TYPE ", 7) == 0)
-        p += 7;
-    *name = p;
-    return strcspn(p, " {\n");
-}
-
-typedef struct family {
-    const char *name;
-    size_t len;
-    const char *help, *type; /* lines (up to '\n') from the first server that has them */
-} family;
-
-static int find_family(family *f, int nf, const char *name, size_t len)
-{
-    for (int i = 0; i < nf; i++)
-        if (f[i].len == len && strncmp(f[i].name, name, len) == 0)
-            return i;
-    return -1;
-}
-
-/* Prints a sample line with shard="I" as its first label. */
-static void print_labelled(const char *line, size_t len, int shard)
-{
-    size_t nl = strcspn(line, " {\n");
-    if (nl < len && line[nl] == '{') {
-        int empty = nl + 1 < len && line[nl + 1] == '}';
-        printf("%.*s{shard=\"%d\"%s%.*s\n", (int)nl, line, shard, empty ? "" : ",",
-               (int)(len - nl - 1), line + nl + 1);
-    } else {
-        printf("%.*s{shard=\"%d\"}%.*s\n", (int)nl, line, shard, (int)(len - nl), line + nl);
-    }
-}
-
-/* Which family each line of a text belongs to: the one its last HELP or
- * TYPE named (a histogram's _bucket, _sum and _count lines follow their
- * family's TYPE), else the sample's own name. Adds new families to f. */
-static int collect_families(const char *text, family *f, int *nf, int cap)
-{
-    int cur = -1;
-    for (const char *p = text; *p;) {
-        size_t len = strcspn(p, "\n");
-        if (len && (p[0] != '#' || strncmp(p, "# HELP ", 7) == 0 || strncmp(p, "# TYPE ", 7) == 0)) {
-            const char *name;
-            size_t nlen = line_name(p, &name);
-            int meta = p[0] == '#';
-            if (meta || cur < 0) {
-                cur = find_family(f, *nf, name, nlen);
-                if (cur < 0) {
-                    if (*nf >= cap)
-                        return -1;
-                    cur = (*nf)++;
-                    memset(&f[cur], 0, sizeof f[cur]);
-                    f[cur].name = name;
-                    f[cur].len = nlen;
-                }
-                if (strncmp(p, "# HELP ", 7) == 0 && !f[cur].help)
-                    f[cur].help = p;
-                if (strncmp(p, "# TYPE ", 7) == 0 && !f[cur].type)
-                    f[cur].type = p;
-            }
-        }
-        p += len;
-        if (*p)
-            p++;
-    }
-    return 0;
-}
-
-/* Prints the samples of family fi in text, labelled with shard. */
-static void print_family_samples(const char *text, const family *f, int nf, int fi, int shard)
-{
-    int cur = -1;
-    for (const char *p = text; *p;) {
-        size_t len = strcspn(p, "\n");
-        if (len && p[0] != '#') {
-            const char *name;
-            size_t nlen = line_name(p, &name);
-            if (cur < 0)
-                cur = find_family((family *)f, nf, name, nlen);
-            if (cur == fi)
-                print_labelled(p, len, shard);
-        } else if (strncmp(p, "# HELP ", 7) == 0 || strncmp(p, "# TYPE ", 7) == 0) {
-            const char *name;
-            size_t nlen = line_name(p, &name);
-            cur = find_family((family *)f, nf, name, nlen);
-        }
-        p += len;
-        if (*p)
-            p++;
-    }
-}
-
 static int metrics_many(const srv *s, int n)
 {
     for (int i = 0; i < n; i++)
@@ -406,27 +309,18 @@ static int metrics_many(const srv *s, int n)
                         s[j].ep, s[i].ep, shard_label(s, i));
                 return 1;
             }
-    enum { CAP = 1024 };
-    family *f = calloc(CAP, sizeof *f);
-    int nf = 0;
-    if (!f)
-        return 1;
-    for (int i = 0; i < n; i++)
-        if (collect_families(s[i].metrics, f, &nf, CAP) < 0) {
-            fprintf(stderr, "gddr-ctl: more than %d metric families\n", CAP);
-            free(f);
-            return 1;
-        }
-    for (int k = 0; k < nf; k++) {
-        if (f[k].help)
-            printf("%.*s\n", (int)strcspn(f[k].help, "\n"), f[k].help);
-        if (f[k].type)
-            printf("%.*s\n", (int)strcspn(f[k].type, "\n"), f[k].type);
-        for (int i = 0; i < n; i++)
-            print_family_samples(s[i].metrics, f, nf, k, shard_label(s, i));
+    const char *texts[MAX_SERVERS];
+    int labels[MAX_SERVERS];
+    for (int i = 0; i < n; i++) {
+        texts[i] = s[i].metrics;
+        labels[i] = shard_label(s, i);
     }
-    free(f);
-    return 0;
+    int rc = gddr__prom_merge(texts, labels, n, stdout);
+    if (rc == -2)
+        fprintf(stderr, "gddr-ctl: more than %d metric families\n", GDDR_PROM_MAX_FAMILIES);
+    else if (rc < 0)
+        fprintf(stderr, "gddr-ctl: no memory\n");
+    return rc < 0;
 }
 
 /* ---- watch ---------------------------------------------------------------- */

@@ -1,0 +1,1 @@
+../../../common/gddr_base.h

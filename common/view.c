@@ -1,0 +1,136 @@
+/* view.c -- see view.h. Built with -ffp-contract=off (Makefile): no
+ * product and sum is fused, so both ends round alike. */
+#include "view.h"
+
+#include <math.h>
+#include <string.h>
+
+static size_t chunk_len(size_t n, size_t chunk, size_t ch)
+{
+    size_t lo = ch * chunk;
+    return lo + chunk <= n ? chunk : n - lo;
+}
+
+static int selected(const uint8_t *bm, size_t ch)
+{
+    return bm[ch / 8] >> (ch % 8) & 1;
+}
+
+float gddr__view_delta_amax(const float *w, const float *m, size_t len)
+{
+    float a = 0;
+    for (size_t i = 0; i < len; i++) {
+        float d = fabsf(w[i] - m[i]);
+        a = d > a ? d : a;
+    }
+    return a;
+}
+
+/* One chunk of a delta reply: q = round((w - m) / s), and m += q * s as the
+ * worker will do it (gddr__view_apply). Returns whether m still differs
+ * from w. */
+static int delta_encode(const float *w, float *m, size_t len, float s, int bits, void *out)
+{
+    const float qmax = bits == 8 ? 127.0f : 32767.0f;
+    int8_t *q8 = out;
+    int16_t *q16 = out;
+    int differs = 0;
+    for (size_t i = 0; i < len; i++) {
+        float q = s > 0 ? rintf((w[i] - m[i]) / s) : 0.0f;
+        q = q > qmax ? qmax : q < -qmax ? -qmax : q;
+        if (bits == 8)
+            q8[i] = (int8_t)q;
+        else
+            q16[i] = (int16_t)q;
+        m[i] = m[i] + q * s;
+        differs |= m[i] != w[i];
+    }
+    return differs;
+}
+
+/* Adds a delta reply's chunk into the view: v += q * s, in float32 (a
+ * product, then a sum), exactly as delta_encode did to its copy. */
+static void delta_add(float *v, const uint8_t *q, size_t len, float s, int bits)
+{
+    if (bits == 8) {
+        for (size_t i = 0; i < len; i++)
+            v[i] = v[i] + (float)(int8_t)q[i] * s;
+    } else {
+        for (size_t i = 0; i < len; i++) {
+            int16_t x;
+            memcpy(&x, q + 2 * i, 2);
+            v[i] = v[i] + (float)x * s;
+        }
+    }
+}
+
+size_t gddr__view_payload_bytes(size_t n, size_t chunk, const uint8_t *bm, int bits, size_t *nsel)
+{
+    size_t nch = chunk ? (n + chunk - 1) / chunk : 0, vals = 0, k = 0;
+    for (size_t ch = 0; ch < nch; ch++)
+        if (selected(bm, ch)) {
+            vals += chunk_len(n, chunk, ch);
+            k++;
+        }
+    if (nsel)
+        *nsel = k;
+    return bits ? k * 4 + vals * (size_t)(bits / 8) : vals * 4;
+}
+
+size_t gddr__view_pack(const float *w, size_t n, size_t chunk, const uint8_t *bm, int bits,
+                       const float *scale, float *mirror, uint8_t *inexact, uint8_t *out)
+{
+    size_t nch = (n + chunk - 1) / chunk, nsel;
+    gddr__view_payload_bytes(n, chunk, bm, bits, &nsel);
+    size_t o = bits ? nsel * sizeof(float) : 0, k = 0;
+    for (size_t ch = 0; ch < nch; ch++) {
+        if (!selected(bm, ch))
+            continue;
+        size_t lo = ch * chunk, len = chunk_len(n, chunk, ch);
+        if (bits) {
+            memcpy(out + k++ * sizeof(float), &scale[ch], sizeof(float));
+            inexact[ch] = (uint8_t)delta_encode(w + lo, mirror + lo, len, scale[ch], bits, out + o);
+            o += len * (size_t)(bits / 8);
+        } else {
+            memcpy(out + o, w + lo, len * sizeof(float));
+            o += len * sizeof(float);
+            if (mirror) {
+                memcpy(mirror + lo, w + lo, len * sizeof(float));
+                inexact[ch] = 0;
+            }
+        }
+    }
+    return o;
+}
+
+int gddr__view_check(size_t n, size_t chunk, const uint8_t *bm, size_t bmlen, int bits, size_t bytes)
+{
+    size_t nch = chunk ? (n + chunk - 1) / chunk : 0;
+    if (!chunk || bmlen != (nch + 7) / 8 || (bits != 0 && bits != 8 && bits != 16))
+        return -1;
+    if (nch % 8 && bm[bmlen - 1] >> (nch % 8))
+        return -1; /* a chunk past the last */
+    return gddr__view_payload_bytes(n, chunk, bm, bits, NULL) == bytes ? 0 : -1;
+}
+
+void gddr__view_apply(float *view, size_t n, size_t chunk, const uint8_t *bm, int bits,
+                      const uint8_t *payload)
+{
+    size_t nch = (n + chunk - 1) / chunk, nsel;
+    gddr__view_payload_bytes(n, chunk, bm, bits, &nsel);
+    const uint8_t *q = payload + (bits ? nsel * 4 : 0);
+    for (size_t ch = 0, k = 0; ch < nch; ch++) {
+        if (!selected(bm, ch))
+            continue;
+        size_t lo = ch * chunk, len = chunk_len(n, chunk, ch);
+        if (bits) {
+            float s;
+            memcpy(&s, payload + 4 * k++, 4);
+            delta_add(view + lo, q, len, s, bits);
+            q += len * (size_t)(bits / 8);
+        } else {
+            memcpy(view + lo, q, len * 4);
+            q += len * 4;
+        }
+    }
+}

@@ -1,0 +1,155 @@
+/* check_view.c -- the lazy/delta pull payload (common/view.c): the
+ * server's encoder against the client's decoder, in process.
+ *
+ * What must hold: a worker's view, moved by every decoded reply, equals
+ * the server's copy of it (moved by the encoder) bit for bit, reply after
+ * reply; a delta reply brings each value within max|difference| / 254
+ * (8 bits) or / 65534 (16 bits) of the server's, and the encoder's
+ * "inexact" flag says exactly which chunks still differ; a float32 reply
+ * copies the selected chunks and leaves the others alone; the layout check
+ * takes exactly the payloads the encoder makes.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "suites.h"
+#include "view.h"
+
+enum { N = 1000, CHUNK = 60, /* 17 chunks, the last one short */ NCH = (N + CHUNK - 1) / CHUNK, BM = (NCH + 7) / 8 };
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static double uniform(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static void random_bitmap(uint8_t *bm)
+{
+    memset(bm, 0, BM);
+    for (size_t ch = 0; ch < NCH; ch++)
+        if (uniform() < 0.6)
+            bm[ch / 8] |= (uint8_t)(1u << (ch % 8));
+}
+
+static int selected(const uint8_t *bm, size_t ch)
+{
+    return bm[ch / 8] >> (ch % 8) & 1;
+}
+
+/* Twenty replies of `bits` over a drifting tensor. */
+static void round_trips(int bits)
+{
+    static float w[N], mirror[N], view[N], scale[NCH];
+    static uint8_t inexact[NCH], bm[BM], payload[N * 4 + NCH * 4];
+    for (size_t i = 0; i < N; i++)
+        w[i] = mirror[i] = view[i] = (float)(uniform() - 0.5);
+    memset(inexact, 0, sizeof inexact);
+    for (int step = 0; step < 20; step++) {
+        for (size_t i = 0; i < N; i++) /* an update, larger on some values */
+            w[i] += (float)((uniform() - 0.5) * (i % 7 == 0 ? 1.0 : 1e-3));
+        random_bitmap(bm);
+        float amax[NCH];
+        for (size_t ch = 0; ch < NCH; ch++) {
+            size_t lo = ch * CHUNK, len = lo + CHUNK <= N ? CHUNK : N - lo;
+            amax[ch] = gddr__view_delta_amax(w + lo, mirror + lo, len);
+            scale[ch] = gddr__view_delta_scale(amax[ch], bits ? bits : 8);
+        }
+        size_t bytes = gddr__view_pack(w, N, CHUNK, bm, bits, scale, mirror, inexact, payload);
+        ck_assert_uint_eq(bytes, gddr__view_payload_bytes(N, CHUNK, bm, bits, NULL));
+        ck_assert_int_eq(gddr__view_check(N, CHUNK, bm, BM, bits, bytes), 0);
+        gddr__view_apply(view, N, CHUNK, bm, bits, payload);
+        /* The worker's view is the server's copy of it, bit for bit. */
+        ck_assert_msg(memcmp(view, mirror, sizeof view) == 0, "bits %d, reply %d: view and mirror differ",
+                      bits, step);
+        for (size_t ch = 0; ch < NCH; ch++) {
+            if (!selected(bm, ch))
+                continue;
+            size_t lo = ch * CHUNK, len = lo + CHUNK <= N ? CHUNK : N - lo;
+            int differs = 0;
+            for (size_t i = lo; i < lo + len; i++) {
+                differs |= view[i] != w[i];
+                if (bits == 0)
+                    ck_assert(view[i] == w[i]);
+                else /* half a step of the scale, and the rounding of the sum */
+                    ck_assert_msg(fabsf(view[i] - w[i]) <= amax[ch] / (bits == 8 ? 254.0f : 65534.0f) * 1.001f +
+                                                                  1e-6f * fabsf(w[i]),
+                                  "bits %d, value %zu: %g from %g (max difference %g)", bits, i,
+                                  (double)view[i], (double)w[i], (double)amax[ch]);
+            }
+            ck_assert_int_eq(inexact[ch], differs);
+        }
+    }
+}
+
+START_TEST(test_view_float32_replies_copy_selected_chunks)
+{
+    round_trips(0);
+    /* A lazy reply without a mirror (Pull.delay_fraction alone): only the
+     * selected chunks change. */
+    static float w[N], view[N];
+    static uint8_t bm[BM], payload[N * 4];
+    for (size_t i = 0; i < N; i++) {
+        w[i] = (float)i;
+        view[i] = -1.0f;
+    }
+    random_bitmap(bm);
+    size_t bytes = gddr__view_pack(w, N, CHUNK, bm, 0, NULL, NULL, NULL, payload);
+    ck_assert_int_eq(gddr__view_check(N, CHUNK, bm, BM, 0, bytes), 0);
+    gddr__view_apply(view, N, CHUNK, bm, 0, payload);
+    for (size_t i = 0; i < N; i++)
+        ck_assert(view[i] == (selected(bm, i / CHUNK) ? w[i] : -1.0f));
+}
+END_TEST
+
+START_TEST(test_view_delta8_decoder_equals_encoder)
+{
+    round_trips(8);
+}
+END_TEST
+
+START_TEST(test_view_delta16_decoder_equals_encoder)
+{
+    round_trips(16);
+}
+END_TEST
+
+START_TEST(test_view_check_refuses_bad_layouts)
+{
+    uint8_t bm[BM];
+    memset(bm, 0xff, BM);
+    if (NCH % 8)
+        bm[BM - 1] = (uint8_t)((1u << (NCH % 8)) - 1); /* every chunk, no padding bit */
+    size_t b8 = gddr__view_payload_bytes(N, CHUNK, bm, 8, NULL);
+    ck_assert_uint_eq(b8, NCH * 4 + N);
+    ck_assert_uint_eq(gddr__view_payload_bytes(N, CHUNK, bm, 16, NULL), NCH * 4 + 2 * N);
+    ck_assert_uint_eq(gddr__view_payload_bytes(N, CHUNK, bm, 0, NULL), 4 * N);
+    ck_assert_int_eq(gddr__view_check(N, CHUNK, bm, BM, 8, b8), 0);
+    ck_assert_int_eq(gddr__view_check(N, CHUNK, bm, BM, 8, b8 + 1), -1);
+    ck_assert_int_eq(gddr__view_check(N, CHUNK, bm, BM, 8, b8 - 1), -1);
+    ck_assert_int_eq(gddr__view_check(N, CHUNK, bm, BM, 4, b8), -1);
+    ck_assert_int_eq(gddr__view_check(N, CHUNK, bm, BM - 1, 8, b8), -1);
+    ck_assert_int_eq(gddr__view_check(N, 0, bm, BM, 8, b8), -1);
+    _Static_assert(NCH % 8, "the bitmap needs a padding bit");
+    bm[BM - 1] |= (uint8_t)(1u << (NCH % 8)); /* a chunk past the last */
+    ck_assert_int_eq(gddr__view_check(N, CHUNK, bm, BM, 8, b8), -1);
+}
+END_TEST
+
+Suite *suite_view(void)
+{
+    Suite *s = suite_create("view");
+    TCase *tc = tcase_create("view");
+    tcase_add_test(tc, test_view_float32_replies_copy_selected_chunks);
+    tcase_add_test(tc, test_view_delta8_decoder_equals_encoder);
+    tcase_add_test(tc, test_view_delta16_decoder_equals_encoder);
+    tcase_add_test(tc, test_view_check_refuses_bad_layouts);
+    suite_add_tcase(s, tc);
+    return s;
+}

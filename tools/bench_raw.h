@@ -1,0 +1,28 @@
+/* bench_raw.h -- gddr-bench's baseline: the same push and pull round trips
+ * over bare ZeroMQ (a ROUTER that answers at once, a DEALER per client),
+ * the least any server on ZeroMQ pays. gddr-bench runs the server as
+ * itself with --raw-server. */
+#ifndef GDDR_TOOLS_BENCH_RAW_H
+#define GDDR_TOOLS_BENCH_RAW_H
+
+#include <stddef.h>
+
+/* Binds a ROUTER on 127.0.0.1, writes its endpoint to `file` (through a
+ * rename, so a reader sees it whole) and serves until the process ends: a
+ * push (header "P" + payload) gets an empty ack, a pull (header "G" +
+ * 8-byte size) that many bytes from one buffer, sent without a copy.
+ * Returns 1 when it cannot start. */
+int raw_server(const char *file);
+
+/* One raw client: a DEALER of its own context. */
+typedef struct raw_client {
+    void *ctx, *sock;
+} raw_client;
+
+void raw_connect(raw_client *r, const char *ep);
+void raw_close(raw_client *r);
+/* A push of `bytes` from push (zero-copy) and its ack, then a pull of
+ * `bytes` into pull. */
+void raw_roundtrips(raw_client *r, const float *push, float *pull, size_t bytes);
+
+#endif
