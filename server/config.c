@@ -51,7 +51,7 @@ const gddr__conf_key gddr_ps_conf_table[] = {
     { "server", "max_pull_view_bytes", GDDR_CONF_INT, OFF(max_pull_view_bytes), "0", 0, BIG, NULL, 1,
       "bound on the workers' views kept for lazy and delta pulls (beyond it pulls go whole); 0 = the expected workers times the model size" },
     { "server", "max_fill_bytes", GDDR_CONF_INT, OFF(max_fill_bytes), "0", 0, BIG, NULL, 1,
-      "bound on all workers' fill credits (fill_held); beyond it held chunks count as zeros; 0 = the expected workers times the model size, plus the model once for adam/adamw/adagrad" },
+      "bound on all workers' fill credits (fill_held); beyond it held chunks count as zeros; 0 = the expected workers times the model size" },
     { "server", "allow_register", GDDR_CONF_BOOL, OFF(allow_register), "true", 0, 0, NULL, 1,
       "workers may register new tensors; false freezes the set (existing ones still answer)" },
     { "server", "shard_index", GDDR_CONF_INT, OFF(shard_index), "0", 0, 65535, NULL, 0,

@@ -43,7 +43,8 @@
  * bytes a chunk, within max_fill_bytes; a worker over the bound is taken
  * without fill (its held chunks then count as zeros of the step, as before).
  * The fresh pushes' sums (those optimizers only) cost a float a value and
- * 4 bytes a chunk per tensor, counted with the rest.
+ * 4 bytes a chunk per tensor; like the step's sum (acc) they are part of
+ * the tensor, not of a worker's fill state, and not in max_fill_bytes.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -67,11 +68,6 @@ static size_t fw_bytes(const ps_tensor *t)
     return t->n * sizeof(float) + 2 * t->nchunks;
 }
 
-static size_t fresh_bytes(const ps_tensor *t)
-{
-    return t->n * sizeof(float) + t->nchunks * sizeof(uint32_t);
-}
-
 void ps_fill_fresh_alloc(gddr_ps *ps, ps_tensor *t)
 {
     ps_optim tmp;
@@ -85,27 +81,15 @@ void ps_fill_fresh_alloc(gddr_ps *ps, ps_tensor *t)
         t->facc = NULL, t->fcnt = NULL;
         return;
     }
-    atomic_fetch_add(&fill_bytes, (long long)fresh_bytes(t));
-}
-
-void ps_fill_tensor_free(ps_tensor *t)
-{
-    if (t->facc)
-        atomic_fetch_sub(&fill_bytes, (long long)fresh_bytes(t));
-    free(t->facc), free(t->fcnt);
-    t->facc = NULL, t->fcnt = NULL;
 }
 
 /* The default: every expected worker's credits and hold bytes (fw_bytes)
- * for the whole model, and the fresh-push sums (fresh_bytes) once. */
+ * for the whole model. */
 static uint64_t fill_limit(gddr_ps *ps)
 {
     if (ps->cfg.max_fill_bytes > 0)
         return (uint64_t)ps->cfg.max_fill_bytes;
-    uint64_t fresh = 0;
-    for (size_t i = 0; i < ps->ntensors; i++)
-        fresh += fresh_bytes(ps->tensors[i]);
-    return ps_per_worker_bound(ps, 4, 2, 0) + fresh;
+    return ps_per_worker_bound(ps, 4, 2, 0);
 }
 
 ps_fillw *ps_fill_find(gddr_ps *ps, uint32_t rank, uint32_t id)

@@ -566,8 +566,7 @@ long long ps_fill_bytes(void);
 /* After a sync step of t closed: the fresh-push sums its next steps collect
  * into, when fill is on and t's optimizer normalises (no-op otherwise). */
 void ps_fill_fresh_alloc(gddr_ps *ps, ps_tensor *t);
-/* Frees t->facc and t->fcnt. */
-void ps_fill_tensor_free(ps_tensor *t);
+
 
 /* tau.c: the dynamic tau controller. Returns 1 when tau changed. */
 int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double grad_norm);

@@ -171,7 +171,8 @@ void ps_tensor_free(ps_tensor *t)
     free(t->acc);
     free(t->touched);
     free(t->cnt);
-    ps_fill_tensor_free(t);
+    free(t->facc);
+    free(t->fcnt);
     free(t->holders);
     free(t->holders_alt);
     free(t->contrib);
