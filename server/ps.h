@@ -16,7 +16,8 @@
  * Files, each calling only those listed after it (no file calls back
  * into one that calls it):
  *   main.c      the daemon: command line, config, signals
- *   server.c    the front thread: loop, dispatch, registrations, pushes
+ *   server.c    the front thread: loop, dispatch, registrations
+ *   push.c      the Push request: checks, exactly-once, apply or collect
  *   ops.c       SIGHUP reload, the HTTP metrics endpoint
  *   stats.c     staleness statistics, the Prometheus text
  *   persist.c   what goes in a checkpoint and when (snapshot.h)
@@ -48,7 +49,7 @@
 #include <zmq.h>
 
 #include "config.h"
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 #include "keys.h"
 #include "wire.h"
 
