@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gddr/gddr.h"
+#include "gddr_base.h"
 #include "blas.h"
 #include "log.h"
 #include "ps.h"
