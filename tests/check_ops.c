@@ -339,7 +339,7 @@ START_TEST(test_ctl_watch)
     p.stop = 1;
     pthread_join(th, NULL);
     char *idle = run_watch(s.endpoint);
-    const char *hdr = " pushes/s   pulls/s   MB/s in  MB/s out workers stale mean   p95   max   tau  rejected  ckpt age\n";
+    const char *hdr = "  tpush/s   tpull/s   MB/s in  MB/s out workers stale mean   p95   max   tau  rejected  ckpt age\n";
     ck_assert_msg(strncmp(busy, hdr, strlen(hdr)) == 0, "header: %s", busy);
     ck_assert_msg(strncmp(idle, hdr, strlen(hdr)) == 0, "header: %s", idle);
     int lines = 0, positive = 0;
@@ -414,7 +414,7 @@ START_TEST(test_ctl_top)
                       "summary: %s", l);
         ck_assert_msg(live == 1 && dead == 0 && left == 1, "summary: %s", l);
         l = strchr(l, '\n') + 1;
-        ck_assert_msg(strncmp(l, "  rank state       step  pushes/s     pushes   dups stale mean", 62) == 0,
+        ck_assert_msg(strncmp(l, "  rank state       step   tpush/s    tpushes   dups stale mean", 62) == 0,
                       "header: %s", l);
         l = strchr(l, '\n') + 1;
         int r0, r1;

@@ -394,7 +394,7 @@ static int watch(srv *s, int n, double every, long count)
     double t0 = now_s();
     for (long line = 0; count <= 0 || line < count; line++) {
         if (line % 20 == 0)
-            printf(hdr, "pushes/s", "pulls/s", "MB/s in", "MB/s out", "workers", "stale mean",
+            printf(hdr, "tpush/s", "tpull/s", "MB/s in", "MB/s out", "workers", "stale mean",
                    "p95", "max", "tau", "rejected", "ckpt age");
         struct timespec nap = { (time_t)every, (long)((every - (double)(time_t)every) * 1e9) };
         nanosleep(&nap, NULL);
@@ -405,16 +405,23 @@ static int watch(srv *s, int n, double every, long count)
         char mean[16] = "-", p95[16] = "-", tau[16], age[16] = "-";
         if (dn > 0) {
             snprintf(mean, sizeof mean, "%.2f", (b.stale_sum - a.stale_sum) / dn);
-            double want = 0.95 * dn, cum = 0;
+            /* The histogram comes from the stats request, not from the
+             * metrics text the count came from: pushes between the two
+             * would put 95% of dn beyond every bucket (">=16" at
+             * staleness 0), so the rank is taken over its own total. */
+            double hn = 0, cum = 0;
+            for (int k = 0; k < 17; k++)
+                hn += b.hist[k] - a.hist[k];
             int q = 16;
-            for (int k = 0; k < 17; k++) {
+            for (int k = 0; k < 17 && hn > 0; k++) {
                 cum += b.hist[k] - a.hist[k];
-                if (cum >= want) {
+                if (cum >= 0.95 * hn) {
                     q = k;
                     break;
                 }
             }
-            snprintf(p95, sizeof p95, q == 16 ? ">=%d" : "%d", q);
+            if (hn > 0)
+                snprintf(p95, sizeof p95, q == 16 ? ">=%d" : "%d", q);
         }
         if (b.tau_lo == b.tau_hi)
             snprintf(tau, sizeof tau, "%d", b.tau_lo);
@@ -538,9 +545,9 @@ static int top(srv *s, int n, double every, long count)
             fputs("\033[H\033[2J", stdout);
         else if (frame)
             putchar('\n');
-        printf("workers: %d live, %d dead, %d left; %.1f pushes/s\n", live, dead, left, rate / dt);
-        printf("%6s %5s %10s %9s %10s %6s %10s %6s %5s %8s\n", "rank", "state", "step", "pushes/s",
-               "pushes", "dups", "stale mean", "ema", "max", "seen");
+        printf("workers: %d live, %d dead, %d left; %.1f tensor pushes/s\n", live, dead, left, rate / dt);
+        printf("%6s %5s %10s %9s %10s %6s %10s %6s %5s %8s\n", "rank", "state", "step", "tpush/s",
+               "tpushes", "dups", "stale mean", "ema", "max", "seen");
         for (int r = 0; r < nb; r++) {
             const wrow *w = &b[r];
             if (!w->seen_any)
