@@ -405,21 +405,14 @@ static int watch(srv *s, int n, double every, long count)
         char mean[16] = "-", p95[16] = "-", tau[16], age[16] = "-";
         if (dn > 0) {
             snprintf(mean, sizeof mean, "%.2f", (b.stale_sum - a.stale_sum) / dn);
-            /* The histogram comes from the stats request, not from the
-             * metrics text the count came from: pushes between the two
-             * would put 95% of dn beyond every bucket (">=16" at
-             * staleness 0), so the rank is taken over its own total. */
+            /* Ranked within the histogram (the stats request), not dn
+             * (the metrics text, read earlier: pushes in between). */
             double hn = 0, cum = 0;
             for (int k = 0; k < 17; k++)
                 hn += b.hist[k] - a.hist[k];
-            int q = 16;
-            for (int k = 0; k < 17 && hn > 0; k++) {
-                cum += b.hist[k] - a.hist[k];
-                if (cum >= 0.95 * hn) {
-                    q = k;
-                    break;
-                }
-            }
+            int q = 0;
+            while (q < 16 && (cum += b.hist[q] - a.hist[q]) < 0.95 * hn)
+                q++;
             if (hn > 0)
                 snprintf(p95, sizeof p95, q == 16 ? ">=%d" : "%d", q);
         }
