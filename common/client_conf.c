@@ -36,7 +36,7 @@ const gddr__conf_key gddr__client_conf_table[] = {
     { "client", "dc_ms_decay", GDDR_CONF_DOUBLE, OFF(dc_ms_decay), "0.95", 0, 0.999999, NULL, 0,
       "EMA factor of g*g for adaptive DC" },
     { "client", "delay_fraction", GDDR_CONF_DOUBLE, OFF(delay_fraction), "0", 0, 0.99, NULL, 0,
-      "GDDR alpha: probability a chunk is held in the residual; 0 = dense pushes" },
+      "GDDR alpha: the share of chunks held in the residual each step (whatever tau); 0 = dense pushes" },
     { "client", "seed", GDDR_CONF_INT, OFF(seed), "12345", 0, 9.2e18, NULL, 0,
       "seed of the GDDR hold mask" },
     { "client", "residual_checkpoint_steps", GDDR_CONF_INT, OFF(residual_checkpoint_steps), "0",

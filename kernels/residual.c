@@ -32,6 +32,28 @@ static int chunk_geometry_ok(size_t n, uint32_t chunk, const char *who)
     return 1;
 }
 
+float gddr_hold_probability(float alpha, uint32_t tau)
+{
+    if (!(alpha > 0) || tau == 0)
+        return 0.0f;
+    if (alpha >= 1)
+        return 1.0f;
+    const double want = 1.0 / (1.0 - (double)alpha);
+    double lo = 0, hi = 1;
+    for (int it = 0; it < 60; it++) {
+        double p = 0.5 * (lo + hi), sum = 1, pk = 1;
+        for (uint32_t k = 0; k < tau; k++) {
+            pk *= p;
+            sum += pk;
+        }
+        if (sum < want)
+            lo = p;
+        else
+            hi = p;
+    }
+    return (float)hi;
+}
+
 /* docs/design.md section 6 step 4: age is tested first, so a chunk at its
  * bound is sent whatever U says, which is what bounds the delay by tau. */
 static inline int chunk_held(const gddr_residual_args *a, uint64_t prefix, uint32_t age,

@@ -31,7 +31,7 @@ extern "C" {
 typedef struct gddr_residual_args {
     size_t n;          /* tensor length */
     uint32_t chunk;    /* elements per chunk; last chunk may be short */
-    float alpha;       /* hold probability (delay_fraction) */
+    float alpha;       /* hold probability: gddr_hold_probability(delay_fraction, tau) */
     uint32_t tau;      /* a chunk whose age has reached tau is always sent */
     uint64_t seed;
     uint32_t worker;
@@ -41,6 +41,16 @@ typedef struct gddr_residual_args {
                         * a tensor split over servers; 0 otherwise): the mask
                         * hashes the whole tensor's chunk index */
 } gddr_residual_args;
+
+/* The hold probability p that makes alpha the share of chunk sends held
+ * back when no chunk may wait more than tau steps. A chunk held with
+ * probability p while its age is below tau is sent on average once every
+ * 1 + p + ... + p^tau steps, so p solves that sum = 1 / (1 - alpha); p =
+ * alpha would send 1 - alpha^(tau+1) / ... more often than 1 - alpha (at
+ * tau 2, alpha 0.4: 64% of the chunks, not 60%). 1 when alpha is more than
+ * tau allows (every chunk then waits exactly tau steps); 0 for alpha <= 0.
+ * Plain arithmetic (no libm), so every worker and the GPU path agree. */
+float gddr_hold_probability(float alpha, uint32_t tau);
 
 /* Number of chunks of an n-float tensor; 0 when chunk is 0. */
 static inline size_t gddr_nchunks(size_t n, uint32_t chunk)

@@ -513,6 +513,60 @@ END_TEST
 
 /* ---- 6. the client obeys the tau of the replies ------------------------------------ */
 
+/* delay_fraction is the share of chunks held back, whatever tau: at tau 2
+ * a hold probability of alpha itself would send 1/(1 + a + a^2) = 64% of
+ * the chunks at alpha 0.4, not 60% (gddr_hold_probability). Counted in
+ * values pushed over 200 steps of a 4096-chunk tensor, for tau 2 and 8. */
+static double sent_share(int tau)
+{
+    gt_server s;
+    char t[32];
+    snprintf(t, sizeof t, "tau_init=%d", tau);
+    START_SERVER(s, "chunk=4", "lr=0.0001", "tau_dynamic=false", t);
+    enum { N = 4 * 4096, STEPS = 200 };
+    float *w0 = calloc(N, 4), *g = calloc(N, 4), *params = calloc(N, 4);
+    gddr_client *c = open_client(s.endpoint, 0, 1, 0.4);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "share", w0, N, &id, NULL), GDDR_OK);
+    for (int i = 0; i < N; i++)
+        g[i] = 1.0f / 1024;
+    gddr_client_counters k0, k1;
+    for (int k = 0; k < STEPS + 20; k++) {
+        if (k == 20) /* the first steps: every chunk young, more held */
+            ck_assert_int_eq(gddr_client_counters_get(c, &k0), GDDR_OK);
+        const float *gp[1] = { g };
+        float *pp[1] = { params };
+        ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_OK);
+    }
+    ck_assert_int_eq(gddr_client_counters_get(c, &k1), GDDR_OK);
+    gddr_client_close(&c);
+    stop_server(&s);
+    free(w0), free(g), free(params);
+    return (double)(k1.values_pushed - k0.values_pushed) / ((double)STEPS * N);
+}
+
+START_TEST(test_held_share_is_alpha)
+{
+    for (int tau = 2; tau <= 8; tau += 6) {
+        double share = sent_share(tau);
+        printf("residual: alpha 0.4, tau %d: %.4f of the values sent\n", tau, share);
+        ck_assert_msg(fabs(share - 0.6) < 0.01, "alpha 0.4, tau %d: %.4f of the values sent, not 0.60",
+                      tau, share);
+    }
+    /* The probability itself: 1 + p + ... + p^tau = 1 / (1 - alpha). */
+    for (uint32_t tau = 1; tau <= 8; tau++) {
+        double p = gddr_hold_probability(0.4f, tau), sum = 1, pk = 1;
+        for (uint32_t k = 0; k < tau; k++)
+            sum += (pk *= p);
+        ck_assert_msg(fabs(sum - 1 / 0.6) < 1e-5, "tau %u: p %.7f, sum %.7f", tau, p, sum);
+    }
+    /* alpha 0.6 at tau 1 cannot be: every chunk is held every other step. */
+    ck_assert(gddr_hold_probability(0.6f, 1) == 1.0f);
+    ck_assert(gddr_hold_probability(0.0f, 4) == 0.0f);
+    ck_assert(gddr_hold_probability(0.4f, 40) < 0.4001f && gddr_hold_probability(0.4f, 40) >= 0.4f);
+}
+END_TEST
+
 START_TEST(test_client_obeys_reply_tau)
 {
     gt_server s;
@@ -1064,6 +1118,7 @@ Suite *suite_residual(void)
     ADD_CASE(s, "conservation", test_conservation_end_to_end);
     ADD_CASE(s, "dynamic_tau", test_dynamic_tau);
     ADD_CASE(s, "client_obeys_tau", test_client_obeys_reply_tau);
+    ADD_CASE(s, "held_share_is_alpha", test_held_share_is_alpha);
     ADD_CASE(s, "pipeline_matches_step", test_pipeline_matches_step);
     ADD_CASE(s, "pipeline_server_gone", test_pipeline_server_gone);
     GT_ADD_CASE(s, "gddr_experiment_saves_bytes", test_gddr_experiment_saves_bytes, EXPERIMENT_WAIT_MS / 1000 + 60);

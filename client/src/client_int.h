@@ -15,6 +15,7 @@
 #include "gddr/gddr.h"
 #include "log.h"
 #include "optspec.h"
+#include "residual.h"
 #include "wire.h"
 
 typedef enum { OP_HELLO, OP_INIT, OP_PULL, OP_PUSH, OP_STATS, OP_ACK } op_kind;
@@ -247,6 +248,10 @@ void gddr__orphan_replay(gddr_client *c, int i, float *target);
  * GDDR_ESTATE while the pipeline has steps in flight. */
 int gddr__step_run(gddr_client *c, const float *const *grads, const float *const *computed_on,
                    const uint64_t *versions, float *const *params);
+/* recovery.c: the GDDR mask's arguments for tensor i this step (host and device paths
+ * alike): the hold probability that makes delay_fraction the share of the
+ * chunks held back under the tensor's tau (gddr_hold_probability). */
+gddr_residual_args gddr__residual_args(const gddr_client *c, int i);
 /* DC-ASGD runs in async and ssp steps (a sync step has w' == w_bak). */
 static inline int gddr__dc_on(const gddr_client *c)
 {

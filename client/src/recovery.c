@@ -8,8 +8,9 @@
  * residual in installments (replay_decay gamma, the last one takes the
  * remainder), so the sum re-injected is exactly the orphan.
  *
- * The residual's host buffers are made and freed here too, below both
- * paths of the step (step.c, step_dev.c).
+ * The residual's host buffers are made and freed here too, and the mask's
+ * arguments of a step given, below both paths of the step (step.c,
+ * step_dev.c).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -191,4 +192,14 @@ int gddr__residual_flush(gddr_client *c)
         }
     }
     return rc;
+}
+
+gddr_residual_args gddr__residual_args(const gddr_client *c, int i)
+{
+    const ctensor *t = &c->t[i];
+    uint32_t tau = (uint32_t)(t->tau > 0 ? t->tau : 1);
+    gddr_residual_args a = { t->n, (uint32_t)c->info.chunk,
+                             gddr_hold_probability((float)c->o.delay_fraction, tau), tau, c->o.seed,
+                             (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0 };
+    return a;
 }

@@ -132,9 +132,7 @@ static int residual_pack(gddr_client *c, int i, const float *g, payload *p)
     /* Orphan installments join the residual, so they leave through the
      * normal mask and nothing of them is sent twice. */
     gddr__orphan_replay(c, i, r->r);
-    gddr_residual_args a = { t->n, (uint32_t)c->info.chunk, (float)c->o.delay_fraction,
-                             (uint32_t)(t->tau > 0 ? t->tau : 1), c->o.seed,
-                             (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0 };
+    gddr_residual_args a = gddr__residual_args(c, i);
     size_t npacked = 0, nsent = 0;
     rc = gddr_residual_step_cpu(&a, g, r->r, r->age, r->packed, r->bitmap, &npacked, &nsent);
     if (rc != GDDR_OK)

@@ -345,9 +345,7 @@ static int dev_queue_tensor(gddr_client *c, int i, const float *w_bak, const gdd
         gddr__orphan_replay(c, i, r->r);
         DEV_TRY(gddr_cuda_memcpy_h2d(d->d_r, r->r, t->n * 4, st), t->key, "copying the residual up");
     }
-    gddr_residual_args ra = { t->n, (uint32_t)c->info.chunk, (float)c->o.delay_fraction,
-                              (uint32_t)(t->tau > 0 ? t->tau : 1), c->o.seed,
-                              (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0 };
+    gddr_residual_args ra = gddr__residual_args(c, i);
     memcpy(d->age_before, r->age, r->nchunks * sizeof *r->age);
     d->planned = 1;
     int rc = gddr_residual_plan_cpu(&ra, r->age, r->bitmap, d->h_rank, &d->npacked, &d->nsent);
