@@ -3,7 +3,9 @@ torch cannot be imported (scripts/install-deps.sh installs python3-torch);
 the CUDA case needs a GPU and a CUDA build of torch and of the library.
 """
 
+import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -366,3 +368,32 @@ def test_fashion_mnist_example_with_a_server_optimizer_and_schedules(server, tmp
                           "--synthetic", "64", "--steps", "1", "--optimizer", "adam momentum=0.9"],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 1 and "adam takes lr, beta1" in bad.stderr
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="no torchrun (python3-torch has it)")
+def test_fashion_mnist_example_under_torchrun(server, tmp_path):
+    """torchrun starts two workers of the example; each takes its rank and
+    the world size from torchrun's environment (RANK, WORLD_SIZE), so the
+    sync server steps with both. `-r 1 -t 1`: Debian's torch 1.13 on
+    Python 3.11 fails at start with its default redirects ("0" parses to
+    None there: a Flag's zero member is not iterated); newer torch takes
+    the same flags."""
+    import subprocess
+
+    srv = server(lr=0.05, mode="sync", workers=2)
+    ex = PY / "examples" / "fashion_mnist.py"
+    env = dict(os.environ)
+    for k in ("GDDR_RANK", "GDDR_WORLD_SIZE", "RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        env.pop(k, None)
+    r = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "2", "-r", "1", "-t", "1",
+                        str(ex), "--server", srv.endpoint, "--synthetic", "256", "--steps", "5",
+                        "--batch", "16", "--progress", "0", "--quiet"],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    res = [dict(kv.split("=", 1) for kv in m.split())
+           for m in re.findall(r"RESULT (.*)$", r.stdout, re.M)]
+    assert sorted(x["rank"] for x in res) == ["0", "1"], r.stdout
+    assert [x["steps"] for x in res] == ["5", "5"]
+    final = result(run([PYTHON, ex, "--server", srv.endpoint, "--evaluate", "--synthetic", "256"]))
+    # sync with both workers: one version a step
+    assert final["version"] == "5"
