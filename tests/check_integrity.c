@@ -399,6 +399,24 @@ START_TEST(test_duplicate_gets_first_answer)
 }
 END_TEST
 
+/* Asks for a checkpoint and waits until one is in ck. */
+static void sr_checkpoint(raw_conn *r, const char *ck)
+{
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
+    rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
+    rq.checkpoint = &cr;
+    uint64_t rid = raw_simple(r, &rq);
+    gddr__reply__free_unpacked(raw_reply_to(r, rid, NULL), NULL);
+    int64_t deadline = gt_now_ms() + WAIT_MS;
+    uint64_t seqs[2];
+    size_t nck = 0;
+    while (gddr__ckpt_list(ck, seqs, 2, &nck) == GDDR_OK && nck == 0) {
+        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written");
+        gt_sleep_ms(20);
+    }
+}
+
 /* The records are in the checkpoint: a push taken before it is a resend
  * after a kill -9 and restart, one taken after it (lost with the crash) is
  * applied again, as it must be. */
@@ -439,19 +457,7 @@ START_TEST(test_exactly_once_across_restart)
     ck_assert(rep->body_case == GDDR__REPLY__BODY_PUSH && rep->push->version == 1);
     gddr__reply__free_unpacked(rep, NULL);
     /* A checkpoint with step 1 taken, then step 2 taken and lost. */
-    Gddr__Request rq = GDDR__REQUEST__INIT;
-    Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
-    rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
-    rq.checkpoint = &cr;
-    rid = raw_simple(&r, &rq);
-    gddr__reply__free_unpacked(raw_reply_to(&r, rid, NULL), NULL);
-    int64_t deadline = gt_now_ms() + WAIT_MS;
-    uint64_t seqs[2];
-    size_t nck = 0;
-    while (gddr__ckpt_list(ck, seqs, 2, &nck) == GDDR_OK && nck == 0) {
-        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written");
-        gt_sleep_ms(20);
-    }
+    sr_checkpoint(&r, ck);
     rid = raw_push_step(&r, 0, g, 2, 1, 2, 1.0f);
     rep = raw_reply_to(&r, rid, NULL);
     ck_assert(rep->body_case == GDDR__REPLY__BODY_PUSH && rep->push->version == 2);
@@ -541,24 +547,6 @@ static void sr_join(raw_conn *r, const gt_server *s, uint64_t session0)
         r[k].session = session0 + (uint64_t)k;
         raw_hello(&r[k], (uint32_t)k, 3);
         sr_register(&r[k]);
-    }
-}
-
-/* Asks for a checkpoint and waits until one is in ck. */
-static void sr_checkpoint(raw_conn *r, const char *ck)
-{
-    Gddr__Request rq = GDDR__REQUEST__INIT;
-    Gddr__CheckpointRequest cr = GDDR__CHECKPOINT_REQUEST__INIT;
-    rq.body_case = GDDR__REQUEST__BODY_CHECKPOINT;
-    rq.checkpoint = &cr;
-    uint64_t rid = raw_simple(r, &rq);
-    gddr__reply__free_unpacked(raw_reply_to(r, rid, NULL), NULL);
-    int64_t deadline = gt_now_ms() + WAIT_MS;
-    uint64_t seqs[2];
-    size_t nck = 0;
-    while (gddr__ckpt_list(ck, seqs, 2, &nck) == GDDR_OK && nck == 0) {
-        ck_assert_msg(gt_now_ms() < deadline, "no checkpoint written");
-        gt_sleep_ms(20);
     }
 }
 
