@@ -39,10 +39,13 @@ float gddr_hold_probability(float alpha, uint32_t tau)
     if (alpha >= 1)
         return 1.0f;
     const double want = 1.0 / (1.0 - (double)alpha);
+    /* Called for every tensor of every step: 40 halvings (past float's
+     * precision), and the sum stops where its terms no longer count, so a
+     * large tau (up to tau_max's 1000) costs no more than a small one. */
     double lo = 0, hi = 1;
-    for (int it = 0; it < 60; it++) {
+    for (int it = 0; it < 40; it++) {
         double p = 0.5 * (lo + hi), sum = 1, pk = 1;
-        for (uint32_t k = 0; k < tau; k++) {
+        for (uint32_t k = 0; k < tau && pk > 1e-12; k++) {
             pk *= p;
             sum += pk;
         }

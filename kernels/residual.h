@@ -46,8 +46,8 @@ typedef struct gddr_residual_args {
  * back when no chunk may wait more than tau steps. A chunk held with
  * probability p while its age is below tau is sent on average once every
  * 1 + p + ... + p^tau steps, so p solves that sum = 1 / (1 - alpha); p =
- * alpha would send 1 - alpha^(tau+1) / ... more often than 1 - alpha (at
- * tau 2, alpha 0.4: 64% of the chunks, not 60%). 1 when alpha is more than
+ * alpha would send more than 1 - alpha of the chunks (at tau 2, alpha 0.4:
+ * 64%, not 60%). 1 when alpha is more than
  * tau allows (every chunk then waits exactly tau steps); 0 for alpha <= 0.
  * Plain arithmetic (no libm), so every worker and the GPU path agree. */
 float gddr_hold_probability(float alpha, uint32_t tau);

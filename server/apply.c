@@ -72,19 +72,23 @@ static const float *job_values(const ps_job *j, size_t c, size_t lo)
     return j->off[c] < 0 ? NULL : j->vals + j->off[c];
 }
 
-/* SYNC: the holders of chunk c in this step get its mean as credit. */
-static void grant_credit(const ps_job *j, size_t c, size_t lo, size_t len, const float *a, uint32_t n)
+/* SYNC: the holders of chunk c in this step get sum / n (a mean) as
+ * credit, once per hold; returns the holds. */
+static uint32_t grant_credit(const ps_job *j, size_t c, size_t lo, size_t len, const float *sum,
+                             uint32_t n)
 {
     float inv = 1.0f / (float)n;
+    uint32_t holds = 0;
     for (uint32_t h = 0; h < j->nholders; h++) {
         ps_fillw *fw = j->holders[h];
         uint8_t k = fw->held[c];
         if (!k)
             continue;
-        float s = (float)k * inv;
-        acc_add(fw->cred + lo, a, s, len);
+        acc_add(fw->cred + lo, sum, (float)k * inv, len);
         fw->held[c] = 0;
+        holds += k;
     }
+    return holds;
 }
 
 static void drop_holds(const ps_job *j, size_t c)
@@ -103,21 +107,9 @@ static void grant_fresh(const ps_job *j, size_t c, size_t lo, size_t len, float 
         drop_holds(j, c);
         return;
     }
-    float *m = j->facc + lo;
-    const float inv = 1.0f / (float)nf;
-    for (size_t i = 0; i < len; i++)
-        m[i] *= inv;
-    uint32_t holds = 0;
-    for (uint32_t h = 0; h < j->nholders; h++) {
-        ps_fillw *fw = j->holders[h];
-        uint8_t k = fw->held[c];
-        if (!k)
-            continue;
-        acc_add(fw->cred + lo, m, (float)k, len);
-        fw->held[c] = 0;
-        holds += k;
-    }
-    acc_add(a, m, (float)holds, len);
+    const float *fresh = j->facc + lo;
+    uint32_t holds = grant_credit(j, c, lo, len, fresh, nf);
+    acc_add(a, fresh, (float)holds / (float)nf, len);
 }
 
 /* SYNC: the fresh sums of chunk c back to zero for the next step. */

@@ -32,13 +32,14 @@
  * against 0.25 for unit-variance gradients, scripts/fillsim.py); it evens
  * out over about 10 steps, which momentum averages over, but Adam and
  * Adagrad divide by the running mean of its square, so every step shrinks
- * and the run falls behind (the transformer of docs/results-lm.md: +4.0 %
- * held-out loss). For those optimizers (ps_upd_normalises) the fill is the
+ * and the run falls behind (the transformer of docs/results-lm.md: +2.26 %
+ * held-out loss on the mean of 3 seeds, +3.97 % on seed 2). For those optimizers (ps_upd_normalises) the fill is the
  * mean of the fresh pushes only -- from workers with no hold open on the
  * chunk, whose values are just this step's gradient -- and releases count
  * once, at weight 1/N, like any push; a chunk no fresh push carried gets
  * no fill that step (its holders send their share later, in full). That
- * halves the variance (0.60) and took the transformer's gap to 1.6 %.
+ * halves the variance (0.60); the transformer's gap, +1.86 % over 11 runs
+ * of 3 seeds, still scatters from run to run (docs/results-lm.md).
  * Per worker and tensor this costs one float a value (the credit) and two
  * bytes a chunk, within max_fill_bytes; a worker over the bound is taken
  * without fill (its held chunks then count as zeros of the step, as before).
@@ -63,9 +64,11 @@ long long ps_fill_bytes(void)
     return atomic_load(&fill_bytes);
 }
 
-static size_t fw_bytes(const ps_tensor *t)
+/* A worker's fill state for a tensor of n values in nchunks chunks: the
+ * credits, the holds of the open step, the open holds. */
+static size_t fw_bytes(size_t n, size_t nchunks)
 {
-    return t->n * sizeof(float) + 2 * t->nchunks;
+    return n * sizeof(float) + 2 * nchunks;
 }
 
 void ps_fill_fresh_alloc(gddr_ps *ps, ps_tensor *t)
@@ -105,7 +108,7 @@ static ps_fillw *fill_get(gddr_ps *ps, uint32_t rank, ps_tensor *t, int bounded)
     ps_fillw *fw = ps_fill_find(ps, rank, t->id);
     if (fw)
         return fw;
-    if (bounded && (uint64_t)ps_fill_bytes() + fw_bytes(t) > fill_limit(ps)) {
+    if (bounded && (uint64_t)ps_fill_bytes() + fw_bytes(t->n, t->nchunks) > fill_limit(ps)) {
         static int said;
         if (!said++)
             gddr_log(GDDR_LOG_WARN, "max_fill_bytes reached: worker %u's held chunks of '%s' count as "
@@ -135,7 +138,7 @@ static ps_fillw *fill_get(gddr_ps *ps, uint32_t rank, ps_tensor *t, int bounded)
             free(fw->cred), free(fw->held), free(fw->open), free(fw);
         return NULL;
     }
-    atomic_fetch_add(&fill_bytes, (long long)fw_bytes(t));
+    atomic_fetch_add(&fill_bytes, (long long)fw_bytes(t->n, t->nchunks));
     w->fw[t->id] = fw;
     /* The first holder of t: the fresh-push sums, from this push on (after
      * the update in flight, which must not see them appear). */
@@ -175,7 +178,7 @@ void ps_fill_free_worker(gddr_ps *ps, ps_worker *w)
                     break;
                 }
         }
-        atomic_fetch_sub(&fill_bytes, (long long)(fw->n * sizeof(float) + 2 * fw->nchunks));
+        atomic_fetch_sub(&fill_bytes, (long long)fw_bytes(fw->n, fw->nchunks));
         free(fw->cred);
         free(fw->held);
         free(fw->open);
@@ -199,7 +202,7 @@ int ps_fill_sections(gddr_ps *ps, struct gddr_ckpt_section **s, size_t *n, size_
             if (!fw)
                 continue;
             uint64_t head[2] = { fw->n, fw->nchunks };
-            size_t len = sizeof head + fw->n * 4 + 2 * fw->nchunks;
+            size_t len = sizeof head + fw_bytes(fw->n, fw->nchunks);
             char *buf = malloc(len), *p = buf;
             if (!buf)
                 return -1;

@@ -141,8 +141,8 @@ typedef struct ps_tensor {
                         * (all but those holding it back under fill) */
     float *facc;       /* fill for adam, adamw, adagrad (fill.c): per value, the sum of
                         * this step's fresh pushes (from workers holding nothing of the
-                        * chunk back since they last sent it); NULL until the first
-                        * step with fill closed */
+                        * chunk back since they last sent it); NULL until a worker
+                        * first held a chunk of it (fill.c) */
     uint32_t *fcnt;    /* per chunk: how many fresh pushes facc holds */
     double step_lr;    /* the lr of the step's last push (0: the tensor's) */
     ps_fillw **holders; /* fill states of the workers holding chunks in this step
