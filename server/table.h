@@ -1,0 +1,140 @@
+/* table.h -- sparse embedding tables: rows of `dim` float32 values named by
+ * 64-bit keys, created on first touch, stepped by a per-row optimizer,
+ * bounded in number (ttl and sampled LRU). The storage engine only: no
+ * wire, no threads (the front thread owns every table; table_wire.c speaks
+ * the protocol and does sync steps, exactly-once and AdaDelay).
+ *
+ * Layout: an open-addressing hash index (linear probing, backward-shift
+ * deletion) maps a key to a slot; slots are rows in parallel arrays
+ * (values, optimizer state, key, last touch, per-row step count), so the
+ * memory of a row is fixed (ps_table_row_bytes) and a pull is a lookup
+ * and a memcpy of dim floats per key.
+ */
+#ifndef GDDR_PS_TABLE_H
+#define GDDR_PS_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rowkey.h"
+
+typedef enum { PS_TINIT_ZEROS = 0, PS_TINIT_UNIFORM = 1, PS_TINIT_NORMAL = 2 } ps_tinit;
+/* Admission of a new key: always; once it was seen admit_count times (a
+ * training pull of it counts one); with probability admit_prob per sighting
+ * (decided by a hash of seed, key and sighting number: the same on every
+ * server and in every run). Until admitted a key reads as its initial value
+ * and gradients pushed for it are dropped (counted). */
+typedef enum { PS_TADMIT_ALWAYS = 0, PS_TADMIT_COUNT = 1, PS_TADMIT_PROB = 2 } ps_tadmit;
+typedef enum { PS_TOPT_SGD = 0, PS_TOPT_ADAGRAD = 1, PS_TOPT_ADAM = 2 } ps_topt;
+
+typedef struct ps_table_conf {
+    uint32_t dim;            /* floats per row, 1..65536 */
+    ps_tinit init;
+    float init_scale;        /* uniform: U(-s, s); normal: N(0, s^2) */
+    uint64_t init_seed;      /* a row's initial value depends on (init_seed, key) only */
+    ps_tadmit admit;
+    uint32_t admit_count;    /* PS_TADMIT_COUNT: sightings needed (>= 1) */
+    float admit_prob;        /* PS_TADMIT_PROB: 0 < p <= 1 */
+    ps_topt opt;
+    float lr;                /* default step size (a push may bring its own) */
+    float beta1, beta2, eps; /* adam; adagrad uses eps */
+    float adagrad_init;      /* adagrad: the accumulator's initial value */
+    uint64_t max_rows;       /* 0: no cap of its own */
+    uint64_t row_ttl;        /* evict rows not touched for this many table versions; 0: never */
+} ps_table_conf;
+
+/* What a table did, cumulative (metrics). */
+typedef struct ps_table_counts {
+    uint64_t rows;           /* live rows now */
+    uint64_t created;        /* rows created */
+    uint64_t evicted_ttl;    /* rows evicted for row_ttl */
+    uint64_t evicted_cap;    /* rows evicted for max_rows (or the server's cap) */
+    uint64_t dropped;        /* gradient rows dropped: key not admitted (yet) */
+    uint64_t pending;        /* keys seen but not admitted yet (count admission) */
+} ps_table_counts;
+
+typedef struct ps_table ps_table;
+
+/* Bytes one row costs with this configuration: its values, its optimizer
+ * state, its key, last touch and step count, and its share of the hash
+ * index at the worst load factor. */
+size_t ps_table_row_bytes(const ps_table_conf *c);
+
+/* Checks c (dim, probabilities, ...): 0, or -1 with why filled. */
+int ps_table_conf_check(const ps_table_conf *c, char *why, size_t whylen);
+
+/* A new empty table (version 0). server_rows (may be NULL): a counter of
+ * live rows shared by every table of a server, bounded by server_max_rows
+ * (0: no bound); a table over either cap evicts its least recently touched
+ * rows (sampled) before it creates one. Returns 0 or -1 (no memory). */
+int ps_table_new(const ps_table_conf *c, uint64_t *server_rows, uint64_t server_max_rows,
+                 ps_table **out);
+void ps_table_free(ps_table *t);
+const ps_table_conf *ps_table_config(const ps_table *t);
+
+/* A key's initial value (dim floats): a pure function of (init_seed, key,
+ * index), so it does not depend on which worker touched the key first or
+ * which server holds it. */
+void ps_table_init_row(const ps_table_conf *c, uint64_t key, float *out);
+
+/* Reads n rows into out (n * dim floats, in the order of keys; a key may
+ * repeat). create = 1 (training): a key that has no row counts a sighting
+ * and gets its row when admission says so; a key still not admitted reads
+ * as its initial value. create = 0 (inference): a key without a row reads
+ * as zeros and nothing changes. Every row read is touched (its ttl starts
+ * over). *created (may be NULL): rows this call created. Returns 0, or -1
+ * when out of memory (rows created before that stay). */
+int ps_table_pull(ps_table *t, const uint64_t *keys, size_t n, int create, float *out,
+                  size_t *created);
+
+/* Checks a push before anything changes: every value finite, no key twice
+ * (the client sums duplicates; the wire refuses them). Returns 0, or -1
+ * with why filled (naming the first offending key or value). */
+int ps_table_push_check(const ps_table *t, const uint64_t *keys, size_t n, const float *g,
+                        char *why, size_t whylen);
+
+/* One optimizer step per key with gradient scale * g[i*dim ...] and step
+ * size lr (> 0; the push's lr_eff after AdaDelay): sgd w -= lr*g;
+ * adagrad G += g^2, w -= lr*g/(sqrt(G)+eps); adam with the row's own step
+ * count for the bias correction (a row stepped k times uses k; rows of a
+ * sparse table are stepped at different rates). A key without a row gets
+ * one first when admission allows (PS_TADMIT_ALWAYS: always; otherwise
+ * only rows a pull admitted exist, and the gradient of any other key is
+ * dropped and counted). Keys must have passed ps_table_push_check.
+ * Touches every stepped row. Returns the rows stepped, or -1 (no memory). */
+long ps_table_apply(ps_table *t, const uint64_t *keys, size_t n, const float *g, float scale,
+                    float lr);
+
+/* The table's version (one per applied push in async mode, one per step
+ * in sync: table_wire.c calls advance); advancing also evicts, a bounded
+ * number of slots per call, rows whose last touch is more than row_ttl
+ * versions old. */
+uint64_t ps_table_version(const ps_table *t);
+void ps_table_advance(ps_table *t);
+
+void ps_table_counts_get(const ps_table *t, ps_table_counts *out);
+
+/* Checkpoints: every live row in slot order (key, dim values, the
+ * optimizer's state: adagrad dim floats, adam 2*dim floats, NULL for sgd,
+ * its step count and last touch). fn returns nonzero to stop. */
+typedef int (*ps_table_row_fn)(void *user, uint64_t key, const float *w, const float *s1,
+                               const float *s2, uint32_t steps, uint64_t touched);
+int ps_table_foreach(const ps_table *t, ps_table_row_fn fn, void *user);
+/* Puts a row back as it was (checkpoint load); replaces one of that key. */
+int ps_table_put_row(ps_table *t, uint64_t key, const float *w, const float *s1, const float *s2,
+                     uint32_t steps, uint64_t touched);
+/* Sets the version (checkpoint load). */
+void ps_table_set_version(ps_table *t, uint64_t v);
+
+/* A sparse sum: rows by key, in first-insertion order, for a sync step's
+ * pushes (added in rank order, so the sum does not depend on arrival). */
+typedef struct ps_rowsum ps_rowsum;
+ps_rowsum *ps_rowsum_new(uint32_t dim);
+void ps_rowsum_free(ps_rowsum *s);
+/* Adds n rows (keys unique within the call). Returns 0 or -1 (no memory). */
+int ps_rowsum_add(ps_rowsum *s, const uint64_t *keys, size_t n, const float *g);
+/* The keys and sums so far (count rows, dim floats each, contiguous). */
+size_t ps_rowsum_get(const ps_rowsum *s, const uint64_t **keys, const float **sums);
+void ps_rowsum_clear(ps_rowsum *s);
+
+#endif
