@@ -334,13 +334,18 @@ wheel: all
 
 # README's configuration reference, written from the key tables
 # (server/config.c, common/client_conf.c); `gddr-tests conf` fails when the
-# README and the tables differ.
-config-table: $(BUILD)/bin/gddr-ps
+# README and the tables differ. Also docs/python.md's table of options, from
+# the library's description of them (python/tests/test_layout.py checks it).
+config-table: $(BUILD)/bin/gddr-ps $(LIB_SO)
 	$(Q)$(BUILD)/bin/gddr-ps --dump-config --markdown > $(BUILD)/config-table.md
 	$(Q)awk -v t=$(BUILD)/config-table.md '/^<!-- config-table begin/ { print; while ((getline l < t) > 0) print l; skip = 1; next } \
 	  /^<!-- config-table end/ { skip = 0 } !skip' README.md > $(BUILD)/README.md.new
 	$(Q)mv $(BUILD)/README.md.new README.md
 	@echo "README.md: configuration table written from the key tables"
+	$(Q)GDDR_LIB=$(LIB_SO) PYTHONPATH=python $(PYTHON) -c 'import re, gddr; p = "docs/python.md"; s = open(p).read(); \
+	  open(p, "w").write(re.sub(r"(<!-- python-options begin.*?-->\n).*?(<!-- python-options end -->)", \
+	  lambda m: m.group(1) + gddr.client._options_markdown() + m.group(2), s, flags=re.S))'
+	@echo "docs/python.md: options table written from the library's option rows"
 
 # scripts/slurm/gddr.sbatch on a throw-away one-node Slurm cluster (root;
 # installs slurm-wlm and munge when missing). Not part of `make check`.
