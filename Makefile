@@ -2,6 +2,7 @@
 #
 #   make            build everything under build/
 #   make check      install missing packages, build, run the Check suite
+#   make abi-check  a program built against the first gddr.h runs on this library
 #   make demo       install missing packages, build, train Fashion-MNIST
 #                   (SERVERS=2: the model sharded over two servers)
 #   make slurm-check  run scripts/slurm/gddr.sbatch on a one-node Slurm cluster
@@ -146,7 +147,7 @@ MAN_SRC  := $(wildcard man/*.scd)
 MANS     := $(patsubst man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
 
 .PHONY: all deps check demo install clean cuda-status bench slurm-check config-table deb wheel man \
-        plugin-path
+        plugin-path abi-check
 all: cuda-status $(LIB_A) $(LIB_SO) $(PLUGIN_SO) $(FAKE_SO) $(BINS) $(TESTBIN) $(BENCHES) \
      $(BUILD)/gddr-client.pc $(if $(SCDOC),$(MANS))
 
@@ -305,6 +306,12 @@ deps:
 check: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run-checks.sh
+
+# A program built against the first gddr.h (tests/abi/v0/) runs on this
+# library, and a struct larger than the library's is refused (make check
+# runs it too, through scripts/run-checks.sh).
+abi-check: all
+	@tests/abi/run.sh
 
 # make demo SERVERS=2: the model sharded over two gddr-ps.
 SERVERS ?= 1
