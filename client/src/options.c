@@ -86,7 +86,7 @@ static int parse_row(const gddr__client_opt *r, const char *text, gddr__client_s
     }
     char err[256];
     if (gddr__conf_set(tab, s, NULL, r->name, text, err, sizeof err) < 0)
-        return fail(GDDR_EINVAL, "client option %s", err);
+        return fail(GDDR_EINVAL, "gddr_opts_set: %s", err);
     return 0;
 }
 
