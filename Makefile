@@ -2,6 +2,7 @@
 #
 #   make            build everything under build/
 #   make check      install missing packages, build, run the Check suite
+#   make abi-check  a program built against the first gddr.h runs on this library
 #   make demo       install missing packages, build, train Fashion-MNIST
 #                   (SERVERS=2: the model sharded over two servers)
 #   make slurm-check  run scripts/slurm/gddr.sbatch on a one-node Slurm cluster
@@ -146,7 +147,7 @@ MAN_SRC  := $(wildcard man/*.scd)
 MANS     := $(patsubst man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
 
 .PHONY: all deps check demo install clean cuda-status bench slurm-check config-table deb wheel man \
-        plugin-path
+        plugin-path abi-check
 all: cuda-status $(LIB_A) $(LIB_SO) $(PLUGIN_SO) $(FAKE_SO) $(BINS) $(TESTBIN) $(BENCHES) \
      $(BUILD)/gddr-client.pc $(if $(SCDOC),$(MANS))
 
@@ -306,6 +307,12 @@ check: deps
 	@$(MAKE) --no-print-directory all
 	@scripts/run-checks.sh
 
+# A program built against the first gddr.h (tests/abi/v0/) runs on this
+# library, and a struct larger than the library's is refused (make check
+# runs it too, through scripts/run-checks.sh).
+abi-check: all
+	@tests/abi/run.sh
+
 # make demo SERVERS=2: the model sharded over two gddr-ps.
 SERVERS ?= 1
 demo: deps
@@ -334,13 +341,18 @@ wheel: all
 
 # README's configuration reference, written from the key tables
 # (server/config.c, common/client_conf.c); `gddr-tests conf` fails when the
-# README and the tables differ.
-config-table: $(BUILD)/bin/gddr-ps
+# README and the tables differ. Also docs/python.md's table of options, from
+# the library's description of them (python/tests/test_layout.py checks it).
+config-table: $(BUILD)/bin/gddr-ps $(LIB_SO)
 	$(Q)$(BUILD)/bin/gddr-ps --dump-config --markdown > $(BUILD)/config-table.md
 	$(Q)awk -v t=$(BUILD)/config-table.md '/^<!-- config-table begin/ { print; while ((getline l < t) > 0) print l; skip = 1; next } \
 	  /^<!-- config-table end/ { skip = 0 } !skip' README.md > $(BUILD)/README.md.new
 	$(Q)mv $(BUILD)/README.md.new README.md
 	@echo "README.md: configuration table written from the key tables"
+	$(Q)GDDR_LIB=$(LIB_SO) PYTHONPATH=python $(PYTHON) -c 'import re, gddr; p = "docs/python.md"; s = open(p).read(); \
+	  open(p, "w").write(re.sub(r"(<!-- python-options begin.*?-->\n).*?(<!-- python-options end -->)", \
+	  lambda m: m.group(1) + gddr.client._options_markdown() + m.group(2), s, flags=re.S))'
+	@echo "docs/python.md: options table written from the library's option rows"
 
 # scripts/slurm/gddr.sbatch on a throw-away one-node Slurm cluster (root;
 # installs slurm-wlm and munge when missing). Not part of `make check`.

@@ -8,7 +8,8 @@
 # loop (scripts/test-lib.sh), the Grafana dashboard's queries
 # (scripts/test-dashboard.sh), the README's
 # by-hand block (scripts/test-readme.sh), the install check (with every C
-# block of the docs compiled), the manual pages (scripts/test-man.sh: man -l
+# block of the docs compiled), the ABI test (tests/abi/run.sh: a program
+# built against the first gddr.h runs on this library), the manual pages (scripts/test-man.sh: man -l
 # renders each, every option and INI key named), the wheel (scripts/test-wheel.sh:
 # pip installs it offline into a venv, gddr imports and trains with the
 # library inside it), the Debian packages (scripts/test-deb.sh: lintian-clean,
@@ -70,6 +71,7 @@ if [ $# -eq 0 ]; then
   scripts/test-dashboard.sh || status=$?
   scripts/test-readme.sh || status=$?
   scripts/test-install.sh || status=$?
+  tests/abi/run.sh || status=$?
   scripts/test-man.sh || status=$?
   scripts/test-wheel.sh || status=$?
   scripts/test-deb.sh || status=$?

@@ -83,7 +83,7 @@ static void print_markdown(void)
 {
     printf("| key | default | meaning |\n|---|---|---|\n");
     gddr__conf_markdown(gddr_ps_conf_table, stdout);
-    gddr__conf_markdown(gddr__client_conf_table, stdout);
+    gddr__conf_markdown(gddr__client_conf_keys(), stdout);
 }
 
 /* Forks; the parent waits until the child is listening, prints its

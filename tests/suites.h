@@ -7,6 +7,7 @@
 
 #define GDDR_SUITES(X) \
     X(conf)            \
+    X(opts)            \
     X(model)           \
     X(kernels)         \
     X(checkpoint)      \

@@ -304,9 +304,23 @@ int gddr__heartbeat_start(gddr_client *c);
 void gddr__heartbeat_stop(gddr_client *c);
 
 /* options.c */
-int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, size_t strlen_,
-                        char *err, size_t errlen);
 int gddr__env_rank(void);
 int gddr__env_world(void);
+
+/* ---- options ABI (issue 21, "One row per option"; client/src/options.c) ----
+ * gddr.h maps gddr_client_open() onto gddr_client_open_sized() for callers.
+ * Inside the library the name gddr_client_open means the full-struct open
+ * (whatever defines it): options.c exports the symbol gddr_client_open with
+ * the frozen prefix's size for binaries built against the first gddr.h, and
+ * every sized entry point ends here with a complete gddr_client_opts. */
+#undef gddr_client_open
+#define gddr_client_open gddr__client_open_full
+int gddr__client_open_full(const gddr_client_opts *opts, gddr_client **out);
+/* The [client] section of an INI file onto *o (a complete struct); string
+ * options point into slots (GDDR_CONF_MAXKEYS of them), which must outlive
+ * their use. */
+union gddr__client_slot;
+int gddr__opts_from_ini(const char *path, gddr_client_opts *o, union gddr__client_slot *slots,
+                        char *err, size_t errlen);
 
 #endif

@@ -1,6 +1,13 @@
-/* options.c -- client options from an INI file ([client] section, read
- * with the key table of common/client_conf.c) and the rank and world size
- * from the launcher's environment. */
+/* options.c -- client options, driven by their table (common/client_conf.c):
+ * defaults, setters and getters by name, the option list, the [client]
+ * section of an INI file, the rank and world size from the launcher's
+ * environment; and the sized entry points that keep gddr_client_opts
+ * extensible (docs/client.md, "ABI"): the caller says how large its struct
+ * is, fields past that get their defaults, and the symbols of the first
+ * gddr.h (gddr_client_opts_init, gddr_client_open, gddr_client_open_ini)
+ * stay, reading the frozen prefix only. */
+#include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,73 +17,308 @@
 #include "client_int.h"
 #include "conf.h"
 
-/* Strings from the file live here until gddr_client_open copies them. */
-static __thread char curve_server_buf[GDDR_CONF_STRMAX], curve_file_buf[GDDR_CONF_STRMAX];
+/* This file defines the exported symbols the header's macros hide, and
+ * calls the library's full-struct open by its own name. */
+#undef gddr_client_open
+#undef gddr_client_opts_init
+#undef gddr_client_open_ini
 
-int gddr__opts_from_ini(const char *path, gddr_client_opts *o, char *strbuf, size_t buflen,
-                        char *err, size_t errlen)
+#define FULL sizeof(gddr_client_opts)
+
+static __thread char errmsg[320];
+
+static int fail(int rc, const char *fmt, ...)
 {
-    gddr__client_conf cc;
-    memset(&cc, 0, sizeof cc);
-    if (gddr__conf_defaults(gddr__client_conf_table, &cc, err, errlen) < 0 ||
-        gddr__conf_load(gddr__client_conf_table, &cc, path, err, errlen) < 0)
-        return GDDR_ECONFIG;
-    snprintf(strbuf, buflen, "%s", cc.servers[0] ? cc.servers : cc.server);
-    o->server = strbuf;
-    o->rank = (int)cc.rank;
-    o->world_size = (int)cc.world_size;
-    o->timeout_ms = (int)cc.timeout_ms;
-    o->reconnect_timeout_ms = (int)cc.reconnect_timeout_ms;
-    o->connect_timeout_ms = (int)cc.connect_timeout_ms;
-    o->clip_norm = cc.clip_norm;
-    o->dc_lambda = cc.dc_lambda;
-    o->dc_mode = cc.dc_mode;
-    o->dc_adaptive = cc.dc_adaptive;
-    o->dc_ms_decay = cc.dc_ms_decay;
-    o->delay_fraction = cc.delay_fraction;
-    o->seed = (uint64_t)cc.seed;
-    o->residual_checkpoint_steps = (int)cc.residual_checkpoint_steps;
-    o->replay_decay = cc.replay_decay;
-    o->log_level = cc.log_level;
-    o->heartbeat_ms = (int)cc.heartbeat_ms;
-    o->part_bytes = (uint64_t)cc.part_bytes;
-    o->accumulate_steps = (int)cc.accumulate_steps;
-    o->pull_delay_fraction = cc.pull_delay_fraction;
-    o->pull_delta_bits = cc.pull_delta_bits * 8;
-    if (cc.curve_server_key[0]) {
-        snprintf(curve_server_buf, sizeof curve_server_buf, "%s", cc.curve_server_key);
-        snprintf(curve_file_buf, sizeof curve_file_buf, "%s", cc.curve_key_file);
-        o->curve_server_key = curve_server_buf;
-        o->curve_key_file = curve_file_buf;
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errmsg, sizeof errmsg, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+const char *gddr_opts_errmsg(void)
+{
+    return errmsg;
+}
+
+size_t gddr_client_opts_size(void)
+{
+    return FULL;
+}
+
+static int has_field(const gddr__client_opt *r, size_t size)
+{
+    return r->offset != GDDR_OPT_NOFIELD && r->offset + r->size <= size;
+}
+
+/* A struct of `size` bytes is one this library can read: at least the
+ * frozen prefix, at most what it knows. */
+static int check_size(const char *what, size_t size)
+{
+    if (size < GDDR_CLIENT_OPTS_V0_SIZE)
+        return fail(GDDR_EINVAL, "%s: a gddr_client_opts of %zu bytes is smaller than the first gddr.h's "
+                    "(%zu bytes): pass sizeof(gddr_client_opts)", what, size,
+                    (size_t)GDDR_CLIENT_OPTS_V0_SIZE);
+    if (size > FULL)
+        return fail(GDDR_ENOTSUP, "%s: this program was built against a newer gddr.h (gddr_client_opts "
+                    "of %zu bytes) than this libgddr-client knows (%zu bytes): its new options "
+                    "would be ignored; upgrade libgddr-client", what, size, FULL);
     return GDDR_OK;
 }
 
-int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gddr_client **out,
-                         char *errbuf, size_t errlen)
+/* Parses text as row r's type into s (enums also by value); conf.c's
+ * checks and messages ("key 'x': ..."). */
+static int parse_row(const gddr__client_opt *r, const char *text, gddr__client_slot *s)
 {
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    char server[GDDR_CONF_STRMAX];
+    gddr__conf_key tab[2];
+    gddr__client_opt_key(r, &tab[0]);
+    memset(&tab[1], 0, sizeof tab[1]);
+    tab[0].offset = 0;
+    memset(s, 0, sizeof *s);
+    if (r->type == GDDR_OPT_ENUM) {
+        char *end;
+        long v = strtol(text, &end, 10);
+        for (int i = 0; r->names[i] && *text && !*end; i++)
+            if ((r->values ? r->values[i] : i) == v) {
+                s->e = i;
+                return 0;
+            }
+    }
+    char err[256];
+    if (gddr__conf_set(tab, s, NULL, r->name, text, err, sizeof err) < 0)
+        return fail(GDDR_EINVAL, "gddr_opts_set: %s", err);
+    return 0;
+}
+
+/* The defaults of every field within size (pointers and strings NULL). */
+static void fill_defaults(gddr_client_opts *o, size_t size)
+{
+    for (const gddr__client_opt *r = gddr__client_opts_table; r->name; r++) {
+        if (!has_field(r, size))
+            continue;
+        gddr__client_slot s;
+        if (r->type == GDDR_OPT_STRING)
+            *(const char **)((char *)o + r->offset) = r->def[0] ? r->def : NULL;
+        else if (r->type == GDDR_OPT_PTR || parse_row(r, r->def, &s) != 0)
+            memset((char *)o + r->offset, 0, r->size); /* a bad default fails gddr-tests opts */
+        else
+            gddr__client_opt_store(r, &s, o);
+    }
+}
+
+int gddr_client_opts_init_sized(gddr_client_opts *o, size_t size)
+{
+    errmsg[0] = 0;
+    if (!o)
+        return fail(GDDR_EINVAL, "gddr_client_opts_init_sized: NULL options");
+    int rc = check_size("gddr_client_opts_init_sized", size);
+    if (rc == GDDR_EINVAL)
+        return rc;
+    if (size > FULL)
+        memset((char *)o + FULL, 0, size - FULL);
+    fill_defaults(o, size < FULL ? size : FULL);
+    return rc;
+}
+
+void gddr_client_opts_init(gddr_client_opts *o)
+{
+    gddr_client_opts_init_sized(o, GDDR_CLIENT_OPTS_V0_SIZE);
+}
+
+/* The caller's struct of `size` bytes as a complete one: its fields, the
+ * defaults of those past its end. */
+static int widen(const char *what, const gddr_client_opts *o, size_t size, gddr_client_opts *full)
+{
+    int rc = check_size(what, size);
+    if (rc != GDDR_OK)
+        return rc;
+    memset(full, 0, sizeof *full);
+    fill_defaults(full, FULL);
+    for (const gddr__client_opt *r = gddr__client_opts_table; r->name; r++)
+        if (has_field(r, size))
+            memcpy((char *)full + r->offset, (const char *)o + r->offset, r->size);
+    return GDDR_OK;
+}
+
+int gddr_client_open_sized(const gddr_client_opts *opts, size_t size, gddr_client **out)
+{
+    errmsg[0] = 0;
+    if (!opts || !out)
+        return GDDR_EINVAL;
+    gddr_client_opts o;
+    int rc = widen("gddr_client_open", opts, size, &o);
+    return rc != GDDR_OK ? rc : gddr__client_open_full(&o, out);
+}
+
+int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
+{
+    return gddr_client_open_sized(opts, GDDR_CLIENT_OPTS_V0_SIZE, out);
+}
+
+/* ---- by name ---------------------------------------------------------------- */
+
+static const gddr__client_opt *named(const gddr_client_opts *o, size_t size, const char *name,
+                                     const char *what)
+{
+    errmsg[0] = 0;
+    const gddr__client_opt *r = gddr__client_opt_find(name);
+    if (!o || !name) {
+        fail(GDDR_EINVAL, "%s: NULL options or name", what);
+        return NULL;
+    }
+    if (size < GDDR_CLIENT_OPTS_V0_SIZE) {
+        check_size(what, size);
+        return NULL;
+    }
+    if (!r) {
+        fail(GDDR_EINVAL, "%s: unknown client option '%s' (gddr_opts_describe lists them)", what, name);
+        return NULL;
+    }
+    if (r->offset == GDDR_OPT_NOFIELD) {
+        fail(GDDR_EINVAL, "%s: '%s' is a key of the INI file only (set server to the comma-separated "
+             "list)", what, name);
+        return NULL;
+    }
+    if (!has_field(r, size)) {
+        fail(GDDR_EINVAL, "%s: option '%s' lies past the gddr_client_opts of %zu bytes given (built "
+             "against an older gddr.h)", what, name, size);
+        return NULL;
+    }
+    return r;
+}
+
+int gddr_opts_set(gddr_client_opts *o, size_t size, const char *name, const char *value)
+{
+    const gddr__client_opt *r = named(o, size, name, "gddr_opts_set");
+    if (!r)
+        return GDDR_EINVAL;
+    if (!value)
+        return fail(GDDR_EINVAL, "gddr_opts_set: NULL value for '%s'", name);
+    if (r->type == GDDR_OPT_PTR)
+        return fail(GDDR_EINVAL, "gddr_opts_set: '%s' is a pointer: set it with gddr_opts_set_ptr", name);
+    if (r->type == GDDR_OPT_STRING) {
+        *(const char **)((char *)o + r->offset) = value[0] ? value : NULL;
+        return GDDR_OK;
+    }
+    gddr__client_slot s;
+    if (parse_row(r, value, &s) != 0)
+        return GDDR_EINVAL;
+    gddr__client_opt_store(r, &s, o);
+    return GDDR_OK;
+}
+
+int gddr_opts_set_ptr(gddr_client_opts *o, size_t size, const char *name, void *value)
+{
+    const gddr__client_opt *r = named(o, size, name, "gddr_opts_set_ptr");
+    if (!r)
+        return GDDR_EINVAL;
+    if (r->type != GDDR_OPT_PTR)
+        return fail(GDDR_EINVAL, "gddr_opts_set_ptr: '%s' is not a pointer: set it with gddr_opts_set",
+                    name);
+    memcpy((char *)o + r->offset, &value, sizeof value);
+    return GDDR_OK;
+}
+
+int gddr_opts_get(const gddr_client_opts *o, size_t size, const char *name, char *buf, size_t len)
+{
+    const gddr__client_opt *r = named(o, size, name, "gddr_opts_get");
+    if (buf && len)
+        buf[0] = 0;
+    if (!r)
+        return GDDR_EINVAL;
+    if (!buf || !len)
+        return fail(GDDR_EINVAL, "gddr_opts_get: no buffer");
+    gddr__client_opt_format(r, o, buf, len);
+    return GDDR_OK;
+}
+
+/* The rows that are fields, in order; an enum's "name=value,..." each. */
+static const gddr__client_opt *fields[GDDR_CONF_MAXKEYS];
+static char choices[GDDR_CONF_MAXKEYS][160];
+static size_t nfields;
+static pthread_once_t fields_once = PTHREAD_ONCE_INIT;
+
+static void list_fields(void)
+{
+    for (const gddr__client_opt *r = gddr__client_opts_table; r->name && nfields < GDDR_CONF_MAXKEYS; r++) {
+        if (r->offset == GDDR_OPT_NOFIELD)
+            continue;
+        size_t off = 0;
+        for (int i = 0; r->type == GDDR_OPT_ENUM && r->names[i]; i++)
+            off += (size_t)snprintf(choices[nfields] + off, sizeof choices[0] - off, "%s%s=%d",
+                                    i ? "," : "", r->names[i], r->values ? r->values[i] : i);
+        fields[nfields++] = r;
+    }
+}
+
+const char *gddr_opts_describe(size_t i, const char **type, const char **def, const char **choice,
+                               const char **help)
+{
+    pthread_once(&fields_once, list_fields);
+    if (i >= nfields)
+        return NULL;
+    const gddr__client_opt *r = fields[i];
+    if (type)
+        *type = gddr__opt_type_name(r->type);
+    if (def)
+        *def = r->def;
+    if (choice)
+        *choice = choices[i];
+    if (help)
+        *help = r->help;
+    return r->name;
+}
+
+/* ---- the [client] section ----------------------------------------------------- */
+
+int gddr__opts_from_ini(const char *path, gddr_client_opts *o, gddr__client_slot *slots, char *err,
+                        size_t errlen)
+{
+    const gddr__conf_key *keys = gddr__client_conf_keys();
+    size_t n = gddr__client_opts_count();
+    if (n > GDDR_CONF_MAXKEYS) {
+        snprintf(err, errlen, "%zu client options, more than GDDR_CONF_MAXKEYS", n);
+        return GDDR_ECONFIG;
+    }
+    memset(slots, 0, n * sizeof *slots);
+    if (gddr__conf_defaults(keys, slots, err, errlen) < 0 || gddr__conf_load(keys, slots, path, err, errlen) < 0)
+        return GDDR_ECONFIG;
+    for (size_t i = 0; i < n; i++)
+        if (gddr__client_opts_table[i].flags & GDDR_OPT_INI)
+            gddr__client_opt_store(&gddr__client_opts_table[i], &slots[i], o);
+    /* servers (a sharded model) wins over server. */
+    const gddr__client_opt *servers = gddr__client_opt_find("servers");
+    if (servers && slots[servers - gddr__client_opts_table].s[0])
+        o->server = slots[servers - gddr__client_opts_table].s;
+    return GDDR_OK;
+}
+
+int gddr_client_open_ini_sized(const char *path, const gddr_client_opts *overrides, size_t size,
+                               gddr_client **out, char *errbuf, size_t errlen)
+{
+    gddr_client_opts o, ov, d;
+    gddr__client_slot slots[GDDR_CONF_MAXKEYS];
     char dummy[8];
+    errmsg[0] = 0;
     if (!errbuf) {
         errbuf = dummy;
         errlen = sizeof dummy;
     }
-    int rc = gddr__opts_from_ini(path, &o, server, sizeof server, errbuf, errlen);
+    fill_defaults(&o, FULL);
+    int rc = overrides ? widen("gddr_client_open_ini", overrides, size, &ov) : GDDR_OK;
+    if (rc != GDDR_OK) {
+        snprintf(errbuf, errlen, "%s", errmsg);
+        return rc;
+    }
+    rc = gddr__opts_from_ini(path, &o, slots, errbuf, errlen);
     if (rc != GDDR_OK)
         return rc;
     if (overrides) {
         /* A field the caller changed from the defaults wins over the file. */
-        const gddr_client_opts d = GDDR_CLIENT_OPTS_INIT;
-#define OVR(f) if (overrides->f != d.f) o.f = overrides->f
-        OVR(server); OVR(rank); OVR(world_size); OVR(timeout_ms); OVR(reconnect_timeout_ms);
-        OVR(clip_norm); OVR(dc_lambda); OVR(dc_mode); OVR(dc_adaptive); OVR(dc_ms_decay);
-        OVR(delay_fraction); OVR(seed); OVR(residual_checkpoint_steps); OVR(replay_decay);
-        OVR(async_pipeline); OVR(log); OVR(log_user); OVR(log_level); OVR(observer);
-        OVR(curve_server_key); OVR(curve_key_file); OVR(heartbeat_ms);
-        OVR(part_bytes); OVR(accumulate_steps); OVR(pull_delay_fraction);
-        OVR(pull_delta_bits); OVR(connect_timeout_ms);
-#undef OVR
+        fill_defaults(&d, FULL);
+        for (const gddr__client_opt *r = gddr__client_opts_table; r->name; r++)
+            if (gddr__client_opt_differs(r, &ov, &d))
+                memcpy((char *)&o + r->offset, (char *)&ov + r->offset, r->size);
     }
     char why[512] = "";
     /* Its own message says why (the server's sentence when it refused). */
@@ -87,35 +329,42 @@ int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gd
     return rc;
 }
 
-static int env_int(const char *const *names, int dflt)
+int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gddr_client **out,
+                         char *errbuf, size_t errlen)
 {
-    for (int i = 0; names[i]; i++) {
-        const char *v = getenv(names[i]);
+    return gddr_client_open_ini_sized(path, overrides, GDDR_CLIENT_OPTS_V0_SIZE, out, errbuf, errlen);
+}
+
+/* ---- the launcher's environment ----------------------------------------------- */
+
+/* The first of the row's environment variables that holds a whole number
+ * in [0, 2^20), else dflt. */
+static int env_int(const char *option, int dflt)
+{
+    const gddr__client_opt *r = gddr__client_opt_find(option);
+    const char *p = r && r->env ? r->env : "";
+    while (*p) {
+        size_t n = strcspn(p, " ");
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+        const char *v = getenv(name);
         if (v && *v) {
             char *end;
             long x = strtol(v, &end, 10);
             if (!*end && x >= 0 && x < 1 << 20)
                 return (int)x;
         }
+        p += n + strspn(p + n, " ");
     }
     return dflt;
 }
 
 int gddr__env_rank(void)
 {
-    static const char *const n[] = { "GDDR_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "RANK", NULL };
-    return env_int(n, 0);
+    return env_int("rank", 0);
 }
 
 int gddr__env_world(void)
 {
-    static const char *const n[] = { "GDDR_WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE",
-                                     "WORLD_SIZE", NULL };
-    return env_int(n, 1);
-}
-
-void gddr_client_opts_init(gddr_client_opts *o)
-{
-    if (o)
-        *o = (gddr_client_opts)GDDR_CLIENT_OPTS_INIT;
+    return env_int("world_size", 1);
 }

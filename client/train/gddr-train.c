@@ -33,6 +33,8 @@ typedef struct args {
     double pull_alpha;
     int pull_bits;
     unsigned long long seed;
+    const char *opts[64]; /* --opt NAME=VALUE, in order */
+    int nopts;
 } args;
 
 static double now_s(void)
@@ -94,6 +96,9 @@ static void usage(FILE *f)
             "                         (at most tau pulls); pulls bring only what the view lacks\n"
             "  --pull-delta-bits 8|16 pulls bring 8- or 16-bit differences from the view (error\n"
             "                         kept on the server; 1/4 or 1/2 of the bytes)\n"
+            "  --opt NAME=VALUE       any client option by name (gddr_opts_set), e.g. --opt\n"
+            "                         heartbeat_ms=500; repeatable; wins over the flags here\n"
+            "  --list-options         print every client option (type, default, help) and exit\n"
             "  --timeout-ms MS        bound on every wait (and, unless --connect-timeout-ms is\n"
             "                         given, on the wait for a server that is not there)\n"
             "  --connect-timeout-ms MS  how long to wait for a server not up yet (default 30000)\n"
@@ -128,6 +133,33 @@ static int arg_num(const char *flag, double lo, double hi, double *field)
     return gddr__arg_num("gddr-train", flag, optarg, lo, hi, field);
 }
 
+/* Every client option as the library describes it (common/client_conf.c). */
+static void list_options(void)
+{
+    const char *name, *type, *def, *choices, *help;
+    for (size_t i = 0; (name = gddr_opts_describe(i, &type, &def, &choices, &help)); i++)
+        printf("%-26s %-7s %-10s %s%s%s\n", name, type, def[0] ? def : "-", help, choices[0] ? "; values " : "",
+               choices);
+}
+
+/* --opt NAME=VALUE onto o (the library parses and checks it); -1 (said)
+ * when it is wrong. */
+static int set_opt(gddr_client_opts *o, const char *arg)
+{
+    const char *eq = strchr(arg, '=');
+    char name[64];
+    if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof name) {
+        fprintf(stderr, "gddr-train: --opt %s: give NAME=VALUE (--list-options lists the names)\n", arg);
+        return -1;
+    }
+    snprintf(name, sizeof name, "%.*s", (int)(eq - arg), arg);
+    if (gddr_opts_set(o, sizeof *o, name, eq + 1) != GDDR_OK) {
+        fprintf(stderr, "gddr-train: --opt %s: %s\n", arg, gddr_opts_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, args *a)
 {
     memset(a, 0, sizeof *a);
@@ -159,6 +191,7 @@ static int parse_args(int argc, char **argv, args *a)
         { "pull-delta-bits", 1, 0, 'B' },
         { "evaluate-every", 1, 0, 'V' },  { "step-times", 0, 0, 'Z' },
         { "connect-timeout-ms", 1, 0, 'O' }, { "version", 0, 0, 'U' },
+        { "opt", 1, 0, 'o' },             { "list-options", 0, 0, 'l' },
         { 0, 0, 0, 0 },
     };
     int c;
@@ -205,6 +238,18 @@ static int parse_args(int argc, char **argv, args *a)
         case 'B': if (arg_int("--pull-delta-bits", 8, 16, &a->pull_bits) < 0) return -1; break;
         case 'V': if (arg_num("--evaluate-every", 0, 1e9, &a->evaluate_every) < 0) return -1; break;
         case 'Z': a->step_times = 1; break;
+        case 'o': {
+            gddr_client_opts scratch = GDDR_CLIENT_OPTS_INIT;
+            if (a->nopts == (int)(sizeof a->opts / sizeof a->opts[0])) {
+                fprintf(stderr, "gddr-train: too many --opt\n");
+                return -1;
+            }
+            if (set_opt(&scratch, optarg) < 0)
+                return -1;
+            a->opts[a->nopts++] = optarg;
+            break;
+        }
+        case 'l': list_options(); exit(0);
         case 'h': usage(stdout); exit(0);
         case 'U': printf("gddr-train %s\n", GDDR_VERSION); exit(0);
         default: usage(stderr); return -1;
@@ -285,6 +330,9 @@ static int open_client(const args *a, int *rank_store, gddr_client **c)
     o.log = log_cb;
     o.log_user = rank_store;
     o.log_level = a->quiet ? GDDR_LOG_ERROR : a->verbose ? GDDR_LOG_INFO : GDDR_LOG_WARN;
+    for (int i = 0; i < a->nopts; i++)
+        if (set_opt(&o, a->opts[i]) < 0)
+            return GDDR_EINVAL;
     char err[512] = "";
     int rc = a->config ? gddr_client_open_ini(a->config, &o, c, err, sizeof err)
                        : gddr_client_open(&o, c);

@@ -1,8 +1,11 @@
 """_lib.py -- loads libgddr-client and declares the C API of gddr.h for
-ctypes: the structs mirror the header field by field (python/tests checks
-sizes and offsets against a C compiler), and every function gets its
+ctypes: the result structs mirror the header field by field (python/tests
+checks sizes and offsets against a C compiler), and every function gets its
 argument and return types, so a wrong call fails in Python rather than in
-the library.
+the library. gddr_client_opts is not mirrored: Opts is a buffer of the size
+the library reports, filled by the library and set by name
+(gddr_opts_set), and the option list comes from the library too
+(gddr_opts_describe), so an option added in C needs nothing here.
 
 Where the library comes from, first found wins:
 
@@ -26,40 +29,6 @@ from pathlib import Path
 # ---- structs (gddr.h) ---------------------------------------------------------
 
 LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
-
-
-class ClientOpts(ctypes.Structure):
-    """gddr_client_opts, field for field (same order, same C types)."""
-
-    _fields_ = [
-        ("server", ctypes.c_char_p),
-        ("rank", ctypes.c_int),
-        ("world_size", ctypes.c_int),
-        ("timeout_ms", ctypes.c_int),
-        ("reconnect_timeout_ms", ctypes.c_int),
-        ("clip_norm", ctypes.c_double),
-        ("dc_lambda", ctypes.c_double),
-        ("dc_mode", ctypes.c_int),
-        ("dc_adaptive", ctypes.c_int),
-        ("dc_ms_decay", ctypes.c_double),
-        ("delay_fraction", ctypes.c_double),
-        ("seed", ctypes.c_uint64),
-        ("residual_checkpoint_steps", ctypes.c_int),
-        ("replay_decay", ctypes.c_double),
-        ("async_pipeline", ctypes.c_int),
-        ("log", LOG_FN),
-        ("log_user", ctypes.c_void_p),
-        ("log_level", ctypes.c_int),
-        ("observer", ctypes.c_int),
-        ("curve_server_key", ctypes.c_char_p),
-        ("curve_key_file", ctypes.c_char_p),
-        ("heartbeat_ms", ctypes.c_int),
-        ("part_bytes", ctypes.c_uint64),
-        ("accumulate_steps", ctypes.c_int),
-        ("pull_delay_fraction", ctypes.c_double),
-        ("pull_delta_bits", ctypes.c_int),
-        ("connect_timeout_ms", ctypes.c_int),
-    ]
 
 
 class ServerInfo(ctypes.Structure):
@@ -202,11 +171,18 @@ def _proto(name, restype, *argtypes):
     return f
 
 
+_S = _c.POINTER(_c.c_char_p)
 strerror = _proto("gddr_strerror", _c.c_char_p, _c.c_int)
-opts_init = _proto("gddr_client_opts_init", None, _c.POINTER(ClientOpts))
-client_open = _proto("gddr_client_open", _c.c_int, _c.POINTER(ClientOpts), _c.POINTER(_P))
-client_open_ini = _proto("gddr_client_open_ini", _c.c_int, _c.c_char_p, _c.POINTER(ClientOpts),
-                         _c.POINTER(_P), _c.c_char_p, _c.c_size_t)
+opts_size = _proto("gddr_client_opts_size", _c.c_size_t)
+opts_init_sized = _proto("gddr_client_opts_init_sized", _c.c_int, _P, _c.c_size_t)
+opts_set = _proto("gddr_opts_set", _c.c_int, _P, _c.c_size_t, _c.c_char_p, _c.c_char_p)
+opts_set_ptr = _proto("gddr_opts_set_ptr", _c.c_int, _P, _c.c_size_t, _c.c_char_p, _c.c_void_p)
+opts_get = _proto("gddr_opts_get", _c.c_int, _P, _c.c_size_t, _c.c_char_p, _c.c_char_p, _c.c_size_t)
+opts_describe = _proto("gddr_opts_describe", _c.c_char_p, _c.c_size_t, _S, _S, _S, _S)
+opts_errmsg = _proto("gddr_opts_errmsg", _c.c_char_p)
+client_open_sized = _proto("gddr_client_open_sized", _c.c_int, _P, _c.c_size_t, _c.POINTER(_P))
+client_open_ini_sized = _proto("gddr_client_open_ini_sized", _c.c_int, _c.c_char_p, _P, _c.c_size_t,
+                               _c.POINTER(_P), _c.c_char_p, _c.c_size_t)
 client_close = _proto("gddr_client_close", None, _c.POINTER(_P))
 client_errmsg = _proto("gddr_client_errmsg", _c.c_char_p, _P)
 client_info = _proto("gddr_client_info", _c.c_int, _P, _c.POINTER(ServerInfo))
@@ -247,3 +223,62 @@ _cuda_status = _proto("gddr_cuda_status", _c.c_int, _c.c_char_p, _c.c_size_t)
 _why = _c.create_string_buffer(512)
 HAS_CUDA = bool(_cuda_status(_why, len(_why)))
 CUDA_REASON = _why.value.decode("utf-8", "replace")
+
+
+# ---- options, by name -----------------------------------------------------------
+
+
+def describe():
+    """Every field of gddr_client_opts as the library describes it
+    (gddr_opts_describe): a list of dicts with name, type ("int", "uint64",
+    "double", "bool", "enum", "string", "pointer"), default (text), choices
+    ({name: value} of an enum, else {}) and help."""
+    out, i = [], 0
+    while True:
+        t, d, ch, h = _c.c_char_p(), _c.c_char_p(), _c.c_char_p(), _c.c_char_p()
+        name = opts_describe(i, _c.byref(t), _c.byref(d), _c.byref(ch), _c.byref(h))
+        if name is None:
+            return out
+        choices = {}
+        for pair in filter(None, ch.value.decode().split(",")):
+            k, _, v = pair.partition("=")
+            choices[k] = int(v)
+        out.append({"name": name.decode(), "type": t.value.decode(), "default": d.value.decode(),
+                    "choices": choices, "help": h.value.decode()})
+        i += 1
+
+
+class OptsError(ValueError):
+    """gddr_opts_set refused a name or value (the library's sentence)."""
+
+
+class Opts:
+    """A gddr_client_opts of the size the library reports, with its
+    defaults (gddr_client_opts_init_sized), set and read by name. The
+    strings and the callback it points at are kept alive here."""
+
+    def __init__(self):
+        self.size = opts_size()
+        # Whole uint64 words: aligned for every field.
+        self.buf = (_c.c_uint64 * ((self.size + 7) // 8))()
+        self._keep = []
+        rc = opts_init_sized(self.buf, self.size)
+        if rc != 0:
+            raise OptsError(opts_errmsg().decode(errors="replace"))
+
+    def set(self, name, text):
+        b = text.encode() if isinstance(text, str) else bytes(text)
+        self._keep.append(b)
+        if opts_set(self.buf, self.size, name.encode(), b) != 0:
+            raise OptsError(opts_errmsg().decode(errors="replace"))
+
+    def set_ptr(self, name, ptr):
+        self._keep.append(ptr)
+        if opts_set_ptr(self.buf, self.size, name.encode(), _c.cast(ptr, _c.c_void_p)) != 0:
+            raise OptsError(opts_errmsg().decode(errors="replace"))
+
+    def get(self, name):
+        out = _c.create_string_buffer(512)
+        if opts_get(self.buf, self.size, name.encode(), out, len(out)) != 0:
+            raise OptsError(opts_errmsg().decode(errors="replace"))
+        return out.value.decode(errors="replace")

@@ -25,14 +25,19 @@ from .errors import InvalidArgument, LengthMismatch, StateError, from_code
 from .optim import LR_MAX, check_name, optimizer_text
 
 MODES = {0: "async", 1: "sync", 2: "ssp"}
-DC_MODES = {"diag": 0, "identity": 1}
-LOG_LEVELS = {"error": 0, "warn": 1, "info": 2, "debug": 3}
 _PY_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
 
+# Every field of gddr_client_opts as the library describes it: names,
+# types, defaults and help come from its table (common/client_conf.c), so
+# an option added there is a keyword here with nothing to change.
+OPTION_INFO = {d["name"]: d for d in _lib.describe()}
+DC_MODES = dict(OPTION_INFO["dc_mode"]["choices"])
+LOG_LEVELS = dict(OPTION_INFO["log_level"]["choices"])
+
 # The options a caller may set by keyword (gddr_client_opts less the ones
-# that have their own argument or that ctypes owns).
-OPTIONS = tuple(name for name, _ in _lib.ClientOpts._fields_
-                if name not in ("server", "rank", "world_size", "log", "log_user"))
+# that have their own argument and the pointers, which the package owns).
+OPTIONS = tuple(name for name, d in OPTION_INFO.items()
+                if name not in ("server", "rank", "world_size") and d["type"] != "pointer")
 
 log = logging.getLogger("gddr")
 
@@ -42,33 +47,56 @@ def strerror(code):
     return _lib.strerror(code).decode()
 
 
+def _typed(name, text):
+    """An option's text (gddr_opts_get, a default) as the Python value:
+    numbers, 0/1 for booleans, an enum's number, None for no string."""
+    d = OPTION_INFO[name]
+    t = d["type"]
+    if t in ("int", "uint64"):
+        return int(text)
+    if t == "double":
+        return float(text)
+    if t == "bool":
+        return int(text.lower() in ("1", "true", "yes", "on"))
+    if t == "enum":
+        return d["choices"][text] if text in d["choices"] else int(text)
+    return text or None
+
+
 def default_options():
     """The defaults of gddr_client_opts_init(), as a dict of OPTIONS."""
-    o = _lib.ClientOpts()
-    _lib.opts_init(ctypes.byref(o))
-    return {k: _opt_value(o, k) for k in OPTIONS}
+    return {k: _typed(k, OPTION_INFO[k]["default"]) for k in OPTIONS}
 
 
-def _opt_value(o, k):
-    v = getattr(o, k)
-    return v.decode() if isinstance(v, bytes) else v
+def _option_text(name, value):
+    """A keyword option as text for gddr_opts_set."""
+    d = OPTION_INFO[name]
+    if d["type"] == "enum" and isinstance(value, str) and value not in d["choices"]:
+        raise InvalidArgument("%s must be one of %s, not %r" % (name, list(d["choices"]), value))
+    if value is None and d["type"] == "string":
+        return ""
+    if isinstance(value, bool) or d["type"] == "bool":
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
 
 
-def _encode_option(name, value):
-    """A keyword option as the C field wants it."""
-    if name == "dc_mode" and isinstance(value, str):
-        if value not in DC_MODES:
-            raise InvalidArgument("dc_mode must be one of %s, not %r" % (sorted(DC_MODES), value))
-        return DC_MODES[value]
-    if name == "log_level" and isinstance(value, str):
-        if value not in LOG_LEVELS:
-            raise InvalidArgument("log_level must be one of %s, not %r" % (list(LOG_LEVELS), value))
-        return LOG_LEVELS[value]
-    if name in ("curve_server_key", "curve_key_file"):
-        return None if value is None else str(value).encode()
-    if isinstance(value, bool):
-        return int(value)
-    return value
+def _options_markdown():
+    """docs/python.md's table of options, from the library's description
+    (`make config-table` writes it there; python/tests checks it)."""
+    lines = ["| option | default | what |", "|---|---|---|"]
+    for k in OPTIONS:
+        d = OPTION_INFO[k]
+        v = _typed(k, d["default"])
+        if d["type"] == "bool":
+            cell = str(bool(v))
+        elif d["type"] == "enum" and not d["default"].isdigit():
+            cell = '`"%s"`' % d["default"]
+        else:
+            cell = repr(v)
+        lines.append("| `%s` | %s | %s |" % (k, cell, d["help"].replace("|", "\\|")))
+    return "\n".join(lines) + "\n"
 
 
 def _log_trampoline():
@@ -169,7 +197,7 @@ class Client:
     def __init__(self, server, rank=None, world_size=None, **options):
         opts = self._opts(server, rank, world_size, options)
         handle = ctypes.c_void_p()
-        rc = _lib.client_open(ctypes.byref(opts), ctypes.byref(handle))
+        rc = _lib.client_open_sized(opts.buf, opts.size, ctypes.byref(handle))
         if rc != 0:
             raise from_code(rc, "cannot open a client to %s: %s" % (server, strerror(rc)))
         self._setup(handle, opts)
@@ -183,8 +211,8 @@ class Client:
                          overrides.pop("world_size", None), overrides)
         handle = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
-        rc = _lib.client_open_ini(str(path).encode(), ctypes.byref(opts), ctypes.byref(handle),
-                                  err, len(err))
+        rc = _lib.client_open_ini_sized(str(path).encode(), opts.buf, opts.size, ctypes.byref(handle),
+                                        err, len(err))
         if rc != 0:
             raise from_code(rc, err.value.decode(errors="replace") or strerror(rc))
         self = cls.__new__(cls)
@@ -193,21 +221,25 @@ class Client:
 
     @staticmethod
     def _opts(server, rank, world_size, options):
-        o = _lib.ClientOpts()
-        _lib.opts_init(ctypes.byref(o))
+        """A gddr_client_opts of the library's size, set by name."""
+        o = _lib.Opts()
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise TypeError("unknown gddr option(s) %s; known: %s" % (", ".join(unknown),
                                                                       ", ".join(OPTIONS)))
+        given = dict(options)
         if server is not None:
-            o.server = str(server).encode()
+            given["server"] = str(server)
         if rank is not None:
-            o.rank = int(rank)
+            given["rank"] = int(rank)
         if world_size is not None:
-            o.world_size = int(world_size)
-        for k, v in options.items():
-            setattr(o, k, _encode_option(k, v))
-        o.log = _LOG_CB
+            given["world_size"] = int(world_size)
+        try:
+            for k, v in given.items():
+                o.set(k, _option_text(k, v))
+        except _lib.OptsError as e:
+            raise InvalidArgument(str(e)) from None
+        o.set_ptr("log", _LOG_CB)
         return o
 
     def _setup(self, handle, opts):
@@ -219,7 +251,7 @@ class Client:
         self._lr = 0.0      # set_lr's (0: the tensors' own)
         # The options given (None from an INI file: the library read them
         # and keeps them to itself).
-        self.options = {k: _opt_value(opts, k) for k in OPTIONS} if opts is not None else None
+        self.options = {k: _typed(k, opts.get(k)) for k in OPTIONS} if opts is not None else None
         self.has_cuda = _lib.HAS_CUDA
         info = self.info()
         self.rank, self.mode, self.world_size = info["rank"], info["mode"], info["world_size"]

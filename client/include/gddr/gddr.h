@@ -27,10 +27,16 @@ extern "C" {
 #endif
 
 /* Client options. Start from GDDR_CLIENT_OPTS_INIT (C) or
- * gddr_client_opts_init() (any language) and change what you need; both
- * name every field, so a field added later gets its default in code
- * written before it. Strings are copied by gddr_client_open(); the caller
- * keeps ownership. */
+ * gddr_client_opts_init() (any language) and change what you need, by
+ * field or by name (gddr_opts_set); both name every field, so a field
+ * added later gets its default in code written before it. Strings are
+ * copied by gddr_client_open(); the caller keeps ownership.
+ *
+ * ABI: the fields up to connect_timeout_ms are a frozen prefix; new fields
+ * are only ever appended, and every call that takes this struct is given
+ * its size (the macros below pass sizeof for you), so a program built
+ * against an older gddr.h keeps working with a newer library: the fields
+ * it does not know get their defaults (docs/client.md, "ABI"). */
 typedef struct gddr_client_opts {
     const char *server;     /* endpoint, e.g. "tcp://127.0.0.1:5555" (required) */
     int rank;               /* worker rank; -1: GDDR_RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK, RANK, else 0 */
@@ -94,7 +100,55 @@ typedef struct gddr_client_opts {
       .part_bytes = 4u << 20, .accumulate_steps = 1, .pull_delay_fraction = 0.0,   \
       .pull_delta_bits = 0, .connect_timeout_ms = -1 }
 
-/* Fills *o with the defaults GDDR_CLIENT_OPTS_INIT gives. */
+/* The end of the frozen prefix: the size of gddr_client_opts in the first
+ * gddr.h (its last field's end, without trailing padding). */
+#define GDDR_CLIENT_OPTS_V0_SIZE (offsetof(gddr_client_opts, connect_timeout_ms) + sizeof(int))
+
+/* Fills *o, of `size` bytes (sizeof(gddr_client_opts) of the caller's
+ * gddr.h), with the defaults GDDR_CLIENT_OPTS_INIT gives. GDDR_EINVAL when
+ * size is below GDDR_CLIENT_OPTS_V0_SIZE; GDDR_ENOTSUP when it is larger
+ * than this library's struct (a program built against a newer gddr.h: the
+ * known fields are filled, the rest zeroed). gddr_opts_errmsg() says why. */
+int gddr_client_opts_init_sized(gddr_client_opts *o, size_t size);
+
+/* The size of gddr_client_opts this library knows (a caller without a C
+ * compiler, e.g. Python, allocates this many bytes). */
+size_t gddr_client_opts_size(void);
+
+/* Sets option `name` (the field's name) of *o (size bytes) from text,
+ * parsed with the option's type and checked against its bounds: numbers in
+ * decimal, booleans true/false/yes/no/on/off/1/0, enums by name (dc_mode
+ * "diag" or "identity", log_level "error".."debug") or value. A string
+ * option stores the pointer `value` itself (keep it valid until
+ * gddr_client_open returns, as for a field set by hand); "" sets NULL.
+ * GDDR_EINVAL for an unknown name, a bad value, a pointer option (use
+ * gddr_opts_set_ptr) or a field past `size`; gddr_opts_errmsg() says which. */
+int gddr_opts_set(gddr_client_opts *o, size_t size, const char *name, const char *value);
+
+/* Sets a pointer option (log, log_user) by name. */
+int gddr_opts_set_ptr(gddr_client_opts *o, size_t size, const char *name, void *value);
+
+/* Writes option `name` of *o as text gddr_opts_set takes back into buf
+ * (len bytes, always NUL-terminated): enums by name, booleans true/false,
+ * a NULL string as "". */
+int gddr_opts_get(const gddr_client_opts *o, size_t size, const char *name, char *buf,
+                  size_t len);
+
+/* Option i (0, 1, ... until it returns NULL): its name; and through the
+ * pointers that are not NULL, its type ("int", "uint64", "double", "bool",
+ * "enum", "string", "pointer"), its default as text ("" for none), for an
+ * enum its values as "name=value,..." (else ""), and one sentence of help.
+ * The strings are static. Lists every field of gddr_client_opts. */
+const char *gddr_opts_describe(size_t i, const char **type, const char **def,
+                               const char **choices, const char **help);
+
+/* Why the last gddr_opts_* or *_sized call of this thread failed ("" when
+ * it did not); static per thread. */
+const char *gddr_opts_errmsg(void);
+
+/* Fills *o with the defaults GDDR_CLIENT_OPTS_INIT gives (the frozen prefix
+ * only: binaries built against the first gddr.h call this symbol; the
+ * macro below calls gddr_client_opts_init_sized). */
 void gddr_client_opts_init(gddr_client_opts *o);
 
 typedef struct gddr_client gddr_client;
@@ -113,15 +167,39 @@ typedef uint64_t gddr_ticket;
  * restart or pause the same way: it reconnects, registers again and
  * repeats itself within reconnect_timeout_ms. A push repeated so is taken
  * by the server exactly once (it carries the same step; the server answers
- * a resend with the first outcome). */
+ * a resend with the first outcome).
+ *
+ * `size` is sizeof(gddr_client_opts) of the caller's gddr.h: fields past it
+ * get their defaults. GDDR_EINVAL below GDDR_CLIENT_OPTS_V0_SIZE; GDDR_ENOTSUP
+ * above this library's struct (built against a newer gddr.h: upgrade the
+ * library); gddr_opts_errmsg() says which. */
+int gddr_client_open_sized(const gddr_client_opts *opts, size_t size, gddr_client **out);
+
+/* The same for a struct of GDDR_CLIENT_OPTS_V0_SIZE bytes (the symbol that
+ * binaries built against the first gddr.h call; the macro below calls
+ * gddr_client_open_sized). */
 int gddr_client_open(const gddr_client_opts *opts, gddr_client **out);
 
 /* Like gddr_client_open() with options read from the [client] section of an
  * INI file; fields of `overrides` that differ from GDDR_CLIENT_OPTS_INIT win
  * (pass NULL for none). A config error is reported through errbuf as
  * "file:line: key: text". */
+int gddr_client_open_ini_sized(const char *path, const gddr_client_opts *overrides, size_t size,
+                               gddr_client **out, char *errbuf, size_t errlen);
+/* The same with overrides of GDDR_CLIENT_OPTS_V0_SIZE bytes. */
 int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides,
                          gddr_client **out, char *errbuf, size_t errlen);
+
+/* Code built against this header passes its struct's size: these three
+ * names are macros over the sized calls (define GDDR_NO_SIZED_MACROS to
+ * call the frozen-prefix symbols instead). */
+#ifndef GDDR_NO_SIZED_MACROS
+#define gddr_client_opts_init(o) ((void)gddr_client_opts_init_sized((o), sizeof(gddr_client_opts)))
+#define gddr_client_open(opts, out) gddr_client_open_sized((opts), sizeof(gddr_client_opts), (out))
+#define gddr_client_open_ini(path, overrides, out, errbuf, errlen)                               \
+    gddr_client_open_ini_sized((path), (overrides), sizeof(gddr_client_opts), (out), (errbuf),   \
+                               (errlen))
+#endif
 
 /* Tells the server this worker is done (so sync steps stop waiting for it),
  * closes the socket, frees everything and sets *c to NULL. NULL-safe. */
