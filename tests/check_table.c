@@ -29,6 +29,7 @@
  *   conf_check_refuses    out-of-range configurations
  */
 #include <check.h>
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -306,7 +307,11 @@ START_TEST(test_push_check_nonfinite)
     g[1] = -INFINITY;
     ck_assert_int_eq(ps_table_push_check(t, k, 2, g, why, sizeof why), -1);
     ck_assert_msg(strstr(why, "key 5") != NULL, "%s", why);
-    g[1] = 0;
+    /* The largest float, a denormal and -0 are finite. */
+    g[1] = -FLT_MAX;
+    g[2] = FLT_MAX;
+    g[3] = 1e-45f;
+    g[4] = -0.0f;
     ck_assert_int_eq(ps_table_push_check(t, k, 2, g, why, sizeof why), 0);
     ck_assert_uint_eq(counts(t).rows, 0);
     ps_table_free(t);
