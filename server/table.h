@@ -135,7 +135,11 @@ int ps_table_pull(ps_table *t, const uint64_t *keys, size_t n, int create, float
 
 /* Checks a push before anything changes: every value finite, no key twice
  * (the client sums duplicates; the wire refuses them). Returns 0, or -1
- * with why filled (naming the first offending key or value). */
+ * with why filled (naming the first offending key or value). The
+ * duplicate check of more than 16 keys uses a scratch set the table keeps
+ * (allocated apart, kept between calls, in ps_table_bytes): t is not
+ * modified, but two threads must not check pushes on one table at once
+ * (the front thread owns every table anyway). */
 int ps_table_push_check(const ps_table *t, const uint64_t *keys, size_t n, const float *g,
                         char *why, size_t whylen);
 
@@ -171,7 +175,8 @@ long ps_table_apply(ps_table *t, const uint64_t *keys, size_t n, const float *g,
  * row_ttl + 1 on, and gone by version T + row_ttl + 2P (about 1.5 row_ttl
  * after its last touch), as long as the slot capacity does not grow
  * meanwhile (a growth during a pass can make that pass up to P advances
- * longer). A row is never evicted for ttl before it is expired. */
+ * longer). A row is never evicted for ttl before it is expired. Cost:
+ * reading 8 * C / row_ttl slots' last touch (16 bytes apart) per advance. */
 uint64_t ps_table_version(const ps_table *t);
 void ps_table_advance(ps_table *t);
 
