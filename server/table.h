@@ -15,11 +15,14 @@
  * bytes and is rebuilt when the slots grow, so its load never exceeds 0.5.
  * Nothing shrinks. server/table_int.h has the details.
  *
- * Memory: ps_table_bytes(t) <= C * ps_table_row_bytes(c) + a constant (the
- * struct, the pending keys of count/prob admission, push_check's scratch),
- * C the slot capacity: C = max_rows once a capped table is full, otherwise
- * C < 2 * the most rows held (slots above the rows are allocated but never
- * written, so on Linux they take no resident memory).
+ * Memory: ps_table_bytes(t) <= C * ps_table_row_bytes(c) + the struct +
+ * the pending keys of count/prob admission (at most 52 bytes per key of
+ * a capacity that doubles up to max(max_rows, 2^20) keys) + push_check's
+ * scratch (under 32 bytes per key of the largest push checked), C the
+ * slot capacity: C = the cap
+ * (max_rows or the server's) once a capped table is full, otherwise C <
+ * max(16, 2 * the most rows held); slots above the rows are allocated but
+ * never written, so on Linux they take no resident memory.
  *
  * Limits: 2^31 rows per table. Keys are any 64-bit values (0 and
  * UINT64_MAX too).
@@ -72,7 +75,7 @@ typedef struct ps_table_counts {
     uint64_t evicted_ttl;    /* rows evicted for row_ttl */
     uint64_t evicted_cap;    /* rows evicted for max_rows (or the server's cap) */
     uint64_t dropped;        /* gradient rows dropped: key not admitted (yet) */
-    uint64_t pending;        /* keys seen but not admitted yet (count admission) */
+    uint64_t pending;        /* keys seen but not admitted yet (count, prob admission) */
 } ps_table_counts;
 
 typedef struct ps_table ps_table;
