@@ -13,6 +13,8 @@
  *   push_check_refuses_nonfinite  NaN and inf, named
  *   admit_count           k-1 pulls: no row, initial value, push dropped and
  *                         counted; the k-th creates
+ *   admit_count_pending_bounded  the side map of sightings holds 2^20 keys
+ *                         at most; the most recent stay
  *   admit_prob_deterministic  same admissions in two tables, as the formula
  *   max_rows_keeps_hot_set  never over the cap; 90+ of 100 hot rows survive
  *                         100k cold keys through 1000 rows; evicted_cap
@@ -352,6 +354,35 @@ START_TEST(test_admit_count)
     ck_assert_int_eq(ps_table_apply(t, &key, 1, g, 1.0f, 0.1f), 1);
     ck_assert_int_eq(ps_table_pull(t, &key, 1, 1, o, NULL), 0);
     ck_assert(o[0] == init[0] - 0.1f);
+    ps_table_free(t);
+}
+END_TEST
+
+START_TEST(test_admit_pending_bounded)
+{
+    enum { D = 1, N = (1 << 20) + 50000, B = 65536 };
+    ps_table_conf c = conf(D, PS_TINIT_ZEROS, PS_TOPT_SGD);
+    c.admit = PS_TADMIT_COUNT;
+    c.admit_count = 2;
+    ps_table *t = mk(&c, NULL, 0);
+    static uint64_t k[B];
+    static float o[B * D];
+    for (uint64_t i = 0; i < N; i += B) {
+        size_t n = N - i < B ? N - i : B;
+        for (size_t j = 0; j < n; j++)
+            k[j] = key_of(i + j);
+        ck_assert_int_eq(ps_table_pull(t, k, n, 1, o, NULL), 0);
+        ps_table_advance(t);
+    }
+    ps_table_counts n = counts(t);
+    ck_assert_uint_eq(n.pending, 1u << 20);
+    ck_assert_uint_eq(n.rows, 0);
+    /* The last keys seen are still pending: their second sighting admits. */
+    k[0] = key_of(N - 1);
+    size_t made = 0;
+    ck_assert_int_eq(ps_table_pull(t, k, 1, 1, o, &made), 0);
+    ck_assert_uint_eq(made, 1);
+    ck_assert_uint_eq(counts(t).pending, (1u << 20) - 1);
     ps_table_free(t);
 }
 END_TEST
@@ -736,6 +767,7 @@ Suite *suite_table(void)
         { "push_check_refuses_duplicates", test_push_check_duplicates },
         { "push_check_refuses_nonfinite", test_push_check_nonfinite },
         { "admit_count", test_admit_count },
+        { "admit_count_pending_bounded", test_admit_pending_bounded },
         { "admit_prob_deterministic", test_admit_prob },
         { "max_rows_keeps_hot_set", test_max_rows_hot },
         { "server_cap_shared", test_server_cap },
