@@ -69,7 +69,7 @@ int ps_table_conf_check(const ps_table_conf *c, char *why, size_t len)
 }
 
 /* u(seed, key, i): 24 bits of a counter-based hash, a float in [0, 1). */
-static float row_u(uint64_t seed, uint64_t key, uint64_t i)
+static inline __attribute__((always_inline)) float row_u(uint64_t seed, uint64_t key, uint64_t i)
 {
     uint64_t h = gddr_splitmix64(seed ^ gddr_splitmix64(key ^ (i * GOLDEN)));
     return (float)(h >> 40) * (1.0f / 16777216.0f);
