@@ -20,7 +20,8 @@
     X(integrity)       \
     X(shard)           \
     X(optim)           \
-    X(view)
+    X(view)            \
+    X(table)
 
 #define GDDR__SUITE_DECL(name) Suite *suite_##name(void);
 GDDR_SUITES(GDDR__SUITE_DECL)
