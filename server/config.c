@@ -58,6 +58,10 @@ const gddr__conf_key gddr_ps_conf_table[] = {
       "which shard of a sharded model this server holds, 0-based (below shard_count)" },
     { "server", "shard_count", GDDR_CONF_INT, OFF(shard_count), "1", 1, 65536, NULL, 0,
       "servers the model is sharded over; a worker's server list must put this one at shard_index" },
+    { "server", "max_tables", GDDR_CONF_INT, OFF(max_tables), "256", 1, 1 << 16, NULL, 0,
+      "most sparse embedding tables a server holds" },
+    { "server", "max_table_rows", GDDR_CONF_INT, OFF(max_table_rows), "10000000", 0, BIG, NULL, 0,
+      "rows of all tables together; beyond it the least recently touched rows are evicted (sampled); 0 = no bound" },
 
     { "consistency", "mode", GDDR_CONF_ENUM, OFF(mode), "async", 0, 0, mode_names, 0,
       "async (apply each push), sync (apply the mean once per step) or ssp (bounded staleness)" },

@@ -26,6 +26,8 @@ typedef struct gddr_ps_config {
     int allow_register;
     long long shard_index;
     long long shard_count;
+    long long max_tables;
+    long long max_table_rows;
     /* [consistency] */
     int mode;
     long long workers;

@@ -13,6 +13,20 @@
 
 #include "log.h"
 #include "snapshot.h"
+#include "table_wire.h"
+
+char *ps_metrics_page(gddr_ps *ps)
+{
+    char *dense = ps_metrics_text(ps), *tables = ps_tables_metrics_text(ps);
+    size_t a = dense ? strlen(dense) : 0, b = tables ? strlen(tables) : 0;
+    char *page = dense && tables ? realloc(dense, a + b + 1) : NULL;
+    if (page)
+        memcpy(page + a, tables, b + 1);
+    else
+        free(dense);
+    free(tables);
+    return page;
+}
 
 void gddr_ps_reload(gddr_ps *ps)
 {
@@ -102,7 +116,7 @@ void gddr_ps_metrics_poll(gddr_ps *ps)
         zmq_msg_recv(&data, ps->metrics, 0);
         size_t dlen = zmq_msg_size(&data);
         if (dlen > 0) {
-            char *body = ps_metrics_text(ps);
+            char *body = ps_metrics_page(ps);
             size_t blen = body ? strlen(body) : 0;
             char head[256];
             int hl = snprintf(head, sizeof head,

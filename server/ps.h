@@ -298,6 +298,9 @@ typedef struct gddr_ps {
     /* residual snapshots and orphans (orphan.c) */
     struct ps_orphans *orphans;
 
+    /* sparse embedding tables (table_wire.c) */
+    struct ps_tables *tables;
+
     /* CURVE allowlist and handshake monitor (auth.c) */
     void *zap, *monitor;
     ps_key *allow;
@@ -514,6 +517,8 @@ void ps_stale_add(ps_stale *s, uint64_t tau, double decay);
 double ps_stale_mean(const ps_stale *s);
 /* Prometheus text into a malloc'd string. */
 char *ps_metrics_text(gddr_ps *ps);
+/* ops.c: the whole Prometheus page: ps_metrics_text and the tables' families. */
+char *ps_metrics_page(gddr_ps *ps);
 
 /* optim.c */
 const char *ps_optim_name(int kind);

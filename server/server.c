@@ -29,6 +29,7 @@
 #include "ps.h"
 #include "push.h"
 #include "snapshot.h"
+#include "table_wire.h"
 
 /* ---- requests ------------------------------------------------------------- */
 
@@ -193,7 +194,7 @@ static void on_stats(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, int
     sr.duplicates = ps->duplicates;
     char *text = NULL;
     if (rq->stats->prometheus)
-        sr.prometheus = text = ps_metrics_text(ps);
+        sr.prometheus = text = ps_metrics_page(ps);
     r.body_case = GDDR__REPLY__BODY_STATS;
     r.stats = &sr;
     ps_send_reply(ps, ident, &r, NULL, 0);
@@ -222,6 +223,9 @@ static const char *body_name(int body)
     case GDDR__REQUEST__BODY_HEARTBEAT: return "a heartbeat";
     case GDDR__REQUEST__BODY_CHECKPOINT: return "a checkpoint request";
     case GDDR__REQUEST__BODY_BYE: return "a bye";
+    case GDDR__REQUEST__BODY_INIT_TABLE: return "a table registration";
+    case GDDR__REQUEST__BODY_PULL_ROWS: return "a row pull";
+    case GDDR__REQUEST__BODY_PUSH_ROWS: return "a row push";
     }
     return "a request";
 }
@@ -341,6 +345,22 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
         else
             ps_on_push(ps, ident, rq, f);
         return;
+    case GDDR__REQUEST__BODY_INIT_TABLE:
+        ps_on_init_table(ps, ident, rq, owner && !rq->observer);
+        return;
+    case GDDR__REQUEST__BODY_PULL_ROWS:
+        ps_on_pull_rows(ps, ident, rq, f, owner && !rq->observer);
+        return;
+    case GDDR__REQUEST__BODY_PUSH_ROWS:
+        if (rq->observer)
+            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "an observer cannot push");
+        else if (!owner)
+            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER,
+                      "%s from rank %u, which this session does not hold: say hello first",
+                      body_name(body), rq->rank);
+        else
+            ps_on_push_rows(ps, ident, rq, f);
+        return;
     default:
         ps_reject(ps, ident, rq->req_id, GDDR_EPROTO, "request without a body");
     }
@@ -372,7 +392,9 @@ static void handle_message(gddr_ps *ps, gddr__frames *f)
         ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "rank %u is not below max_workers %lld",
                   rq->rank, ps->cfg.max_workers);
     } else if (rq->body_case != GDDR__REQUEST__BODY_INIT &&
-               rq->body_case != GDDR__REQUEST__BODY_PUSH && f->n != 2) {
+               rq->body_case != GDDR__REQUEST__BODY_PUSH &&
+               rq->body_case != GDDR__REQUEST__BODY_PULL_ROWS &&
+               rq->body_case != GDDR__REQUEST__BODY_PUSH_ROWS && f->n != 2) {
         ps_reject(ps, ident, rq->req_id, GDDR_EPROTO, "unexpected %d value frames", f->n - 2);
     } else {
         dispatch(ps, f, c, rq);
@@ -462,7 +484,7 @@ int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
             items[nitems++] = (zmq_pollitem_t){ ps->monitor, 0, ZMQ_POLLIN, 0 };
         if (ps->metrics)
             items[nitems++] = (zmq_pollitem_t){ ps->metrics, 0, ZMQ_POLLIN, 0 };
-        int rc = zmq_poll(items, nitems, ps_pulls_next_timeout(ps, 250));
+        int rc = zmq_poll(items, nitems, ps_tables_next_timeout(ps, ps_pulls_next_timeout(ps, 250)));
         if (rc < 0 && errno != EINTR)
             break;
         /* Drain what is waiting, but not forever: timers must run too. */
@@ -493,6 +515,7 @@ int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
         }
         if (ps->npulls)
             ps_release_pulls(ps);
+        ps_tables_release_pulls(ps);
         if (ps->reload) {
             ps->reload = 0;
             gddr_ps_reload(ps);
@@ -502,6 +525,7 @@ int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
             ps->tick(ps);
     }
     ps_release_pulls(ps); /* answers parked pulls with ESHUTDOWN */
+    ps_tables_release_pulls(ps);
     ps_settle_all(ps);
     gddr_ps_checkpoint_tick(ps, 1);
     return GDDR_OK;
@@ -515,6 +539,7 @@ void gddr_ps_close(gddr_ps **pp)
     if (ps->pool)
         ps_settle_all(ps);
     ps_parts_free(ps);
+    ps_tables_free(ps);
     gddr_ps_snapshot_free(ps);
     if (ps->ckw)
         gddr__ckpt_writer_stop(&ps->ckw);

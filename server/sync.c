@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "ps.h"
+#include "table_wire.h"
 
 /* The lr a push or step asked for (0: the tensor's). */
 static double lr_or_tensor(const gddr_ps *ps, const ps_tensor *t, double lr)
@@ -164,6 +165,7 @@ void ps_membership_changed(gddr_ps *ps)
     for (size_t i = 0; i < ps->ntensors; i++)
         if (ps_tensor_mode(ps, ps->tensors[i]) == GDDR_PS_MODE_SYNC)
             ps_sync_try_complete(ps, ps->tensors[i], 0);
+    ps_tables_membership_changed(ps);
     ps_release_pulls(ps);
 }
 

@@ -137,12 +137,14 @@ int ps_table_pull(ps_table *t, const uint64_t *keys, size_t n, int create, float
                   size_t *created);
 
 /* Checks a push before anything changes: every value finite, no key twice
- * (the client sums duplicates; the wire refuses them). Returns 0, or -1
- * with why filled (naming the first offending key or value). The
+ * (the client sums duplicates; the wire refuses them). Returns 0;
+ * PS_TABLE_NONFINITE for a NaN or Inf, -1 for anything else, with why
+ * filled (naming the first offending key or value). The
  * duplicate check of more than 16 keys uses a scratch set the table keeps
  * (allocated apart, kept between calls, in ps_table_bytes): t is not
  * modified, but two threads must not check pushes on one table at once
  * (the front thread owns every table anyway). */
+#define PS_TABLE_NONFINITE (-2)
 int ps_table_push_check(const ps_table *t, const uint64_t *keys, size_t n, const float *g,
                         char *why, size_t whylen);
 

@@ -207,7 +207,7 @@ int ps_table_push_check(const ps_table *t, const uint64_t *keys, size_t n, const
             j++;
         snprintf(why, whylen, "value %zu of key %llu is %g", j, (unsigned long long)keys[r],
                  gr[j]);
-        return -1;
+        return PS_TABLE_NONFINITE;
     }
     size_t dup = 0;
     int r = has_duplicate(t, keys, n, &dup);

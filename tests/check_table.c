@@ -303,11 +303,11 @@ START_TEST(test_push_check_nonfinite)
     float g[2 * D] = { 0 };
     char why[128] = "";
     g[6] = NAN;
-    ck_assert_int_eq(ps_table_push_check(t, k, 2, g, why, sizeof why), -1);
+    ck_assert_int_eq(ps_table_push_check(t, k, 2, g, why, sizeof why), PS_TABLE_NONFINITE);
     ck_assert_msg(strstr(why, "key 6") != NULL, "%s", why);
     g[6] = 0;
     g[1] = -INFINITY;
-    ck_assert_int_eq(ps_table_push_check(t, k, 2, g, why, sizeof why), -1);
+    ck_assert_int_eq(ps_table_push_check(t, k, 2, g, why, sizeof why), PS_TABLE_NONFINITE);
     ck_assert_msg(strstr(why, "key 5") != NULL, "%s", why);
     /* The largest float, a denormal and -0 are finite. */
     g[1] = -FLT_MAX;

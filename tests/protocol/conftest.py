@@ -214,6 +214,7 @@ class Conn:
             pb.Hello: "hello", pb.InitTensor: "init", pb.Pull: "pull", pb.Push: "push",
             pb.StatsRequest: "stats", pb.Heartbeat: "heartbeat",
             pb.CheckpointRequest: "checkpoint", pb.Bye: "bye",
+            pb.InitTable: "init_table", pb.PullRows: "pull_rows", pb.PushRows: "push_rows",
         }[type(body)]
         getattr(rq, field).CopyFrom(body)
         self.send_raw([rq.SerializeToString()] + list(frames))

@@ -1,0 +1,692 @@
+/* table_wire.c -- sparse embedding tables on the wire: InitTable, PullRows
+ * and PushRows (proto/gddr.proto, docs/protocol.md "Tables"). The rows
+ * themselves live in table.c; this file adds what makes them part of a
+ * parameter server: registration by key, exactly-once pushes per (rank,
+ * table, step), AdaDelay's staleness scaling, sync steps summed in rank
+ * order (so a step does not depend on which push arrived first, and a
+ * table spread over several servers by key computes every row as one
+ * server would), parked pulls until a sync step's version exists, and the
+ * metrics.
+ *
+ * Everything runs on the front thread: a table step is a hash lookup and a
+ * few floats per key, and the apply threads stay with the dense tensors.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "ps.h"
+#include "table.h"
+#include "table_wire.h"
+
+/* A rank's push of the sync step being collected, kept until the step
+ * completes (its values already scaled by AdaDelay's factor). */
+typedef struct tw_push {
+    uint64_t *keys;
+    float *vals;
+    size_t n;
+    int have;
+} tw_push;
+
+/* Exactly once: the last step taken from a rank's session, and its answer. */
+typedef struct tw_rec {
+    uint64_t session, step, version, sync_target, staleness;
+    uint8_t set, applied, mode;
+} tw_rec;
+
+typedef struct ps_stable {
+    char key[128];
+    uint32_t id;
+    ps_table *tab;
+    double lr;          /* the registration's lr; 0: the server's [optimizer] lr */
+    int opt_given;      /* InitTable named an optimizer */
+    Gddr__OptimizerKind kind;
+    double beta1, beta2, eps;
+    tw_push *step;      /* per rank (max_workers) */
+    uint32_t ncontrib;
+    tw_rec *rec;        /* per rank */
+    ps_rowsum *sum;
+    uint64_t pushes, pulls, rows_pulled, rows_pushed, duplicates;
+} ps_stable;
+
+/* A row pull waiting for a table version. */
+typedef struct tw_pull {
+    zmq_msg_t ident;
+    uint64_t req_id, min_version;
+    uint64_t *keys;
+    size_t n;
+    uint32_t table;
+    int create;
+    int64_t deadline_ms;
+} tw_pull;
+
+struct ps_tables {
+    ps_stable **t;
+    size_t n;
+    uint64_t rows;      /* live rows of every table (the server's cap) */
+    tw_pull *pulls;
+    size_t npulls, cap_pulls;
+    uint64_t *kbuf;     /* keys copied out of a frame that is not 8-aligned */
+    size_t kcap;
+};
+
+static struct ps_tables *tables_of(gddr_ps *ps)
+{
+    if (!ps->tables)
+        ps->tables = calloc(1, sizeof *ps->tables);
+    return ps->tables;
+}
+
+static ps_stable *table_by_id(gddr_ps *ps, uint32_t id)
+{
+    struct ps_tables *ts = ps->tables;
+    return ts && id < ts->n ? ts->t[id] : NULL;
+}
+
+static int valid_key(const char *k)
+{
+    size_t n = k ? strlen(k) : 0;
+    if (n == 0 || n >= 128)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (k[i] <= ' ' || k[i] > '~')
+            return 0;
+    return 1;
+}
+
+/* The keys of frame i as uint64 (little-endian on the wire; copied when
+ * the frame is not 8-aligned). NULL when out of memory. */
+static const uint64_t *frame_keys(gddr_ps *ps, gddr__frames *f, int i, size_t n)
+{
+    const void *d = gddr__frame_data(f, i);
+    if (((uintptr_t)d & 7) == 0 || n == 0)
+        return d;
+    struct ps_tables *ts = ps->tables;
+    if (ts->kcap < n) {
+        uint64_t *nb = realloc(ts->kbuf, n * sizeof *nb);
+        if (!nb)
+            return NULL;
+        ts->kbuf = nb;
+        ts->kcap = n;
+    }
+    memcpy(ts->kbuf, d, n * sizeof(uint64_t));
+    return ts->kbuf;
+}
+
+/* The mode tables run in: the server's, async during a hybrid warm-up
+ * (which the dense tensors end: ps_tensor_mode). */
+static int tables_mode(const gddr_ps *ps)
+{
+    if (ps->cfg.mode == GDDR_PS_MODE_SYNC && ps->cfg.async_warmup_steps > 0 && !ps->warmup_over)
+        return GDDR_PS_MODE_ASYNC;
+    return (int)ps->cfg.mode;
+}
+
+/* On one of several servers, a key whose row lives elsewhere is a client's
+ * routing bug: refused rather than quietly kept twice. Returns the index
+ * of the first such key, or n. */
+static size_t misrouted(const gddr_ps *ps, const uint64_t *keys, size_t n)
+{
+    uint32_t S = (uint32_t)ps->cfg.shard_count, me = (uint32_t)ps->cfg.shard_index;
+    if (S <= 1)
+        return n;
+    for (size_t i = 0; i < n; i++)
+        if (gddr_row_shard(keys[i], S) != me)
+            return i;
+    return n;
+}
+
+static void reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id)
+{
+    ps_reply_init(ps, r, req_id, NULL);
+}
+
+static void fill_optimizer(const ps_stable *s, const gddr_ps *ps, Gddr__Optimizer *o)
+{
+    gddr__optimizer__init(o);
+    o->kind = s->kind;
+    o->lr = s->lr > 0 ? s->lr : ps->cfg.lr;
+    o->beta1 = s->beta1;
+    o->beta2 = s->beta2;
+    o->eps = s->eps;
+}
+
+/* ---- registration ------------------------------------------------------------ */
+
+static int conf_from_request(gddr_ps *ps, const Gddr__InitTable *in, ps_table_conf *c,
+                             ps_stable *s, char *why, size_t wl)
+{
+    memset(c, 0, sizeof *c);
+    c->dim = in->dim;
+    c->init = (ps_tinit)in->init;
+    c->init_scale = in->init_scale;
+    c->init_seed = in->init_seed;
+    c->admit = (ps_tadmit)in->admit;
+    c->admit_count = in->admit_count;
+    c->admit_prob = in->admit_prob;
+    c->max_rows = in->max_rows;
+    c->row_ttl = in->row_ttl;
+    if (in->init > GDDR__TABLE_INIT__TINIT_NORMAL || in->admit > GDDR__TABLE_ADMIT__TADMIT_PROB) {
+        snprintf(why, wl, "unknown init %d or admission %d", (int)in->init, (int)in->admit);
+        return -1;
+    }
+    const Gddr__Optimizer *o = in->optimizer;
+    s->opt_given = o != NULL;
+    s->kind = o ? o->kind : GDDR__OPTIMIZER_KIND__OPT_SGD;
+    s->lr = o ? o->lr : 0;
+    s->beta1 = o ? o->beta1 : 0;
+    s->beta2 = o ? o->beta2 : 0;
+    s->eps = o ? o->eps : 0;
+    if (o) {
+        if (!isfinite(o->lr) || o->lr < 0 || !isfinite(o->eps) || o->eps < 0 ||
+            !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1)) {
+            snprintf(why, wl, "optimizer: lr and eps must be finite and >= 0, beta1 and beta2 in [0, 1)");
+            return -1;
+        }
+        if (o->momentum != 0 || o->weight_decay != 0) {
+            snprintf(why, wl, "optimizer: momentum and weight_decay are not offered for table rows");
+            return -1;
+        }
+        if (o->kind == GDDR__OPTIMIZER_KIND__OPT_ADAMW) {
+            snprintf(why, wl, "optimizer: adamw is not offered for table rows (sgd, adam, adagrad)");
+            return -1;
+        }
+        if (o->kind != GDDR__OPTIMIZER_KIND__OPT_SGD && o->eps == 0) {
+            snprintf(why, wl, "optimizer: eps must be > 0 with adam and adagrad");
+            return -1;
+        }
+    }
+    c->opt = s->kind == GDDR__OPTIMIZER_KIND__OPT_ADAM      ? PS_TOPT_ADAM
+             : s->kind == GDDR__OPTIMIZER_KIND__OPT_ADAGRAD ? PS_TOPT_ADAGRAD
+                                                             : PS_TOPT_SGD;
+    c->lr = (float)(s->lr > 0 ? s->lr : ps->cfg.lr);
+    c->beta1 = (float)s->beta1;
+    c->beta2 = (float)s->beta2;
+    c->eps = (float)s->eps;
+    return ps_table_conf_check(c, why, wl);
+}
+
+static void send_init_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, ps_stable *s,
+                            int created)
+{
+    Gddr__Reply r;
+    Gddr__InitTableReply ir = GDDR__INIT_TABLE_REPLY__INIT;
+    Gddr__Optimizer o;
+    ps_table_counts k;
+    ps_table_counts_get(s->tab, &k);
+    reply_init(ps, &r, req_id);
+    ir.id = s->id;
+    ir.dim = ps_table_config(s->tab)->dim;
+    ir.version = ps_table_version(s->tab);
+    ir.created = created;
+    ir.rows = k.rows;
+    ir.row_bytes = ps_table_row_bytes(ps_table_config(s->tab));
+    fill_optimizer(s, ps, &o);
+    ir.optimizer = &o;
+    r.body_case = GDDR__REPLY__BODY_INIT_TABLE;
+    r.init_table = &ir;
+    ps_send_reply(ps, ident, &r, NULL, 0);
+}
+
+static void stable_free(ps_stable *s, int max_workers)
+{
+    if (!s)
+        return;
+    if (s->step)
+        for (int r = 0; r < max_workers; r++)
+            free(s->step[r].keys), free(s->step[r].vals);
+    free(s->step);
+    free(s->rec);
+    ps_rowsum_free(s->sum);
+    ps_table_free(s->tab);
+    free(s);
+}
+
+int ps_on_init_table(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, int worker)
+{
+    const Gddr__InitTable *in = rq->init_table;
+    uint64_t id = rq->req_id;
+    struct ps_tables *ts = tables_of(ps);
+    if (!ts)
+        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory");
+    if (!valid_key(in->key))
+        return ps_reject(ps, ident, id, GDDR_EINVAL, "table key must be 1-127 printable characters without spaces");
+    for (size_t i = 0; i < ts->n; i++) {
+        ps_stable *s = ts->t[i];
+        if (strcmp(s->key, in->key) != 0)
+            continue;
+        uint32_t dim = ps_table_config(s->tab)->dim;
+        if (in->dim != dim)
+            return ps_reject(ps, ident, id, GDDR_ELENGTH, "table '%s' has rows of %u values, not %u",
+                             s->key, dim, in->dim);
+        send_init_reply(ps, ident, id, s, 0);
+        return GDDR_OK;
+    }
+    if (!worker)
+        return ps_reject(ps, ident, id, GDDR_ENOKEY, "no table '%s' (only a worker may create one)", in->key);
+    if (!ps->cfg.allow_register)
+        return ps_reject(ps, ident, id, GDDR_ESTATE, "registration is closed (allow_register = false)");
+    if (ts->n >= (size_t)ps->cfg.max_tables)
+        return ps_reject(ps, ident, id, GDDR_EINVAL, "server holds max_tables = %lld already",
+                         ps->cfg.max_tables);
+    ps_stable *s = calloc(1, sizeof *s);
+    char why[256];
+    ps_table_conf c;
+    if (!s)
+        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for table '%s'", in->key);
+    if (conf_from_request(ps, in, &c, s, why, sizeof why) < 0) {
+        free(s);
+        return ps_reject(ps, ident, id, GDDR_EINVAL, "table '%s': %s", in->key, why);
+    }
+    snprintf(s->key, sizeof s->key, "%s", in->key);
+    int mw = (int)ps->cfg.max_workers;
+    ps_stable **nt = realloc(ts->t, (ts->n + 1) * sizeof *nt);
+    if (nt)
+        ts->t = nt;
+    if (!nt || ps_table_new(&c, &ts->rows, (uint64_t)ps->cfg.max_table_rows, &s->tab) < 0 ||
+        !(s->step = calloc((size_t)mw, sizeof *s->step)) || !(s->rec = calloc((size_t)mw, sizeof *s->rec)) ||
+        !(s->sum = ps_rowsum_new(c.dim))) {
+        stable_free(s, mw);
+        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for table '%s'", in->key);
+    }
+    s->id = (uint32_t)ts->n;
+    ts->t[ts->n++] = s;
+    gddr_log(GDDR_LOG_INFO, "table '%s' registered: id %u, %u values a row, %zu bytes a row", s->key,
+             s->id, c.dim, ps_table_row_bytes(&c));
+    send_init_reply(ps, ident, id, s, 1);
+    return GDDR_OK;
+}
+
+/* ---- pulls ------------------------------------------------------------------- */
+
+static void free_vals(void *data, void *hint)
+{
+    (void)hint;
+    free(data);
+}
+
+static int serve_pull(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, ps_stable *s,
+                      const uint64_t *keys, size_t n, int create)
+{
+    uint32_t dim = ps_table_config(s->tab)->dim;
+    size_t bytes = n * dim * sizeof(float);
+    float *out = malloc(bytes ? bytes : 1);
+    size_t created = 0;
+    if (!out || ps_table_pull(s->tab, keys, n, create, out, &created) < 0) {
+        free(out);
+        return ps_reject(ps, ident, req_id, GDDR_ENOMEM, "no memory for a pull of %zu rows", n);
+    }
+    Gddr__Reply r;
+    Gddr__PullRowsReply pr = GDDR__PULL_ROWS_REPLY__INIT;
+    reply_init(ps, &r, req_id);
+    pr.table = s->id;
+    pr.version = ps_table_version(s->tab);
+    pr.nkeys = n;
+    pr.payload_bytes = bytes;
+    pr.created = created;
+    r.body_case = GDDR__REPLY__BODY_PULL_ROWS;
+    r.pull_rows = &pr;
+    gddr__raw raw = { out, bytes, free_vals, NULL };
+    ps_send_reply(ps, ident, &r, &raw, 1);
+    s->pulls++;
+    s->rows_pulled += n;
+    ps->pulls_served++;
+    return GDDR_OK;
+}
+
+int ps_on_pull_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f,
+                    int worker)
+{
+    const Gddr__PullRows *p = rq->pull_rows;
+    uint64_t id = rq->req_id;
+    ps_stable *s = table_by_id(ps, p->table);
+    if (!s)
+        return ps_reject(ps, ident, id, GDDR_ENOKEY, "no table with id %u", p->table);
+    if (f->n != 3)
+        return ps_reject(ps, ident, id, GDDR_EPROTO, "a row pull carries one frame of keys, not %d frames",
+                         f->n - 2);
+    if (p->nkeys > SIZE_MAX / 8 || gddr__frame_size(f, 2) != p->nkeys * 8)
+        return ps_reject(ps, ident, id, GDDR_ELENGTH, "row pull of %llu keys with a key frame of %zu bytes",
+                         (unsigned long long)p->nkeys, gddr__frame_size(f, 2));
+    uint32_t dim = ps_table_config(s->tab)->dim;
+    if (p->nkeys * dim * 4 > (uint64_t)ps->cfg.max_message_bytes)
+        return ps_reject(ps, ident, id, GDDR_ETOOBIG, "row pull of %llu keys x %u values exceeds max_message_bytes",
+                         (unsigned long long)p->nkeys, dim);
+    const uint64_t *keys = frame_keys(ps, f, 2, p->nkeys);
+    if (!keys)
+        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory");
+    size_t bad = misrouted(ps, keys, p->nkeys);
+    if (bad < p->nkeys)
+        return ps_reject(ps, ident, id, GDDR_EINVAL,
+                         "key %llu belongs to shard %u, not to this server (shard %lld of %lld)",
+                         (unsigned long long)keys[bad], gddr_row_shard(keys[bad], (uint32_t)ps->cfg.shard_count),
+                         ps->cfg.shard_index, ps->cfg.shard_count);
+    int create = worker && p->create;
+    uint64_t v = ps_table_version(s->tab);
+    if (v >= p->min_version)
+        return serve_pull(ps, ident, id, s, keys, p->nkeys, create);
+    if (p->min_version > v + 1)
+        return ps_reject(ps, ident, id, GDDR_EVERSION, "row pull asks for version %llu of table '%s', which is at %llu",
+                         (unsigned long long)p->min_version, s->key, (unsigned long long)v);
+    struct ps_tables *ts = ps->tables;
+    if (ts->npulls >= (size_t)ps->cfg.max_parked_pulls)
+        return ps_reject(ps, ident, id, GDDR_EBUSY, "%zu row pulls wait already (max_parked_pulls)", ts->npulls);
+    if (ts->npulls == ts->cap_pulls) {
+        size_t cap = ts->cap_pulls ? ts->cap_pulls * 2 : 16;
+        tw_pull *np = realloc(ts->pulls, cap * sizeof *np);
+        if (!np)
+            return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory to park a pull");
+        ts->pulls = np;
+        ts->cap_pulls = cap;
+    }
+    tw_pull *q = &ts->pulls[ts->npulls];
+    memset(q, 0, sizeof *q);
+    q->keys = malloc(p->nkeys ? p->nkeys * 8 : 1);
+    if (!q->keys)
+        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory to park a pull");
+    memcpy(q->keys, keys, p->nkeys * 8);
+    ts->npulls++;
+    zmq_msg_init(&q->ident);
+    zmq_msg_copy(&q->ident, ident);
+    q->req_id = id;
+    q->min_version = p->min_version;
+    q->n = p->nkeys;
+    q->table = s->id;
+    q->create = create;
+    uint64_t wait = p->wait_ms < (uint64_t)ps->cfg.pull_wait_max_ms ? p->wait_ms
+                                                                     : (uint64_t)ps->cfg.pull_wait_max_ms;
+    q->deadline_ms = gddr__now_ms() + (int64_t)wait;
+    return GDDR_OK;
+}
+
+void ps_tables_release_pulls(gddr_ps *ps)
+{
+    struct ps_tables *ts = ps->tables;
+    if (!ts || !ts->npulls)
+        return;
+    int64_t now = gddr__now_ms();
+    size_t keep = 0;
+    for (size_t i = 0; i < ts->npulls; i++) {
+        tw_pull *q = &ts->pulls[i];
+        ps_stable *s = table_by_id(ps, q->table);
+        if (s && ps_table_version(s->tab) >= q->min_version) {
+            serve_pull(ps, &q->ident, q->req_id, s, q->keys, q->n, q->create);
+        } else if (ps->stop) {
+            ps_reject(ps, &q->ident, q->req_id, GDDR_ESHUTDOWN, "server is shutting down");
+        } else if (now >= q->deadline_ms) {
+            ps_reject(ps, &q->ident, q->req_id, GDDR_ETIMEDOUT,
+                      "row pull of table %u waited too long for version %llu", q->table,
+                      (unsigned long long)q->min_version);
+        } else {
+            ts->pulls[keep++] = *q;
+            continue;
+        }
+        zmq_msg_close(&q->ident);
+        free(q->keys);
+    }
+    ts->npulls = keep;
+}
+
+int ps_tables_next_timeout(gddr_ps *ps, int cap)
+{
+    struct ps_tables *ts = ps->tables;
+    int64_t now = gddr__now_ms(), t = cap;
+    for (size_t i = 0; ts && i < ts->npulls; i++) {
+        int64_t d = ts->pulls[i].deadline_ms - now;
+        if (d < t)
+            t = d < 0 ? 0 : d;
+    }
+    return (int)t;
+}
+
+/* ---- pushes ------------------------------------------------------------------ */
+
+static void send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, const ps_stable *s,
+                            const tw_rec *o, int duplicate)
+{
+    Gddr__Reply r;
+    Gddr__PushReply pr = GDDR__PUSH_REPLY__INIT;
+    reply_init(ps, &r, req_id);
+    pr.id = s->id;
+    pr.version = o->version;
+    pr.applied = o->applied;
+    pr.staleness = o->staleness;
+    pr.mode = (Gddr__Mode)o->mode;
+    pr.sync_target = o->sync_target;
+    pr.duplicate = duplicate;
+    r.body_case = GDDR__REPLY__BODY_PUSH;
+    r.push = &pr;
+    ps_send_reply(ps, ident, &r, NULL, 0);
+}
+
+static float table_lr(const gddr_ps *ps, const ps_stable *s, double push_lr)
+{
+    return (float)(push_lr > 0 ? push_lr : s->lr > 0 ? s->lr : ps->cfg.lr);
+}
+
+/* Completes the sync step being collected when every live worker pushed
+ * (or force: membership changed and fewer are left). The pushes are
+ * summed in rank order and applied as their mean. Returns 1 if applied. */
+static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
+{
+    if (s->ncontrib == 0)
+        return 0;
+    int live = gddr_ps_live_workers(ps);
+    if (live < 1)
+        live = 1;
+    int need = ps->cfg.sync_quorum > 0 && ps->cfg.sync_quorum < live ? (int)ps->cfg.sync_quorum : live;
+    if (!force && (int)s->ncontrib < need)
+        return 0;
+    int divisor = (int)s->ncontrib > live ? (int)s->ncontrib : live;
+    ps_rowsum_clear(s->sum);
+    int oom = 0;
+    for (int r = 0; r < (int)ps->cfg.max_workers; r++) {
+        tw_push *p = &s->step[r];
+        if (!p->have)
+            continue;
+        if (ps_rowsum_add(s->sum, p->keys, p->n, p->vals) < 0)
+            oom = 1;
+        free(p->keys), free(p->vals);
+        memset(p, 0, sizeof *p);
+    }
+    s->ncontrib = 0;
+    const uint64_t *keys;
+    const float *sums;
+    size_t n = ps_rowsum_get(s->sum, &keys, &sums);
+    if (oom || ps_table_apply(s->tab, keys, n, sums, 1.0f / (float)divisor, table_lr(ps, s, 0)) < 0)
+        gddr_log(GDDR_LOG_ERROR, "table '%s': out of memory in a sync step: some rows were not stepped", s->key);
+    s->rows_pushed += n;
+    ps_table_advance(s->tab);
+    ps->versions_total++;
+    return 1;
+}
+
+int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f)
+{
+    const Gddr__PushRows *p = rq->push_rows;
+    uint64_t id = rq->req_id;
+    ps_stable *s = table_by_id(ps, p->table);
+    if (!s)
+        return ps_reject(ps, ident, id, GDDR_ENOKEY, "no table with id %u", p->table);
+    if (f->n != 4)
+        return ps_reject(ps, ident, id, GDDR_EPROTO, "a row push carries a key frame and a value frame, not %d frames",
+                         f->n - 2);
+    uint32_t dim = ps_table_config(s->tab)->dim;
+    size_t n = (size_t)p->nkeys;
+    if (p->nkeys > SIZE_MAX / 8 / dim || gddr__frame_size(f, 2) != p->nkeys * 8 ||
+        p->payload_bytes != p->nkeys * dim * 4 || gddr__frame_size(f, 3) != p->payload_bytes)
+        return ps_reject(ps, ident, id, GDDR_ELENGTH,
+                         "row push of %llu keys x %u values: frames of %zu and %zu bytes, payload_bytes %llu",
+                         (unsigned long long)p->nkeys, dim, gddr__frame_size(f, 2), gddr__frame_size(f, 3),
+                         (unsigned long long)p->payload_bytes);
+    uint32_t rank = rq->rank;
+    uint64_t session = ps->workers[rank].session;
+    tw_rec *rec = &s->rec[rank];
+    if (rec->set && rec->session != session)
+        memset(rec, 0, sizeof *rec); /* a new process for this rank: a fresh history */
+    if (rec->set && p->step <= rec->step) {
+        s->duplicates++;
+        ps->duplicates++;
+        send_push_reply(ps, ident, id, s, rec, 1);
+        return GDDR_OK;
+    }
+    uint64_t v = ps_table_version(s->tab);
+    if (p->base_version > v)
+        return ps_reject(ps, ident, id, GDDR_EVERSION, "row push based on version %llu of table '%s', which is at %llu",
+                         (unsigned long long)p->base_version, s->key, (unsigned long long)v);
+    if (!isfinite(p->lr) || p->lr < 0 || p->lr > 1e6)
+        return ps_reject(ps, ident, id, GDDR_EINVAL, "row push to table '%s': lr %g is not in [0, 1e6]", s->key, p->lr);
+    const uint64_t *keys = frame_keys(ps, f, 2, n);
+    const float *g = gddr__frame_data(f, 3);
+    char why[256];
+    if (!keys)
+        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory");
+    size_t bad = misrouted(ps, keys, n);
+    if (bad < n)
+        return ps_reject(ps, ident, id, GDDR_EINVAL,
+                         "key %llu belongs to shard %u, not to this server (shard %lld of %lld)",
+                         (unsigned long long)keys[bad], gddr_row_shard(keys[bad], (uint32_t)ps->cfg.shard_count),
+                         ps->cfg.shard_index, ps->cfg.shard_count);
+    int rc = ps_table_push_check(s->tab, keys, n, g, why, sizeof why);
+    if (rc < 0)
+        return ps_reject(ps, ident, id, rc == PS_TABLE_NONFINITE ? GDDR_ENONFINITE : GDDR_EINVAL,
+                         "row push to table '%s': %s", s->key, why);
+    uint64_t tau = v - p->base_version;
+    double fac = 1.0 / (1.0 + ps->cfg.adadelay * (double)tau);
+    int mode = tables_mode(ps);
+    tw_rec out = { session, p->step, 0, 0, tau, 1, 0, (uint8_t)mode };
+    if (mode == GDDR_PS_MODE_SYNC) {
+        tw_push *sp = &s->step[rank];
+        if (sp->have) {
+            /* A second step from this rank before the first completed (a
+             * worker ahead of the others): it waits its turn. */
+            return ps_reject_retry(ps, ident, id, GDDR_EBUSY, 10,
+                                   "row push of step %llu to table '%s': this rank's push of the open step is not applied yet",
+                                   (unsigned long long)p->step, s->key);
+        }
+        sp->keys = malloc(n ? n * 8 : 1);
+        sp->vals = malloc(n ? n * dim * 4 : 1);
+        if (!sp->keys || !sp->vals) {
+            free(sp->keys), free(sp->vals);
+            memset(sp, 0, sizeof *sp);
+            return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for a row push");
+        }
+        memcpy(sp->keys, keys, n * 8);
+        for (size_t i = 0; i < n * dim; i++)
+            sp->vals[i] = (float)fac * g[i];
+        sp->n = n;
+        sp->have = 1;
+        s->ncontrib++;
+        out.sync_target = v + 1;
+        out.applied = (uint8_t)sync_try_complete(ps, s, 0);
+    } else {
+        if (ps_table_apply(s->tab, keys, n, g, 1.0f, (float)(table_lr(ps, s, p->lr) * fac)) < 0)
+            return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for rows of table '%s'", s->key);
+        s->rows_pushed += n;
+        ps_table_advance(s->tab);
+        ps->versions_total++;
+        out.applied = 1;
+    }
+    out.version = ps_table_version(s->tab);
+    *rec = out;
+    s->pushes++;
+    ps->pushes++;
+    ps_worker *w = &ps->workers[rank];
+    w->pushes++;
+    if (p->step + 1 > w->clock)
+        w->clock = p->step + 1;
+    ps_stale_add(&ps->stale, tau, ps->cfg.staleness_ema_decay);
+    ps_stale_add(&w->stale, tau, ps->cfg.staleness_ema_decay);
+    send_push_reply(ps, ident, id, s, rec, 0);
+    ps_tables_release_pulls(ps);
+    return GDDR_OK;
+}
+
+void ps_tables_membership_changed(gddr_ps *ps)
+{
+    struct ps_tables *ts = ps->tables;
+    if (!ts || tables_mode(ps) != GDDR_PS_MODE_SYNC)
+        return;
+    for (size_t i = 0; i < ts->n; i++)
+        sync_try_complete(ps, ts->t[i], 0);
+    ps_tables_release_pulls(ps);
+}
+
+/* ---- metrics and life cycle ------------------------------------------------- */
+
+char *ps_tables_metrics_text(gddr_ps *ps)
+{
+    struct ps_tables *ts = ps->tables;
+    size_t n = ts ? ts->n : 0, cap = 4096 + n * 2048, len = 0; /* a table: 8 lines of at most 250 bytes */
+    char *b = malloc(cap);
+    if (!b)
+        return NULL;
+    b[0] = 0;
+    if (n == 0)
+        return b; /* no families without a table: each family has a sample */
+#define OUT(...) (len += (size_t)snprintf(b + len, cap - len, __VA_ARGS__))
+    OUT("# HELP gddr_table_rows Live rows of a sparse table.\n# TYPE gddr_table_rows gauge\n");
+    for (size_t i = 0; i < n; i++) {
+        ps_table_counts k;
+        ps_table_counts_get(ts->t[i]->tab, &k);
+        OUT("gddr_table_rows{table=\"%s\"} %llu\n", ts->t[i]->key, (unsigned long long)k.rows);
+    }
+    OUT("# HELP gddr_table_rows_created_total Rows created.\n# TYPE gddr_table_rows_created_total counter\n");
+    for (size_t i = 0; i < n; i++) {
+        ps_table_counts k;
+        ps_table_counts_get(ts->t[i]->tab, &k);
+        OUT("gddr_table_rows_created_total{table=\"%s\"} %llu\n", ts->t[i]->key, (unsigned long long)k.created);
+    }
+    OUT("# HELP gddr_table_rows_evicted_total Rows evicted, by reason (ttl: row_ttl; cap: max_rows or max_table_rows).\n"
+        "# TYPE gddr_table_rows_evicted_total counter\n");
+    for (size_t i = 0; i < n; i++) {
+        ps_table_counts k;
+        ps_table_counts_get(ts->t[i]->tab, &k);
+        OUT("gddr_table_rows_evicted_total{table=\"%s\",reason=\"ttl\"} %llu\n", ts->t[i]->key,
+            (unsigned long long)k.evicted_ttl);
+        OUT("gddr_table_rows_evicted_total{table=\"%s\",reason=\"cap\"} %llu\n", ts->t[i]->key,
+            (unsigned long long)k.evicted_cap);
+    }
+    OUT("# HELP gddr_table_gradients_dropped_total Gradient rows dropped: key not admitted (yet).\n"
+        "# TYPE gddr_table_gradients_dropped_total counter\n");
+    for (size_t i = 0; i < n; i++) {
+        ps_table_counts k;
+        ps_table_counts_get(ts->t[i]->tab, &k);
+        OUT("gddr_table_gradients_dropped_total{table=\"%s\"} %llu\n", ts->t[i]->key, (unsigned long long)k.dropped);
+    }
+    OUT("# HELP gddr_table_rows_pulled_total Rows served by pulls.\n# TYPE gddr_table_rows_pulled_total counter\n");
+    for (size_t i = 0; i < n; i++)
+        OUT("gddr_table_rows_pulled_total{table=\"%s\"} %llu\n", ts->t[i]->key,
+            (unsigned long long)ts->t[i]->rows_pulled);
+    OUT("# HELP gddr_table_rows_pushed_total Rows stepped by pushes (a sync step counts each row once).\n"
+        "# TYPE gddr_table_rows_pushed_total counter\n");
+    for (size_t i = 0; i < n; i++)
+        OUT("gddr_table_rows_pushed_total{table=\"%s\"} %llu\n", ts->t[i]->key,
+            (unsigned long long)ts->t[i]->rows_pushed);
+    OUT("# HELP gddr_table_version Version of a table.\n# TYPE gddr_table_version gauge\n");
+    for (size_t i = 0; i < n; i++)
+        OUT("gddr_table_version{table=\"%s\"} %llu\n", ts->t[i]->key,
+            (unsigned long long)ps_table_version(ts->t[i]->tab));
+#undef OUT
+    return b;
+}
+
+void ps_tables_free(gddr_ps *ps)
+{
+    struct ps_tables *ts = ps->tables;
+    if (!ts)
+        return;
+    for (size_t i = 0; i < ts->npulls; i++) {
+        zmq_msg_close(&ts->pulls[i].ident);
+        free(ts->pulls[i].keys);
+    }
+    for (size_t i = 0; i < ts->n; i++)
+        stable_free(ts->t[i], (int)ps->cfg.max_workers);
+    free(ts->t);
+    free(ts->pulls);
+    free(ts->kbuf);
+    free(ts);
+    ps->tables = NULL;
+}
