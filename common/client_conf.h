@@ -82,4 +82,10 @@ void gddr__client_opt_format(const gddr__client_opt *row, const void *opts, char
 /* Whether the row's field differs between a and b (strings by pointer). */
 int gddr__client_opt_differs(const gddr__client_opt *row, const void *a, const void *b);
 
+/* The rank and world size from the launcher's environment: the first of
+ * the rank / world_size row's variables that holds a whole number in
+ * [0, 2^20), else 0 / 1. */
+int gddr__env_rank(void);
+int gddr__env_world(void);
+
 #endif

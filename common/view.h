@@ -12,7 +12,7 @@
  *              view += q * s (float32, a product then a sum).
  *
  * The server (server/conn.c) encodes with gddr__view_pack, the client
- * (client/src/client.c) decodes with gddr__view_apply; the server's copy of
+ * (client/src/conn_reply.c) decodes with gddr__view_apply; the server's copy of
  * the view (its "mirror") is updated by the very arithmetic the client
  * does, so the two stay equal bit for bit (tests/check_view.c).
  */

@@ -30,25 +30,7 @@ fail() { echo "$me: FAIL: $*" >&2; status=1; }
 # close a cycle), "include A -> B" (likewise for an include), "size FILE"
 # (a file allowed over the limit). Keep the reason in a comment above.
 exceptions=$(cat <<'EOF'
-# client.c is at once the connection layer (everything in the folder calls
-# it) and the public face and life cycle of a client, which call up into
-# the rest. These go when the public face leaves client.c (issue 21).
-call client/src/client.c -> client/src/heartbeat.c    # open/close start and stop it
-call client/src/client.c -> client/src/options.c      # open reads the rank from the environment
-call client/src/client.c -> client/src/pipeline.c     # close stops the library thread
-call client/src/client.c -> client/src/recovery.c     # the reply loop hands orphans over; close flushes
-call client/src/client.c -> client/src/shard.c        # 13 "if (c->shards)" branches
-call client/src/client.c -> client/src/step.c         # close frees the step's buffers
-# The public gddr_step_from (step.c) refuses while the pipeline is busy.
-call client/src/step.c -> client/src/pipeline.c
-# Sharding is a second implementation of the API reached through "if
-# (c->shards)" branches, and calls the public functions of the single
-# client back; these go when it is one backend of an ops interface.
-call client/src/pipeline.c -> client/src/shard.c
-call client/src/step.c -> client/src/shard.c
-# Files over the limit, until the client is split.
-size client/src/client.c
-size client/src/shard.c
+# (none: keep it so)
 EOF
 )
 

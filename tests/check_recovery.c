@@ -535,7 +535,7 @@ END_TEST
 /* ---- 1b. how long a step waits for a dead server ------------------------------------------ */
 
 /* The client's debug log, as far as the waits that timed out go: every
- * "no reply from SERVER within N ms" line (client/src/client.c,
+ * "no reply from SERVER within N ms" line (client/src/conn_reply.c,
  * gddr__wait_op) is one wait that ran out, N being the budget it had. */
 typedef struct timeout_log {
     pthread_mutex_t mu;

@@ -21,7 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../client/src/client_int.h"
+#include "../client/src/shard.h" /* gddr__shard_placement, gddr__metrics_merge */
 #include "files.h"
 #include "gddr/gddr.h"
 #include "harness.h"

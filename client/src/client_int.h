@@ -1,10 +1,20 @@
-/* client_int.h -- libgddr-client internals shared by its files.
+/* client_int.h -- libgddr-client internals shared by its files, which
+ * call one another downwards only (scripts/check-layers.sh):
  *
- * client.c   socket, requests in flight, replies, reconnects
- * step.c     gddr_step: clipping, DC-ASGD, GDDR residuals, push/pull order
- *            (the host path; step_dev.c the device path)
- * options.c  [client] INI section (table: common/client_conf.c), rank discovery
- * pipeline.c the library thread behind gddr_step_submit/gddr_step_wait
+ * api.c         the public face: the functions of gddr.h, each a check of its
+ *               arguments and a call of c->be (backend.h)
+ * options.c     [client] INI section (table: common/client_conf.c), rank
+ *               discovery, gddr_client_open_ini
+ * shard*.c      the backend of several servers (shard.h), over single.c's
+ * single.c      the backend of one server: open, close, the calls of gddr.h
+ * pipeline.c    the library thread behind gddr_step_submit/gddr_step_wait
+ * heartbeat.c   the thread that tells the server this worker is alive
+ * step.c        the step: clipping, DC-ASGD, GDDR residuals, push/pull order
+ *               (the host path; step_dev.c the device path)
+ * recovery.c    residual allocation, snapshots, orphans, the flush on close
+ * conn_req.c    one server's requests: hello, register, pull, push, reconnect
+ * conn_reply.c  one server's replies: dispatch, pull views, waiting
+ * conn.c        one server's socket and monitor, request slots, sending
  */
 #ifndef GDDR_CLIENT_INT_H
 #define GDDR_CLIENT_INT_H
@@ -111,11 +121,24 @@ typedef struct ctensor {
                                 * step is given CUDA device pointers) */
 } ctensor;
 
+typedef struct gddr__backend gddr__backend;
+
+/* A client. The first block is what the public face and both backends use;
+ * the rest is the single-server backend's (a sharded client's router leaves
+ * it zero and keeps its own state behind `shards`). */
 struct gddr_client {
+    const gddr__backend *be; /* single.c's gddr__single or shard.c's gddr__sharded */
     gddr_client_opts o;
     char server[512];
-    char curve_server[64], curve_file[512];
     gddr__logger log;
+    char errmsg[512];
+    gddr_server_info info;
+    gddr_client_counters k;
+    _Atomic double lr;     /* gddr_set_lr: the lr every push carries (0: the tensors') */
+    struct gddr__shards *shards; /* shard*.c only: the router's state (NULL: one server) */
+
+    /* The single-server backend's. */
+    char curve_server[64], curve_file[512];
     void *zctx, *sock;
     void *mon;         /* the main socket's monitor (handshake failures), or NULL */
     unsigned mon_seq;
@@ -124,18 +147,14 @@ struct gddr_client {
     int closing;       /* in gddr_client_close: retries end at close_deadline */
     int64_t close_deadline;
     atomic_int lent;       /* messages ZeroMQ still reads from our buffers */
-    _Atomic double lr;     /* gddr_set_lr: the lr every push carries (0: the tensors') */
     uint64_t session;      /* random, once per client: ties our rank to us across reconnects */
     uint64_t next_req;
     op *ops;
     size_t nops;
     ctensor *t;
     int nt;
-    gddr_server_info info;
     int epoch_changed;     /* a reply carried another epoch */
     uint64_t step;
-    gddr_client_counters k;
-    char errmsg[512];
     struct pipeline *pipe; /* NULL unless gddr_step_submit was used */
     void *cuda;            /* step_dev.c: the device path's state (CUDA context and per-step
                             * buffers), or NULL */
@@ -146,60 +165,65 @@ struct gddr_client {
     uint64_t *acc_birth;   /* their birth versions: those of the first one */
     int shard_index, shard_count; /* where this server sits in a sharded client's list
                                    * (said in the hello; count 0: not sharded) */
-    struct gddr__shards *shards;  /* shard.c: set when this client is a router over
-                                   * one client per server; then nothing above is used
-                                   * but o, server, log, errmsg, info and k */
+    /* What conn_reply.c does with an Orphan message (recovery.c's
+     * gddr__orphan_received, set by single.c): conn*.c call nothing above. */
+    void (*on_orphan)(gddr_client *c, const Gddr__Orphan *o, gddr__frames *f);
 };
 
-/* shard.c: several servers. */
-typedef struct gddr__shards gddr__shards;
-int gddr__server_count(const char *list);
-/* why (may be NULL): the reason when it fails. */
-int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out, char *why, size_t whylen);
-void gddr__shards_close(gddr_client *c);
-/* Opens one server's client of a sharded client (the hello says where it
- * sits). */
-int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int shard_count,
-                            gddr_client **out, char *err, size_t errlen);
-/* gddr_register of a piece: keyhash and chunk0 place it in its whole tensor. */
-int gddr__register_piece(gddr_client *c, const char *key, const float *init, size_t n,
-                         uint32_t keyhash, uint32_t chunk0, const gddr__optim *opt, int *id,
-                         uint64_t *version);
-/* Where a tensor's pieces live: returns their count; off/len/shard per piece. */
-int gddr__shard_placement(const char *key, size_t n, int chunk, int S, size_t *off, size_t *len,
-                          int *shard);
-int gddr__shards_register(gddr_client *c, const char *key, const float *init, size_t n,
-                          const gddr__optim *opt, int *id, uint64_t *version);
-void gddr__shards_set_lr(gddr_client *c, double lr);
-int gddr__shards_optimizer(gddr_client *c, int id, char *buf, size_t len);
-int gddr__shards_pull(gddr_client *c, int id, float *out, uint64_t min_version, uint64_t *version);
-int gddr__shards_push(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
-                      uint64_t *version);
-int gddr__shards_async(gddr_client *c, int id, float *out, const float *grad,
-                       const gddr_push_tags *tags, uint64_t min_version, gddr_ticket *ticket);
-int gddr__shards_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64_t *version);
-int gddr__shards_step(gddr_client *c, const float *const *grads, const float *const *computed_on,
-                      const uint64_t *versions, float *const *params);
-int gddr__shards_submit(gddr_client *c, const float *const *grads);
-int gddr__shards_wait_step(gddr_client *c, float *const *params);
-int gddr__shards_checkpoint(gddr_client *c);
-uint64_t gddr__shards_next_step(gddr_client *c);
-int gddr__shards_version(const gddr_client *c, int id, uint64_t *version);
-void gddr__shards_counters(const gddr_client *c, gddr_client_counters *out);
-int gddr__shards_stats(gddr_client *c, gddr_server_stats *out);
-int gddr__shards_metrics(gddr_client *c, char **text);
-/* Prometheus texts of n servers as one, each sample labelled shard="I"
- * (malloc'd; NULL on no memory). */
-char *gddr__metrics_merge(const char *const *texts, int n);
-
-/* client.c */
+/* conn.c */
 int gddr__set_err(gddr_client *c, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+op *gddr__op(gddr_client *c, uint64_t ticket);
+/* A free slot for a new request (its ticket set); NULL when out of memory. */
+op *gddr__op_new(gddr_client *c, op_kind kind, int tensor);
+/* Ends every op in flight with rc (after a reconnect their replies never come). */
+void gddr__ops_fail_all(gddr_client *c, int rc);
+/* Sends one message of op o (a push in parts sends several under one op). */
+int gddr__send_msg(gddr_client *c, op *o, Gddr__Request *rq, const gddr__raw *raws, int nraw);
+/* A new op and its message; *ticket names it. */
 int gddr__send_req(gddr_client *c, Gddr__Request *rq, const gddr__raw *raws, int nraw, op_kind kind,
                    int tensor, uint64_t *ticket);
-op *gddr__op(gddr_client *c, uint64_t ticket);
-/* Waits for one op until timeout_ms; frees its slot unless keep is set. */
+/* Marks raw as lent: ZeroMQ sends it from where it is (gddr__lent_wait). */
+void gddr__lend(gddr_client *c, gddr__raw *raw);
+/* Returns when ZeroMQ holds no buffer lent by gddr__push_args.lend any more:
+ * at once after a completed exchange (the server answered, so the bytes were
+ * sent); otherwise the socket is dropped (and reopened by the next call's
+ * reconnect) so that queued messages let go of the buffers. */
+void gddr__lent_wait(gddr_client *c);
+/* A DEALER connected to the server with this client's settings (CURVE keys
+ * included), with a monitor when mon is not NULL: the main socket and the
+ * heartbeat socket are both made here. */
+int gddr__socket_new(gddr_client *c, void **out, void **mon);
+/* A fresh main socket and monitor (the old ones closed). */
+int gddr__open_socket(gddr_client *c);
+/* Reads the main socket's monitor: GDDR_EAUTH (message set) when the
+ * server refused the security handshake, else GDDR_OK. */
+int gddr__mon_check(gddr_client *c);
+
+/* conn_reply.c */
+/* Waits for one op until timeout_ms (< 0: timeout_ms of the options),
+ * completing whatever else is answered meanwhile; frees its slot. */
 int gddr__wait_op(gddr_client *c, uint64_t ticket, int timeout_ms, op *result);
+/* A tensor's last pulled values, contiguous (parts are joined on first
+ * use); NULL only when out of memory. */
+const float *gddr__last(ctensor *t);
+/* Closes n kept reply frames (n becomes 0). */
+void gddr__msgs_close(zmq_msg_t *m, uint32_t *n);
+/* The server's Prometheus text (malloc'd into *text). */
+int gddr__metrics_request(gddr_client *c, char **text);
+
+/* conn_req.c */
+int gddr__hello(gddr_client *c, int timeout_ms, uint32_t *retry_ms);
+int gddr__hello_retryable(int rc, uint32_t retry_ms);
+/* Registers tensor i (its key, size, optimizer) with values vals. */
+int gddr__register_one(gddr_client *c, int i, const float *vals, int timeout_ms, op *res);
 int gddr__reconnect(gddr_client *c);
+/* Whether a failed call may succeed after gddr__reconnect(): no answer, or
+ * a restarted server that no longer knows our tensors or versions. */
+int gddr__needs_reconnect(gddr_client *c, int rc);
+/* Runs call(c, arg) again after a reconnect while the server is away,
+ * within reconnect_timeout_ms: what a restarting cluster needs from every
+ * blocking call, not only from gddr_step. */
+int gddr__with_reconnect(gddr_client *c, int (*call)(gddr_client *, void *), void *arg);
 /* The step a new push of tensor i carries: this client's step counter, or
  * one above the tensor's last push if that is higher (every push of a
  * tensor must carry a larger step than the one before: exactly once). */
@@ -208,24 +232,18 @@ int gddr__push_tensor(gddr_client *c, int i, const gddr__push_args *a, uint64_t 
 /* Pushes and waits for the answer, again (the same push) after a reconnect
  * while the server is away, within reconnect_timeout_ms. */
 int gddr__push_wait(gddr_client *c, int i, const gddr__push_args *a, uint64_t *version);
-/* Returns when ZeroMQ holds no buffer lent by gddr__push_args.lend any more:
- * at once after a completed exchange (the server answered, so the bytes were
- * sent); otherwise the socket is dropped (and reopened by the next call's
- * reconnect) so that queued messages let go of the buffers. */
-void gddr__lent_wait(gddr_client *c);
-
-/* Whether a failed call may succeed after gddr__reconnect(): no answer, or
- * a restarted server that no longer knows our tensors or versions. */
-int gddr__needs_reconnect(gddr_client *c, int rc);
-/* A tensor's last pulled values, contiguous (parts are joined on first
- * use); NULL only when out of memory. */
-const float *gddr__last(ctensor *t);
 /* A pull of gddr_step that updates the tensor's view (its last values and
  * version): lazy (Pull.delay_fraction) when pull_delay_fraction > 0. */
 int gddr__pull_view(gddr_client *c, int i, float *out, uint64_t min_version, uint64_t step,
                     uint64_t *ticket);
 int gddr__pull_tensor(gddr_client *c, int i, float *out, uint64_t min_version, uint64_t step,
                       uint64_t *ticket);
+
+/* single.c: gddr_register of a piece: keyhash and chunk0 place it in its
+ * whole tensor (shard.c registers pieces). */
+int gddr__register_piece(gddr_client *c, const char *key, const float *init, size_t n,
+                         uint32_t keyhash, uint32_t chunk0, const gddr__optim *opt, int *id,
+                         uint64_t *version);
 
 /* recovery.c: a tensor's GDDR residual on the host (n floats, its chunk
  * ages, packed and bitmap buffers), made on first use; freed with what
@@ -244,7 +262,7 @@ int gddr__residual_flush(gddr_client *c);
 void gddr__orphan_replay(gddr_client *c, int i, float *target);
 
 /* step.c: the step itself, without the pipeline check (the library thread
- * of pipeline.c calls it); the public gddr_step_from() refuses with
+ * of pipeline.c calls it); gddr_step_from() (single.c's step) refuses with
  * GDDR_ESTATE while the pipeline has steps in flight. */
 int gddr__step_run(gddr_client *c, const float *const *grads, const float *const *computed_on,
                    const uint64_t *versions, float *const *params);
@@ -283,20 +301,18 @@ int gddr__residual_get(gddr_client *c, int id, float *out);
 int gddr__residual_age_get(gddr_client *c, int id, uint32_t *out, size_t *nchunks);
 
 /* step.c: frees what the step keeps for a tensor (its GDDR residual, the
- * accumulated gradient, the device state); gddr_client_close calls it. */
+ * accumulated gradient, the device state); single.c's close calls it. */
 void gddr__step_free(ctensor *t);
 
 /* pipeline.c */
 /* 1 while gddr_step_submit() has steps the trainer has not waited for
  * (trainer thread only). */
 int gddr__pipeline_busy(const gddr_client *c);
-/* Joins the library thread and frees the pipeline (gddr_client_close). */
+/* Joins the library thread and frees the pipeline (single.c's close). */
 void gddr__pipeline_stop(gddr_client *c);
-
-int gddr__socket_new(gddr_client *c, void **out, void **mon);
-/* Reads the main socket's monitor: GDDR_EAUTH (message set) when the
- * server refused the security handshake, else GDDR_OK. */
-int gddr__mon_check(gddr_client *c);
+/* gddr_step_submit / gddr_step_wait of one server's client. */
+int gddr__pipeline_submit(gddr_client *c, const float *const *grads);
+int gddr__pipeline_wait(gddr_client *c, float *const *params);
 
 /* heartbeat.c: a thread with its own socket tells the server this worker
  * is alive every heartbeat_ms, also while the trainer computes a long step. */
@@ -304,8 +320,12 @@ int gddr__heartbeat_start(gddr_client *c);
 void gddr__heartbeat_stop(gddr_client *c);
 
 /* options.c */
-int gddr__env_rank(void);
-int gddr__env_world(void);
+/* gddr_client_open_ini opens through backend.h's gddr__server_count,
+ * gddr__shards_open and gddr__client_open_shard. */
+int gddr__server_count(const char *list);
+int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out, char *why, size_t whylen);
+int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int shard_count,
+                            gddr_client **out, char *err, size_t errlen);
 
 /* ---- options ABI (issue 21, "One row per option"; client/src/options.c) ----
  * gddr.h maps gddr_client_open() onto gddr_client_open_sized() for callers.

@@ -335,36 +335,3 @@ int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gd
     return gddr_client_open_ini_sized(path, overrides, GDDR_CLIENT_OPTS_V0_SIZE, out, errbuf, errlen);
 }
 
-/* ---- the launcher's environment ----------------------------------------------- */
-
-/* The first of the row's environment variables that holds a whole number
- * in [0, 2^20), else dflt. */
-static int env_int(const char *option, int dflt)
-{
-    const gddr__client_opt *r = gddr__client_opt_find(option);
-    const char *p = r && r->env ? r->env : "";
-    while (*p) {
-        size_t n = strcspn(p, " ");
-        char name[64];
-        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
-        const char *v = getenv(name);
-        if (v && *v) {
-            char *end;
-            long x = strtol(v, &end, 10);
-            if (!*end && x >= 0 && x < 1 << 20)
-                return (int)x;
-        }
-        p += n + strspn(p + n, " ");
-    }
-    return dflt;
-}
-
-int gddr__env_rank(void)
-{
-    return env_int("rank", 0);
-}
-
-int gddr__env_world(void)
-{
-    return env_int("world_size", 1);
-}

@@ -21,7 +21,8 @@
  * Ownership: from the first submit until every submitted step has been
  * waited for, the library thread owns the client (socket, tensors, errmsg);
  * the trainer only touches its slots and the counters. gddr_step() and
- * gddr_step_from() check gddr__pipeline_busy() and answer GDDR_ESTATE.
+ * gddr_step_from() check gddr__pipeline_busy() and answer GDDR_ESTATE
+ * (single.c).
  *
  * Versions: a gradient is tagged with the versions of the parameters the
  * trainer last received (from the previous wait, or from before the first
@@ -218,19 +219,12 @@ void gddr__pipeline_stop(gddr_client *c)
         pipe_free(p);
         c->pipe = NULL;
     }
-    /* gddr_client_close() calls this first: the device path's CUDA context
-     * goes too (its tensor buffers go with gddr__step_free). */
-    gddr__step_dev_close(c);
 }
 
-/* ---- the API ------------------------------------------------------------------- */
+/* ---- submit and wait (the single backend's, single.c) ----------------------------- */
 
-int gddr_step_submit(gddr_client *c, const float *const *grads)
+int gddr__pipeline_submit(gddr_client *c, const float *const *grads)
 {
-    if (!c || !grads)
-        return GDDR_EINVAL;
-    if (c->shards)
-        return gddr__shards_submit(c, grads);
     struct pipeline *p = c->pipe;
     if (!p) {
         if (c->nt == 0)
@@ -286,12 +280,8 @@ int gddr_step_submit(gddr_client *c, const float *const *grads)
     return GDDR_OK;
 }
 
-int gddr_step_wait(gddr_client *c, float *const *params)
+int gddr__pipeline_wait(gddr_client *c, float *const *params)
 {
-    if (!c || !params)
-        return GDDR_EINVAL;
-    if (c->shards)
-        return gddr__shards_wait_step(c, params);
     struct pipeline *p = c->pipe;
     if (!p || atomic_load_explicit(&p->submitted, memory_order_relaxed) == p->collected)
         return GDDR_ESTATE;

@@ -1,19 +1,17 @@
 /* shard.c -- one model over several gddr-ps (docs/design.md section 10,
- * issue 10).
+ * issue 10): the sharded backend (backend.h), gddr__sharded.
  *
  * A client whose `server` option lists several endpoints ("tcp://a:5555,
  * tcp://b:5555") is a router over one ordinary single-server client per
- * endpoint, its shards. Everything a single-server client does -- socket,
+ * endpoint, its shards (gddr__single clients, single.c, driven through
+ * their backend table). Everything a single-server client does -- socket,
  * hello and reconnect, exactly-once steps, heartbeat, residuals, DC-ASGD,
  * orphans, the pipeline thread -- each shard does on its own, for its
- * pieces, exactly as it does today; the router only decides where each
- * tensor lives and fans every call out to the shards that hold a piece of
- * it, one thread per shard, so a step talks to all servers at once.
+ * pieces, exactly as it does alone; the router only decides where each
+ * tensor lives (shard_place.c) and slices every call once per shard that
+ * holds a piece of it, one thread per shard (shard_fan.c), so a step talks
+ * to all servers at once (shard_step.c).
  *
- * Placement (stable, no coordinator): a tensor of at most SPLIT_BYTES lives
- * whole on one server, the one with the highest hash of (key, server index)
- * (rendezvous hashing: adding a server moves only the keys it wins). A
- * larger tensor is split into one run of whole chunks per server, in order.
  * A piece keeps the tensor's key on its server; its GDDR hold mask hashes
  * the tensor's key and the chunk's index in the whole tensor (ctensor
  * chunk0), so which chunks are held does not change with sharding.
@@ -22,164 +20,16 @@
  * split tensor the router reports the lowest of its pieces' versions, and a
  * version tag given for it is used for every piece (a lower bound: a piece
  * that was newer only looks staler). In sync mode all pieces move together.
- *
- * Clipping is by the global norm over all tensors: the router measures it
- * and, when it clips, hands the shards a scaled copy (their own clipping is
- * off); the norm a shard reports for the dynamic tau is then the clipped
- * one. Everything else is elementwise or per tensor and so per piece.
  */
-#include <math.h>
-#include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "blas.h"
-#include "client_int.h"
+#include "backend.h"
 #include "gddr_hash.h"
-
-#define SPLIT_BYTES (1u << 20)
-#define MAX_SHARDS 256
-
-typedef struct spiece {
-    int shard, id;     /* the shard's client, its tensor id there */
-    size_t off, n;     /* values [off, off + n) of the tensor */
-} spiece;
-
-typedef struct stensor {
-    char key[128];
-    size_t n;
-    int np;
-    spiece *p;
-} stensor;
-
-typedef struct sgroup {    /* a ticket of the router: one per piece */
-    uint64_t ticket;
-    int n;
-    int *shard;
-    gddr_ticket *sub;
-} sgroup;
-
-struct gddr__shards {
-    int S;
-    gddr_client **sub;
-    char (*ep)[512];       /* the endpoints, in shard order */
-    char (*why)[512];      /* why a shard could not be opened */
-    stensor *t;
-    int nt;
-    sgroup *groups;
-    int ngroups;
-    uint64_t next_ticket;
-    float **scaled;        /* per tensor: a clipped copy of the gradient (or NULL) */
-    /* fan-out: shard s > 0 runs on thread s-1, shard 0 on the caller */
-    pthread_t *th;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    uint64_t gen;
-    int busy, stop;
-    int (*fn)(gddr_client *, int, void *);
-    void *arg;
-    int *rc;
-};
-
-/* ---- fan-out ------------------------------------------------------------------- */
-
-struct shard_thread {
-    gddr_client *c;
-    int s;
-};
-
-static void *shard_main(void *arg)
-{
-    struct shard_thread *a = arg;
-    gddr_client *c = a->c;
-    int s = a->s;
-    free(a);
-    gddr__shards *h = c->shards;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&h->mu);
-    for (;;) {
-        while (h->gen == seen && !h->stop)
-            pthread_cond_wait(&h->go, &h->mu);
-        if (h->stop)
-            break;
-        seen = h->gen;
-        pthread_mutex_unlock(&h->mu);
-        int rc = h->fn(c, s, h->arg);
-        pthread_mutex_lock(&h->mu);
-        h->rc[s] = rc;
-        if (--h->busy == 0)
-            pthread_cond_signal(&h->done);
-    }
-    pthread_mutex_unlock(&h->mu);
-    return NULL;
-}
-
-/* Runs fn(c, s, arg) for every shard at once; returns the first error (the
- * router's message then names the shard). */
-static int fan(gddr_client *c, int (*fn)(gddr_client *, int, void *), void *arg)
-{
-    gddr__shards *h = c->shards;
-    pthread_mutex_lock(&h->mu);
-    h->fn = fn;
-    h->arg = arg;
-    h->busy = h->S - 1;
-    h->gen++;
-    pthread_cond_broadcast(&h->go);
-    pthread_mutex_unlock(&h->mu);
-    h->rc[0] = fn(c, 0, arg);
-    pthread_mutex_lock(&h->mu);
-    while (h->busy > 0)
-        pthread_cond_wait(&h->done, &h->mu);
-    pthread_mutex_unlock(&h->mu);
-    for (int s = 0; s < h->S; s++)
-        if (h->rc[s] != GDDR_OK)
-            return gddr__set_err(c, h->rc[s], "shard %d (%s): %s", s, h->ep[s],
-                                 h->sub[s] ? gddr_client_errmsg(h->sub[s])
-                                 : h->why[s][0] ? h->why[s] : gddr_strerror(h->rc[s]));
-    return GDDR_OK;
-}
+#include "shard.h"
 
 /* ---- open and close ------------------------------------------------------------ */
-
-/* Splits "a, b,c" into trimmed endpoints; returns how many (0: none or too many). */
-static int split_list(const char *list, char (*ep)[512], int max)
-{
-    int n = 0;
-    const char *p = list;
-    while (*p) {
-        while (*p == ' ' || *p == '\t' || *p == ',')
-            p++;
-        if (!*p)
-            break;
-        const char *e = p;
-        while (*e && *e != ',')
-            e++;
-        const char *end = e;
-        while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
-            end--;
-        if (n == max || (size_t)(end - p) >= sizeof ep[0])
-            return 0;
-        memcpy(ep[n], p, (size_t)(end - p));
-        ep[n][end - p] = 0;
-        n++;
-        p = e;
-    }
-    return n;
-}
-
-int gddr__server_count(const char *list)
-{
-    int n = 0, in = 0;
-    for (const char *p = list; p && *p; p++) {
-        if (*p == ',')
-            in = 0;
-        else if (*p != ' ' && *p != '\t' && !in)
-            in = 1, n++;
-    }
-    return n;
-}
 
 static int open_one(gddr_client *c, int s, void *arg)
 {
@@ -195,17 +45,7 @@ static void shards_free(gddr_client *c)
     gddr__shards *h = c->shards;
     if (!h)
         return;
-    if (h->th) {
-        pthread_mutex_lock(&h->mu);
-        h->stop = 1;
-        pthread_cond_broadcast(&h->go);
-        pthread_mutex_unlock(&h->mu);
-        for (int s = 1; s < h->S; s++)
-            pthread_join(h->th[s - 1], NULL);
-    }
-    pthread_mutex_destroy(&h->mu);
-    pthread_cond_destroy(&h->go);
-    pthread_cond_destroy(&h->done);
+    gddr__fan_stop(h);
     for (int i = 0; i < h->nt; i++) {
         free(h->t[i].p);
         if (h->scaled)
@@ -225,21 +65,37 @@ static void shards_free(gddr_client *c)
     c->shards = NULL;
 }
 
+/* Closes shard s's client (NULL-safe). */
+static void sub_close(gddr__shards *h, int s)
+{
+    if (h->sub[s]) {
+        h->sub[s]->be->close(h->sub[s]);
+        h->sub[s] = NULL;
+    }
+}
+
 static int close_one(gddr_client *c, int s, void *arg)
 {
     (void)arg;
-    gddr_client_close(&c->shards->sub[s]);
+    sub_close(c->shards, s);
     return GDDR_OK;
 }
 
-void gddr__shards_close(gddr_client *c)
+/* Closes the shards, frees the router's state (c stays). */
+static void shards_close(gddr_client *c)
 {
     gddr__shards *h = c->shards;
     if (h->th)
-        fan(c, close_one, NULL); /* each flushes its residual: all at once */
+        gddr__fan(c, close_one, NULL); /* each flushes its residual: all at once */
     for (int s = 0; s < h->S; s++)
-        gddr_client_close(&h->sub[s]); /* those the threads never got (open failed) */
+        sub_close(h, s); /* those the threads never got (open failed) */
     shards_free(c);
+}
+
+static void sharded_close(gddr_client *c)
+{
+    shards_close(c);
+    free(c);
 }
 
 int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out, char *why, size_t whylen)
@@ -247,11 +103,12 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out, char *why
     char (*ep)[512] = calloc(MAX_SHARDS, sizeof *ep);
     gddr_client *c = calloc(1, sizeof *c);
     gddr__shards *h = calloc(1, sizeof *h);
-    int S = ep ? split_list(opts->server, ep, MAX_SHARDS) : 0;
+    int S = ep ? gddr__split_list(opts->server, ep, MAX_SHARDS) : 0;
     if (!ep || !c || !h || S < 2) {
         free(ep), free(c), free(h);
         return S < 2 && ep && c && h ? GDDR_EINVAL : GDDR_ENOMEM;
     }
+    c->be = &gddr__sharded;
     c->shards = h;
     h->ep = ep;
     c->o = *opts;
@@ -266,30 +123,13 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out, char *why
     h->rc = calloc((size_t)S, sizeof *h->rc);
     h->why = calloc((size_t)S, sizeof *h->why);
     h->th = calloc((size_t)S, sizeof *h->th);
-    pthread_mutex_init(&h->mu, NULL);
-    pthread_cond_init(&h->go, NULL);
-    pthread_cond_init(&h->done, NULL);
-    int rc = h->sub && h->rc && h->why && h->th ? GDDR_OK : GDDR_ENOMEM;
-    for (int s = 1; rc == GDDR_OK && s < S; s++) {
-        struct shard_thread *a = malloc(sizeof *a);
-        if (a) {
-            a->c = c;
-            a->s = s;
-        }
-        if (!a || pthread_create(&h->th[s - 1], NULL, shard_main, a) != 0) {
-            free(a);
-            /* the threads started so far are joined by shards_free */
-            h->S = s;
-            rc = GDDR_ENOMEM;
-            break;
-        }
-    }
+    int rc = gddr__fan_start(c, h->sub && h->rc && h->why && h->th ? GDDR_OK : GDDR_ENOMEM);
     if (rc != GDDR_OK) {
         shards_free(c);
         free(c);
         return rc;
     }
-    rc = fan(c, open_one, (void *)opts);
+    rc = gddr__fan(c, open_one, (void *)opts);
     /* Every server must agree on what a chunk and a step are. */
     for (int s = 1; rc == GDDR_OK && s < S; s++) {
         gddr_server_info a = h->sub[0]->info, b = h->sub[s]->info;
@@ -302,8 +142,7 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out, char *why
         gddr__logf(&c->log, GDDR_LOG_ERROR, "cannot open the sharded client: %s", c->errmsg);
         if (why && whylen)
             snprintf(why, whylen, "%s", c->errmsg);
-        gddr__shards_close(c);
-        free(c);
+        sharded_close(c);
         return rc;
     }
     c->info = h->sub[0]->info;
@@ -313,45 +152,7 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out, char *why
     return GDDR_OK;
 }
 
-/* ---- placement and registration ------------------------------------------------ */
-
-/* The server a whole tensor lives on: rendezvous hashing over the indexes. */
-static int owner_of(const char *key, int S)
-{
-    uint32_t k = gddr_key_hash(key);
-    int best = 0;
-    uint64_t top = 0;
-    for (int s = 0; s < S; s++) {
-        uint64_t w = gddr__mix64(((uint64_t)k << 32 | (uint32_t)s) ^ 0x5851f42d4c957f2dull);
-        if (s == 0 || w > top)
-            top = w, best = s;
-    }
-    return best;
-}
-
-int gddr__shard_placement(const char *key, size_t n, int chunk, int S, size_t *off, size_t *len,
-                          int *shard)
-{
-    if (n * 4 <= SPLIT_BYTES || chunk <= 0) {
-        off[0] = 0;
-        len[0] = n;
-        shard[0] = owner_of(key, S);
-        return 1;
-    }
-    size_t nch = (n + (size_t)chunk - 1) / (size_t)chunk;
-    int np = 0;
-    for (int s = 0; s < S; s++) {
-        size_t c0 = nch * (size_t)s / (size_t)S, c1 = nch * (size_t)(s + 1) / (size_t)S;
-        if (c1 == c0)
-            continue;
-        size_t lo = c0 * (size_t)chunk, hi = c1 * (size_t)chunk < n ? c1 * (size_t)chunk : n;
-        off[np] = lo;
-        len[np] = hi - lo;
-        shard[np] = s;
-        np++;
-    }
-    return np;
-}
+/* ---- registration ------------------------------------------------------------- */
 
 struct reg_arg {
     stensor *t;
@@ -379,8 +180,8 @@ static int reg_one(gddr_client *c, int s, void *arg)
     return GDDR_OK;
 }
 
-int gddr__shards_register(gddr_client *c, const char *key, const float *init, size_t n,
-                          const gddr__optim *opt, int *id, uint64_t *version)
+static int sharded_register(gddr_client *c, const char *key, const float *init, size_t n,
+                            const gddr__optim *opt, int *id, uint64_t *version)
 {
     gddr__shards *h = c->shards;
     for (int i = 0; i < h->nt; i++)
@@ -411,7 +212,7 @@ int gddr__shards_register(gddr_client *c, const char *key, const float *init, si
     for (int k = 0; k < t->np; k++)
         t->p[k] = (spiece){ sh[k], -1, off[k], len[k] };
     struct reg_arg a = { t, init, opt, ver };
-    int rc = fan(c, reg_one, &a);
+    int rc = gddr__fan(c, reg_one, &a);
     uint64_t v = UINT64_MAX;
     for (int k = 0; k < t->np; k++)
         if (ver[k] < v)
@@ -450,8 +251,8 @@ static int pull_one(gddr_client *c, int s, void *arg)
     struct one_arg *a = arg;
     for (int k = 0; k < a->t->np; k++) {
         spiece *p = &a->t->p[k];
-        int rc = p->shard == s ? gddr_pull(c->shards->sub[s], p->id, a->out + p->off, a->min_version,
-                                           &a->ver[k])
+        gddr_client *sub = c->shards->sub[s];
+        int rc = p->shard == s ? sub->be->pull(sub, p->id, a->out + p->off, a->min_version, &a->ver[k])
                                : GDDR_OK;
         if (rc != GDDR_OK)
             return rc;
@@ -464,8 +265,8 @@ static int push_one(gddr_client *c, int s, void *arg)
     struct one_arg *a = arg;
     for (int k = 0; k < a->t->np; k++) {
         spiece *p = &a->t->p[k];
-        int rc = p->shard == s ? gddr_push_ex(c->shards->sub[s], p->id, a->grad + p->off, a->tags,
-                                              &a->ver[k])
+        gddr_client *sub = c->shards->sub[s];
+        int rc = p->shard == s ? sub->be->push(sub, p->id, a->grad + p->off, a->tags, &a->ver[k])
                                : GDDR_OK;
         if (rc != GDDR_OK)
             return rc;
@@ -492,26 +293,30 @@ static int one_tensor(gddr_client *c, int id, int (*fn)(gddr_client *, int, void
     stensor *t = &c->shards->t[id];
     uint64_t ver[MAX_SHARDS] = { 0 };
     struct one_arg a = { t, out, grad, tags, min_version, ver };
-    rc = fan(c, fn, &a);
+    rc = gddr__fan(c, fn, &a);
     if (rc == GDDR_OK && version)
         *version = min_of(ver, t->np);
     return rc;
 }
 
-int gddr__shards_pull(gddr_client *c, int id, float *out, uint64_t min_version, uint64_t *version)
+static int sharded_pull(gddr_client *c, int id, float *out, uint64_t min_version, uint64_t *version)
 {
+    if (!out)
+        return gddr__set_err(c, GDDR_EINVAL, "pull: NULL buffer");
     return one_tensor(c, id, pull_one, out, NULL, NULL, min_version, version);
 }
 
-int gddr__shards_push(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
-                      uint64_t *version)
+static int sharded_push(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
+                        uint64_t *version)
 {
+    if (!grad)
+        return gddr__set_err(c, GDDR_EINVAL, "push: NULL gradient");
     return one_tensor(c, id, push_one, NULL, grad, tags, 0, version);
 }
 
 /* An async pull or push of every piece, under one router ticket. */
-int gddr__shards_async(gddr_client *c, int id, float *out, const float *grad,
-                       const gddr_push_tags *tags, uint64_t min_version, gddr_ticket *ticket)
+static int shards_async(gddr_client *c, int id, float *out, const float *grad,
+                        const gddr_push_tags *tags, uint64_t min_version, gddr_ticket *ticket)
 {
     gddr__shards *h = c->shards;
     int rc = check_tensor(c, id);
@@ -533,17 +338,19 @@ int gddr__shards_async(gddr_client *c, int id, float *out, const float *grad,
     for (int k = 0; k < t->np && rc == GDDR_OK; k++) {
         spiece *p = &t->p[k];
         gddr_client *s = h->sub[p->shard];
-        rc = out ? gddr_pull_async(s, p->id, out + p->off, min_version, &g->sub[g->n])
-                 : gddr_push_async(s, p->id, grad + p->off, tags, &g->sub[g->n]);
+        rc = out ? s->be->pull_async(s, p->id, out + p->off, min_version, &g->sub[g->n])
+                 : s->be->push_async(s, p->id, grad + p->off, tags, &g->sub[g->n]);
         if (rc == GDDR_OK)
             g->shard[g->n++] = p->shard;
         else
-            gddr__set_err(c, rc, "shard %d (%s): %s", p->shard, s->server, gddr_client_errmsg(s));
+            gddr__set_err(c, rc, "shard %d (%s): %s", p->shard, s->server, s->errmsg);
     }
     if (rc != GDDR_OK) {
         /* the pieces sent already: their replies are collected and dropped */
-        for (int k = 0; k < g->n; k++)
-            gddr_wait(h->sub[g->shard[k]], g->sub[k], 0, NULL);
+        for (int k = 0; k < g->n; k++) {
+            gddr_client *s = h->sub[g->shard[k]];
+            s->be->wait(s, g->sub[k], 0, NULL);
+        }
         free(g->shard), free(g->sub);
         return rc;
     }
@@ -553,7 +360,7 @@ int gddr__shards_async(gddr_client *c, int id, float *out, const float *grad,
     return GDDR_OK;
 }
 
-int gddr__shards_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64_t *version)
+static int sharded_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64_t *version)
 {
     gddr__shards *h = c->shards;
     int gi = -1;
@@ -572,9 +379,9 @@ int gddr__shards_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64
         gddr_client *s = h->sub[g.shard[k]];
         int64_t left = deadline - gddr__now_ms();
         uint64_t pv = 0;
-        int r = gddr_wait(s, g.sub[k], left > 0 ? (int)left : 0, &pv);
+        int r = s->be->wait(s, g.sub[k], left > 0 ? (int)left : 0, &pv);
         if (r != GDDR_OK && rc == GDDR_OK)
-            rc = gddr__set_err(c, r, "shard %d (%s): %s", g.shard[k], s->server, gddr_client_errmsg(s));
+            rc = gddr__set_err(c, r, "shard %d (%s): %s", g.shard[k], s->server, s->errmsg);
         if (pv < v)
             v = pv;
     }
@@ -584,149 +391,18 @@ int gddr__shards_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64
     return rc;
 }
 
-/* ---- steps ------------------------------------------------------------------------ */
-
-/* Per-shard views of a step's arrays (pieces in each shard's order). */
-struct step_arg {
-    const float *const *grads;
-    const float *const *on;
-    const uint64_t *versions;
-    float *const *params;
-    int submit, wait;
-};
-
-static int step_one(gddr_client *c, int s, void *arg)
+static int sharded_pull_async(gddr_client *c, int id, float *out, uint64_t min_version,
+                              gddr_ticket *ticket)
 {
-    struct step_arg *a = arg;
-    gddr__shards *h = c->shards;
-    gddr_client *sub = h->sub[s];
-    if (sub->nt == 0)
-        return GDDR_OK; /* holds nothing */
-    const float **g = calloc((size_t)sub->nt, sizeof *g), **on = calloc((size_t)sub->nt, sizeof *on);
-    float **p = calloc((size_t)sub->nt, sizeof *p);
-    uint64_t *v = calloc((size_t)sub->nt, sizeof *v);
-    int rc = g && on && p && v ? GDDR_OK : gddr__set_err(sub, GDDR_ENOMEM, "no memory");
-    for (int i = 0; rc == GDDR_OK && i < h->nt; i++)
-        for (int k = 0; k < h->t[i].np; k++) {
-            spiece *q = &h->t[i].p[k];
-            if (q->shard != s)
-                continue;
-            if (a->grads)
-                g[q->id] = a->grads[i] + q->off;
-            if (a->on)
-                on[q->id] = a->on[i] ? a->on[i] + q->off : NULL;
-            if (a->versions)
-                v[q->id] = a->versions[i];
-            if (a->params)
-                p[q->id] = a->params[i] + q->off;
-        }
-    if (rc == GDDR_OK) {
-        if (a->submit)
-            rc = gddr_step_submit(sub, g);
-        else if (a->wait)
-            rc = gddr_step_wait(sub, p);
-        else
-            rc = gddr_step_from(sub, g, a->on ? on : NULL, a->versions ? v : NULL, p);
-    }
-    free(g), free(on), free(p), free(v);
-    return rc;
+    return out && ticket ? shards_async(c, id, out, NULL, NULL, min_version, ticket)
+                         : gddr__set_err(c, GDDR_EINVAL, "pull: NULL buffer or ticket");
 }
 
-/* Clipping by the global norm: the gradients the shards get (the caller's,
- * or scaled copies when the norm is above clip_norm). */
-static int clip_global(gddr_client *c, const float *const *grads, const float **use)
+static int sharded_push_async(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
+                              gddr_ticket *ticket)
 {
-    gddr__shards *h = c->shards;
-    for (int i = 0; i < h->nt; i++)
-        use[i] = grads[i];
-    if (c->o.clip_norm <= 0)
-        return GDDR_OK;
-    double total = 0;
-    for (int i = 0; i < h->nt; i++) {
-        double nrm = gddr_nrm2_cpu(grads[i], h->t[i].n);
-        total += nrm * nrm;
-    }
-    total = sqrt(total);
-    if (!isfinite(total))
-        return gddr__set_err(c, GDDR_ENONFINITE, "step: a gradient holds NaN or Inf");
-    if (total <= c->o.clip_norm)
-        return GDDR_OK;
-    for (int i = 0; i < h->nt; i++) {
-        if (!h->scaled[i] && !(h->scaled[i] = malloc(h->t[i].n * 4)))
-            return gddr__set_err(c, GDDR_ENOMEM, "no memory");
-        memcpy(h->scaled[i], grads[i], h->t[i].n * 4);
-        gddr_scal_cpu(h->scaled[i], h->t[i].n, (float)(c->o.clip_norm / total));
-        use[i] = h->scaled[i];
-    }
-    return GDDR_OK;
-}
-
-static int check_steps(gddr_client *c, const float *const *grads, float *const *params)
-{
-    gddr__shards *h = c->shards;
-    if (h->nt == 0)
-        return gddr__set_err(c, GDDR_ESTATE, "step: no tensor registered");
-    for (int i = 0; i < h->nt; i++) {
-        if (grads && !grads[i])
-            return gddr__set_err(c, GDDR_EINVAL, "step: NULL gradient for '%s'", h->t[i].key);
-        if (params && !params[i])
-            return gddr__set_err(c, GDDR_EINVAL, "step: NULL parameters for '%s'", h->t[i].key);
-        if (grads && gddr_cuda_is_device_ptr(grads[i]))
-            return gddr__set_err(c, GDDR_ENOTSUP, "step: device gradients with several servers");
-    }
-    return GDDR_OK;
-}
-
-int gddr__shards_step(gddr_client *c, const float *const *grads, const float *const *computed_on,
-                      const uint64_t *versions, float *const *params)
-{
-    int rc = check_steps(c, grads, params);
-    if (rc != GDDR_OK)
-        return rc;
-    const float **use = calloc((size_t)c->shards->nt, sizeof *use);
-    if (!use)
-        return gddr__set_err(c, GDDR_ENOMEM, "no memory");
-    int64_t t0 = gddr__now_ms();
-    rc = clip_global(c, grads, use);
-    if (rc == GDDR_OK) {
-        struct step_arg a = { use, computed_on, versions, params, 0, 0 };
-        rc = fan(c, step_one, &a);
-    }
-    free(use);
-    if (rc == GDDR_OK) {
-        c->k.steps++;
-        c->k.step_ns += (uint64_t)(gddr__now_ms() - t0) * 1000000u;
-    }
-    return rc;
-}
-
-int gddr__shards_submit(gddr_client *c, const float *const *grads)
-{
-    int rc = check_steps(c, grads, NULL);
-    if (rc != GDDR_OK)
-        return rc;
-    const float **use = calloc((size_t)c->shards->nt, sizeof *use);
-    if (!use)
-        return gddr__set_err(c, GDDR_ENOMEM, "no memory");
-    rc = clip_global(c, grads, use);
-    if (rc == GDDR_OK) {
-        struct step_arg a = { use, NULL, NULL, NULL, 1, 0 };
-        rc = fan(c, step_one, &a); /* each shard copies into its own ring */
-    }
-    free(use);
-    return rc;
-}
-
-int gddr__shards_wait_step(gddr_client *c, float *const *params)
-{
-    int rc = check_steps(c, NULL, params);
-    if (rc != GDDR_OK)
-        return rc;
-    struct step_arg a = { NULL, NULL, NULL, params, 0, 1 };
-    rc = fan(c, step_one, &a);
-    if (rc == GDDR_OK)
-        c->k.steps++;
-    return rc;
+    return grad && ticket ? shards_async(c, id, NULL, grad, tags, 0, ticket)
+                          : gddr__set_err(c, GDDR_EINVAL, "push: NULL gradient or ticket");
 }
 
 /* ---- whole-client calls ------------------------------------------------------------ */
@@ -734,26 +410,28 @@ int gddr__shards_wait_step(gddr_client *c, float *const *params)
 static int ckpt_one(gddr_client *c, int s, void *arg)
 {
     (void)arg;
-    return gddr_request_checkpoint(c->shards->sub[s]);
+    gddr_client *sub = c->shards->sub[s];
+    return sub->be->checkpoint(sub);
 }
 
-int gddr__shards_checkpoint(gddr_client *c)
+static int sharded_checkpoint(gddr_client *c)
 {
-    return fan(c, ckpt_one, NULL);
+    return gddr__fan(c, ckpt_one, NULL);
 }
 
-uint64_t gddr__shards_next_step(gddr_client *c)
+static uint64_t sharded_next_step(gddr_client *c)
 {
     uint64_t v = 0;
     for (int s = 0; s < c->shards->S; s++) {
-        uint64_t x = gddr_next_step(c->shards->sub[s]);
+        gddr_client *sub = c->shards->sub[s];
+        uint64_t x = sub->be->next_step(sub);
         if (s == 0)
             v = x;
     }
     return v;
 }
 
-int gddr__shards_version(const gddr_client *c, int id, uint64_t *version)
+static int sharded_version(const gddr_client *c, int id, uint64_t *version)
 {
     const gddr__shards *h = c->shards;
     if (id < 0 || id >= h->nt || !version)
@@ -761,7 +439,8 @@ int gddr__shards_version(const gddr_client *c, int id, uint64_t *version)
     uint64_t v = UINT64_MAX;
     for (int k = 0; k < h->t[id].np; k++) {
         uint64_t pv = 0;
-        int rc = gddr_tensor_version(h->sub[h->t[id].p[k].shard], h->t[id].p[k].id, &pv);
+        const gddr_client *sub = h->sub[h->t[id].p[k].shard];
+        int rc = sub->be->version(sub, h->t[id].p[k].id, &pv);
         if (rc != GDDR_OK)
             return rc;
         if (pv < v)
@@ -771,74 +450,48 @@ int gddr__shards_version(const gddr_client *c, int id, uint64_t *version)
     return GDDR_OK;
 }
 
-void gddr__shards_counters(const gddr_client *c, gddr_client_counters *out)
+static void sharded_counters(const gddr_client *c, gddr_client_counters *out)
 {
     const gddr__shards *h = c->shards;
     memset(out, 0, sizeof *out);
     for (int s = 0; s < h->S; s++) {
         gddr_client_counters k;
-        gddr_client_counters_get(h->sub[s], &k);
-        out->pushes += k.pushes;
-        out->pulls += k.pulls;
-        out->bytes_pushed += k.bytes_pushed;
-        out->bytes_pulled += k.bytes_pulled;
-        out->values_pushed += k.values_pushed;
-        out->reconnects += k.reconnects;
-        out->staleness_sum += k.staleness_sum;
-        out->orphans_received += k.orphans_received;
-        out->tau_sum += k.tau_sum;
-        out->tau_count += k.tau_count;
+        h->sub[s]->be->counters(h->sub[s], &k);
+        gddr__counters_add(out, &k);
     }
     out->steps = c->k.steps;     /* steps of the whole model */
     out->step_ns = c->k.step_ns;
 }
 
-int gddr__shards_stats(gddr_client *c, gddr_server_stats *out)
+static int sharded_stats(gddr_client *c, gddr_server_stats *out)
 {
     gddr__shards *h = c->shards;
     memset(out, 0, sizeof *out);
     double st = 0, wst = 0;
     for (int s = 0; s < h->S; s++) {
         gddr_server_stats x;
-        int rc = gddr_server_stats_get(h->sub[s], &x);
+        gddr_client *sub = h->sub[s];
+        int rc = sub->be->stats(sub, &x);
         if (rc != GDDR_OK)
-            return gddr__set_err(c, rc, "shard %d (%s): %s", s, h->sub[s]->server,
-                                 gddr_client_errmsg(h->sub[s]));
-        out->pushes += x.pushes;
-        out->pulls += x.pulls;
-        out->rejected += x.rejected;
-        out->versions_total += x.versions_total;
-        st += x.staleness_mean * (double)x.pushes;
-        wst += x.worker_staleness_mean * (double)x.worker_pushes;
-        out->staleness_ema = x.staleness_ema > out->staleness_ema ? x.staleness_ema : out->staleness_ema;
-        if (x.staleness_max > out->staleness_max)
-            out->staleness_max = x.staleness_max;
-        for (int b = 0; b < 17; b++)
-            out->staleness_hist[b] += x.staleness_hist[b];
-        out->worker_pushes += x.worker_pushes;
-        if (s == 0 || x.live_workers < out->live_workers)
-            out->live_workers = x.live_workers;
-        if (s == 0 || x.tau < out->tau)
-            out->tau = x.tau;
-        out->mode = x.mode;
-        out->epoch ^= x.epoch;
+            return gddr__set_err(c, rc, "shard %d (%s): %s", s, sub->server, sub->errmsg);
+        gddr__stats_add(out, &x, s, &st, &wst);
     }
-    out->staleness_mean = out->pushes ? st / (double)out->pushes : 0;
-    out->worker_staleness_mean = out->worker_pushes ? wst / (double)out->worker_pushes : 0;
+    gddr__stats_done(out, st, wst);
     return GDDR_OK;
 }
 
-int gddr__shards_metrics(gddr_client *c, char **text)
+static int sharded_metrics(gddr_client *c, char **text)
 {
     gddr__shards *h = c->shards;
-    char **parts = calloc((size_t)h->S, sizeof *parts);
+    char **parts = calloc((size_t)h->S, sizeof *parts); /* NULL each, as the backends want */
     if (!parts)
         return gddr__set_err(c, GDDR_ENOMEM, "no memory");
     int rc = GDDR_OK;
-    for (int s = 0; s < h->S && rc == GDDR_OK; s++)
-        if ((rc = gddr_server_metrics_text(h->sub[s], &parts[s])) != GDDR_OK)
-            gddr__set_err(c, rc, "shard %d (%s): %s", s, h->sub[s]->server,
-                          gddr_client_errmsg(h->sub[s]));
+    for (int s = 0; s < h->S && rc == GDDR_OK; s++) {
+        gddr_client *sub = h->sub[s];
+        if ((rc = sub->be->metrics(sub, &parts[s])) != GDDR_OK)
+            gddr__set_err(c, rc, "shard %d (%s): %s", s, sub->server, sub->errmsg);
+    }
     if (rc == GDDR_OK && !(*text = gddr__metrics_merge((const char *const *)parts, h->S)))
         rc = gddr__set_err(c, GDDR_ENOMEM, "no memory");
     for (int s = 0; s < h->S; s++)
@@ -847,56 +500,48 @@ int gddr__shards_metrics(gddr_client *c, char **text)
     return rc;
 }
 
-/* Prometheus texts of several servers as one: each sample line gets a
- * shard="I" label; a HELP or TYPE line is kept once (the first server's).
- * Series of different shards then differ by that label, so the text stays
- * valid exposition. */
-char *gddr__metrics_merge(const char *const *texts, int n)
-{
-    size_t cap = 64;
-    for (int s = 0; s < n; s++)
-        cap += strlen(texts[s]) * 2 + 4096;
-    char *out = malloc(cap), *o = out;
-    if (!out)
-        return NULL;
-    for (int s = 0; s < n; s++) {
-        const char *p = texts[s];
-        while (*p) {
-            const char *e = strchr(p, '\n');
-            size_t len = e ? (size_t)(e - p) : strlen(p);
-            if (p[0] == '#') {
-                if (s == 0)
-                    o += sprintf(o, "%.*s\n", (int)len, p);
-            } else if (len) {
-                size_t name = strcspn(p, "{ ");
-                if (name > len)
-                    name = len;
-                if (p[name] == '{')
-                    o += sprintf(o, "%.*s{shard=\"%d\",%.*s\n", (int)name, p, s,
-                                 (int)(len - name - 1), p + name + 1);
-                else
-                    o += sprintf(o, "%.*s{shard=\"%d\"}%.*s\n", (int)name, p, s, (int)(len - name),
-                                 p + name);
-            }
-            p += len + (e ? 1 : 0);
-        }
-    }
-    *o = 0;
-    return out;
-}
-
-void gddr__shards_set_lr(gddr_client *c, double lr)
+static void sharded_set_lr(gddr_client *c, double lr)
 {
     gddr__shards *h = c->shards;
+    atomic_store(&c->lr, lr);
     for (int s = 0; s < h->S; s++)
-        gddr_set_lr(h->sub[s], lr);
+        h->sub[s]->be->set_lr(h->sub[s], lr);
 }
 
-int gddr__shards_optimizer(gddr_client *c, int id, char *buf, size_t len)
+static int sharded_optimizer(gddr_client *c, int id, char *buf, size_t len)
 {
     gddr__shards *h = c->shards;
     if (id < 0 || id >= h->nt)
         return gddr__set_err(c, GDDR_EINVAL, "no tensor id %d", id);
     const spiece *p = &h->t[id].p[0]; /* every piece runs the same: one answer */
-    return gddr_tensor_optimizer(h->sub[p->shard], p->id, buf, len);
+    gddr_client *sub = h->sub[p->shard];
+    return sub->be->optimizer(sub, p->id, buf, len);
 }
+
+static int sharded_step(gddr_client *c, const float *const *grads, const float *const *computed_on,
+                        const uint64_t *versions, float *const *params)
+{
+    return grads && params ? gddr__shards_step(c, grads, computed_on, versions, params)
+                           : GDDR_EINVAL;
+}
+
+const gddr__backend gddr__sharded = {
+    .reg = sharded_register,
+    .set_lr = sharded_set_lr,
+    .optimizer = sharded_optimizer,
+    .pull = sharded_pull,
+    .pull_async = sharded_pull_async,
+    .push = sharded_push,
+    .push_async = sharded_push_async,
+    .wait = sharded_wait,
+    .step = sharded_step,
+    .submit = gddr__shards_submit,
+    .wait_step = gddr__shards_wait_step,
+    .checkpoint = sharded_checkpoint,
+    .next_step = sharded_next_step,
+    .version = sharded_version,
+    .counters = sharded_counters,
+    .stats = sharded_stats,
+    .metrics = sharded_metrics,
+    .close = sharded_close,
+};

@@ -69,7 +69,6 @@ static int wait_all(gddr_client *c, uint64_t *tk, op *res, int n, int timeout_ms
     return rc;
 }
 
-
 /* Pulls every tensor into dst[i] with min_version[i] (NULL: 0). */
 static int pull_all(gddr_client *c, float *const *dst, const uint64_t *minv, uint64_t step,
                     op *res, uint64_t *tk)
@@ -212,7 +211,7 @@ static int exchange(gddr_client *c, payload *pl, float *const *params, op *res, 
             return rc;
     }
     /* The tracked pulls made their frames the tensors' last values and
-     * versions (client.c complete()): no copy here. */
+     * versions (conn_reply.c complete()): no copy here. */
     return GDDR_OK;
 }
 
@@ -459,22 +458,4 @@ int gddr__step_run(gddr_client *c, const float *const *grads, const float *const
         c->k.tau_count += (uint64_t)c->nt;
     }
     return rc;
-}
-
-int gddr_step_from(gddr_client *c, const float *const *grads, const float *const *computed_on,
-                   const uint64_t *versions, float *const *params)
-{
-    /* The library thread owns the client while pipelined steps are in
-     * flight (no error text: c->errmsg belongs to that thread now). */
-    if (c && c->shards)
-        return grads && params ? gddr__shards_step(c, grads, computed_on, versions, params)
-                               : GDDR_EINVAL;
-    if (c && gddr__pipeline_busy(c))
-        return GDDR_ESTATE;
-    return gddr__step_run(c, grads, computed_on, versions, params);
-}
-
-int gddr_step(gddr_client *c, const float *const *grads, float *const *params)
-{
-    return gddr_step_from(c, grads, NULL, NULL, params);
 }

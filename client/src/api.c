@@ -1,0 +1,205 @@
+/* api.c -- the public face of libgddr-client: the functions of gddr.h
+ * (but for options.c's gddr_client_opts_init and gddr_client_open_ini).
+ * Each checks its arguments as both backends would, then calls the
+ * client's backend (backend.h): one server (single.c) or several
+ * (shard.c).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "blas.h"
+#include "client_int.h"
+
+const char *gddr_client_errmsg(const gddr_client *c)
+{
+    return c ? c->errmsg : "no client";
+}
+
+int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
+{
+    if (!opts || !out || !opts->server || !opts->server[0])
+        return GDDR_EINVAL;
+    if (gddr__server_count(opts->server) > 1)
+        return gddr__shards_open(opts, out, NULL, 0);
+    return gddr__client_open_shard(opts, 0, 0, out, NULL, 0);
+}
+
+void gddr_client_close(gddr_client **cp)
+{
+    if (!cp || !*cp)
+        return;
+    (*cp)->be->close(*cp);
+    *cp = NULL;
+}
+
+int gddr_client_info(gddr_client *c, gddr_server_info *out)
+{
+    if (!c || !out)
+        return GDDR_EINVAL;
+    *out = c->info;
+    out->world_size = c->o.world_size;
+    return GDDR_OK;
+}
+
+int gddr_client_counters_get(const gddr_client *c, gddr_client_counters *out)
+{
+    if (!c || !out)
+        return GDDR_EINVAL;
+    c->be->counters(c, out);
+    return GDDR_OK;
+}
+
+uint64_t gddr_next_step(gddr_client *c)
+{
+    return c->be->next_step(c);
+}
+
+/* ---- tensors ------------------------------------------------------------------ */
+
+int gddr_register_opt(gddr_client *c, const char *key, const float *init, size_t n,
+                      const char *optimizer, int *id, uint64_t *version)
+{
+    if (!c || !key || !init || n == 0 || !id || strlen(key) >= 128)
+        return c ? gddr__set_err(c, GDDR_EINVAL, "register: bad arguments") : GDDR_EINVAL;
+    gddr__optim opt;
+    char err[256];
+    if (gddr__optim_parse(optimizer, &opt, err, sizeof err) < 0)
+        return gddr__set_err(c, GDDR_EINVAL, "register '%s': %s", key, err);
+    return c->be->reg(c, key, init, n, &opt, id, version);
+}
+
+int gddr_register(gddr_client *c, const char *key, const float *init, size_t n, int *id,
+                  uint64_t *version)
+{
+    return gddr_register_opt(c, key, init, n, NULL, id, version);
+}
+
+int gddr_set_lr(gddr_client *c, double lr)
+{
+    if (!c || !isfinite(lr) || lr < 0 || lr > 1e6)
+        return c ? gddr__set_err(c, GDDR_EINVAL, "set_lr: %g is not in [0, 1e6]", lr) : GDDR_EINVAL;
+    c->be->set_lr(c, lr);
+    return GDDR_OK;
+}
+
+int gddr_tensor_optimizer(gddr_client *c, int id, char *buf, size_t len)
+{
+    if (!c || !buf || len == 0)
+        return GDDR_EINVAL;
+    return c->be->optimizer(c, id, buf, len);
+}
+
+int gddr_tensor_version(const gddr_client *c, int id, uint64_t *version)
+{
+    if (!c || !version)
+        return GDDR_EINVAL;
+    return c->be->version(c, id, version);
+}
+
+/* ---- pull and push (the id and buffer checks are the backends') ---------------- */
+
+int gddr_pull_async(gddr_client *c, int id, float *out, uint64_t min_version, gddr_ticket *ticket)
+{
+    if (!c)
+        return GDDR_EINVAL;
+    return c->be->pull_async(c, id, out, min_version, ticket);
+}
+
+int gddr_pull(gddr_client *c, int id, float *out, uint64_t min_version, uint64_t *version)
+{
+    if (!c)
+        return GDDR_EINVAL;
+    return c->be->pull(c, id, out, min_version, version);
+}
+
+int gddr_push_async(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
+                    gddr_ticket *ticket)
+{
+    if (!c)
+        return GDDR_EINVAL;
+    return c->be->push_async(c, id, grad, tags, ticket);
+}
+
+int gddr_push_ex(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
+                 uint64_t *version)
+{
+    if (!c)
+        return GDDR_EINVAL;
+    return c->be->push(c, id, grad, tags, version);
+}
+
+int gddr_push(gddr_client *c, int id, const float *grad, uint64_t *version)
+{
+    return gddr_push_ex(c, id, grad, NULL, version);
+}
+
+int gddr_wait(gddr_client *c, gddr_ticket ticket, int timeout_ms, uint64_t *version)
+{
+    if (!c)
+        return GDDR_EINVAL;
+    return c->be->wait(c, ticket, timeout_ms, version);
+}
+
+/* ---- steps ---------------------------------------------------------------------- */
+
+int gddr_step_from(gddr_client *c, const float *const *grads, const float *const *computed_on,
+                   const uint64_t *versions, float *const *params)
+{
+    if (!c)
+        return GDDR_EINVAL;
+    return c->be->step(c, grads, computed_on, versions, params);
+}
+
+int gddr_step(gddr_client *c, const float *const *grads, float *const *params)
+{
+    return gddr_step_from(c, grads, NULL, NULL, params);
+}
+
+int gddr_step_submit(gddr_client *c, const float *const *grads)
+{
+    if (!c || !grads)
+        return GDDR_EINVAL;
+    return c->be->submit(c, grads);
+}
+
+int gddr_step_wait(gddr_client *c, float *const *params)
+{
+    if (!c || !params)
+        return GDDR_EINVAL;
+    return c->be->wait_step(c, params);
+}
+
+/* ---- the servers ------------------------------------------------------------------ */
+
+int gddr_server_stats_get(gddr_client *c, gddr_server_stats *out)
+{
+    if (!c || !out)
+        return GDDR_EINVAL;
+    return c->be->stats(c, out);
+}
+
+int gddr_server_metrics_text(gddr_client *c, char **text)
+{
+    if (!c || !text)
+        return GDDR_EINVAL;
+    *text = NULL;
+    return c->be->metrics(c, text);
+}
+
+int gddr_request_checkpoint(gddr_client *c)
+{
+    if (!c)
+        return GDDR_EINVAL;
+    return c->be->checkpoint(c);
+}
+
+int gddr_cuda_status(char *why, size_t len)
+{
+    char tmp[512] = "";
+    int ok = gddr_cuda_available(tmp, sizeof tmp) == 1;
+    if (why && len)
+        snprintf(why, len, "%s", ok ? "" : tmp[0] ? tmp : "no CUDA device");
+    return ok;
+}
