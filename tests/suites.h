@@ -21,7 +21,8 @@
     X(shard)           \
     X(optim)           \
     X(view)            \
-    X(table)
+    X(table)           \
+    X(rows)
 
 #define GDDR__SUITE_DECL(name) Suite *suite_##name(void);
 GDDR_SUITES(GDDR__SUITE_DECL)

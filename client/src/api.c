@@ -203,3 +203,48 @@ int gddr_cuda_status(char *why, size_t len)
         snprintf(why, len, "%s", ok ? "" : tmp[0] ? tmp : "no CUDA device");
     return ok;
 }
+
+/* ---- sparse tables ------------------------------------------------------------ */
+
+int gddr_table_register_sized(gddr_client *c, const char *key, uint32_t dim,
+                              const gddr_table_opts *opts, size_t opts_size, int *table)
+{
+    if (!c || !key || !table || dim == 0 || dim > 65536)
+        return c ? gddr__set_err(c, GDDR_EINVAL, "table register: key, a dim in 1..65536 and table needed")
+                 : GDDR_EINVAL;
+    /* Fields past the caller's struct get their defaults; a struct larger
+     * than this library's is from a newer header (its fields would be
+     * ignored). */
+    gddr_table_opts o = GDDR_TABLE_OPTS_INIT;
+    if (opts) {
+        if (opts_size > sizeof o)
+            return gddr__set_err(c, GDDR_ENOTSUP, "gddr_table_opts of %zu bytes: this libgddr-client knows %zu; upgrade it",
+                                 opts_size, sizeof o);
+        memcpy(&o, opts, opts_size);
+    }
+    if (o.init < GDDR_TINIT_ZEROS || o.init > GDDR_TINIT_NORMAL || o.admit < GDDR_TADMIT_ALWAYS ||
+        o.admit > GDDR_TADMIT_PROB || !(o.init_scale >= 0) || !isfinite(o.init_scale) ||
+        (o.admit == GDDR_TADMIT_COUNT && o.admit_count < 1) ||
+        (o.admit == GDDR_TADMIT_PROB && !(o.admit_prob > 0 && o.admit_prob <= 1)))
+        return gddr__set_err(c, GDDR_EINVAL, "table '%s': init, init_scale >= 0, admission and its "
+                                             "count (>= 1) or probability (0, 1] must be valid", key);
+    return c->be->table_register(c, key, dim, &o, table);
+}
+
+int gddr_pull_rows(gddr_client *c, int table, const uint64_t *keys, size_t n, float *out,
+                   unsigned flags, uint64_t min_version, uint64_t *version)
+{
+    if (!c || (n && (!keys || !out)))
+        return GDDR_EINVAL;
+    return c->be->pull_rows(c, table, keys, n, out, flags, min_version, version);
+}
+
+int gddr_push_rows(gddr_client *c, int table, const uint64_t *keys, size_t n, const float *grads,
+                   uint64_t *version)
+{
+    if (!c || (n && (!keys || !grads)))
+        return GDDR_EINVAL;
+    if (c->o.observer)
+        return gddr__set_err(c, GDDR_EWORKER, "an observer cannot push");
+    return c->be->push_rows(c, table, keys, n, grads, version);
+}

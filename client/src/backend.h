@@ -43,6 +43,14 @@ struct gddr__backend {
     /* Everything the client holds, c included (no bye to wait for when
      * info.epoch is 0). */
     void (*close)(gddr_client *c);
+    /* sparse tables (gddr_table_register, gddr_pull_rows, gddr_push_rows;
+     * opts complete, optimizer text not parsed yet) */
+    int (*table_register)(gddr_client *c, const char *key, uint32_t dim, const gddr_table_opts *o,
+                          int *table);
+    int (*pull_rows)(gddr_client *c, int table, const uint64_t *keys, size_t n, float *out,
+                     unsigned flags, uint64_t min_version, uint64_t *version);
+    int (*push_rows)(gddr_client *c, int table, const uint64_t *keys, size_t n, const float *grads,
+                     uint64_t *version);
 };
 
 extern const gddr__backend gddr__single;

@@ -28,13 +28,14 @@
 #include "residual.h"
 #include "wire.h"
 
-typedef enum { OP_HELLO, OP_INIT, OP_PULL, OP_PUSH, OP_STATS, OP_ACK } op_kind;
+typedef enum { OP_HELLO, OP_INIT, OP_PULL, OP_PUSH, OP_STATS, OP_ACK, OP_INIT_TABLE, OP_PULL_ROWS } op_kind;
 
 /* One request in flight. */
 typedef struct op {
     uint64_t req_id;   /* = ticket; 0 marks a free slot */
     op_kind kind;
-    int tensor;        /* client tensor index */
+    int tensor;        /* client tensor index (-1: none, e.g. a table's request) */
+    size_t nfloats;    /* OP_PULL_ROWS: the floats out takes (nkeys * dim) */
     float *out;        /* pull destination (n floats) */
     gddr_server_stats *stats;
     int done, rc;
@@ -87,6 +88,20 @@ typedef struct residual {
     float *snap;       /* residual snapshot being sent (held chunks, packed) */
     uint8_t *snap_bm;  /* its chunk bitmap */
 } residual;
+
+/* A sparse table (rows.c): what registering it again needs, and the
+ * versions that order this client's pulls after its pushes. */
+typedef struct ctable {
+    char key[128];
+    uint32_t dim;
+    uint32_t sid;          /* id on the server */
+    gddr_table_opts o;     /* as registered (o.optimizer points into opt_text) */
+    char opt_text[256];
+    gddr__optim opt;
+    uint64_t pulled;       /* table version of the last pull (a push's base) */
+    uint64_t need;         /* a pull waits for this (the sync step of the last push) */
+    uint64_t step;         /* steps of row pushes (exactly once) */
+} ctable;
 
 typedef struct ctensor {
     char key[128];
@@ -153,6 +168,8 @@ struct gddr_client {
     size_t nops;
     ctensor *t;
     int nt;
+    ctable *tb;            /* sparse tables (rows.c) */
+    int ntb;
     int epoch_changed;     /* a reply carried another epoch */
     uint64_t step;
     struct pipeline *pipe; /* NULL unless gddr_step_submit was used */
@@ -217,6 +234,8 @@ int gddr__hello_retryable(int rc, uint32_t retry_ms);
 /* Registers tensor i (its key, size, optimizer) with values vals. */
 int gddr__register_one(gddr_client *c, int i, const float *vals, int timeout_ms, op *res);
 int gddr__reconnect(gddr_client *c);
+/* Registers table i (c->tb[i]) on this server; res gets the reply. */
+int gddr__register_table_one(gddr_client *c, int i, int timeout_ms, op *res);
 /* Whether a failed call may succeed after gddr__reconnect(): no answer, or
  * a restarted server that no longer knows our tensors or versions. */
 int gddr__needs_reconnect(gddr_client *c, int rc);
@@ -342,5 +361,32 @@ int gddr__client_open_full(const gddr_client_opts *opts, gddr_client **out);
 union gddr__client_slot;
 int gddr__opts_from_ini(const char *path, gddr_client_opts *o, union gddr__client_slot *slots,
                         char *err, size_t errlen);
+
+/* rows.c: sparse tables over one server (the single backend's table
+ * calls, and the pieces the sharded backend drives on each server). */
+int gddr__rows_register(gddr_client *c, const char *key, uint32_t dim, const gddr_table_opts *o,
+                        int *table);
+int gddr__rows_pull(gddr_client *c, int table, const uint64_t *keys, size_t n, float *out,
+                    unsigned flags, uint64_t min_version, uint64_t *version);
+int gddr__rows_push(gddr_client *c, int table, const uint64_t *keys, size_t n, const float *grads,
+                    uint64_t *version);
+/* Sends a pull of n rows of table i into out (no retry); the wait fills
+ * out and the table's pulled version. */
+int gddr__rows_pull_send(gddr_client *c, int i, const uint64_t *keys, size_t n, float *out,
+                         unsigned flags, uint64_t min_version, uint64_t *ticket);
+int gddr__rows_pull_wait(gddr_client *c, int i, uint64_t ticket, uint64_t *version);
+/* Sends a push of n unique keys carrying step (no retry); the wait records
+ * the version a later pull needs. */
+int gddr__rows_push_send(gddr_client *c, int i, const uint64_t *keys, size_t n, const float *g,
+                         uint64_t step, uint64_t *ticket);
+int gddr__rows_push_wait(gddr_client *c, int i, uint64_t ticket, uint64_t *version);
+/* A blocking push of n unique keys at step, retried across reconnects. */
+int gddr__rows_push_at(gddr_client *c, int i, const uint64_t *keys, size_t n, const float *g,
+                       uint64_t step, uint64_t *version);
+/* Sums the gradients of repeated keys: *uk and *ug get the unique keys (in
+ * first-seen order) and their sums (malloc'd), or NULL when no key repeats
+ * (then use keys and g). Returns the unique count, or -1 (no memory). */
+long gddr__rows_dedup(const uint64_t *keys, size_t n, const float *g, uint32_t dim, uint64_t **uk,
+                      float **ug);
 
 #endif

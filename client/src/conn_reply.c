@@ -239,6 +239,27 @@ static void complete(gddr_client *c, gddr__frames *f)
                                     so->eps, so->weight_decay };
         }
         break;
+    case GDDR__REPLY__BODY_INIT_TABLE:
+        if (o->kind != OP_INIT_TABLE)
+            goto unexpected;
+        o->sid = r->init_table->id;
+        o->version = r->init_table->version;
+        o->created = r->init_table->created;
+        break;
+    case GDDR__REPLY__BODY_PULL_ROWS:
+        if (o->kind != OP_PULL_ROWS)
+            goto unexpected;
+        if (f->n != 2 || r->pull_rows->payload_bytes != o->nfloats * 4 ||
+            gddr__frame_size(f, 1) != o->nfloats * 4) {
+            o->rc = gddr__set_err(c, GDDR_ELENGTH, "row pull answered with %zu bytes for %zu values",
+                                  f->n == 2 ? gddr__frame_size(f, 1) : (size_t)0, o->nfloats);
+            break;
+        }
+        if (o->nfloats)
+            memcpy(o->out, gddr__frame_data(f, 1), o->nfloats * 4);
+        o->version = r->pull_rows->version;
+        c->k.pulls++;
+        break;
     case GDDR__REPLY__BODY_PULL:
         if (o->kind != OP_PULL)
             goto unexpected;

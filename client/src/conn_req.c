@@ -72,6 +72,41 @@ int gddr__register_one(gddr_client *c, int i, const float *vals, int timeout_ms,
     return rc;
 }
 
+int gddr__register_table_one(gddr_client *c, int i, int timeout_ms, op *res)
+{
+    const ctable *tb = &c->tb[i];
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__InitTable in = GDDR__INIT_TABLE__INIT;
+    Gddr__Optimizer oz = GDDR__OPTIMIZER__INIT;
+    in.key = (char *)tb->key;
+    in.dim = tb->dim;
+    in.init = (Gddr__TableInit)tb->o.init;
+    in.init_scale = tb->o.init_scale;
+    in.init_seed = tb->o.init_seed;
+    in.admit = (Gddr__TableAdmit)tb->o.admit;
+    in.admit_count = tb->o.admit_count;
+    in.admit_prob = tb->o.admit_prob;
+    in.max_rows = tb->o.max_rows;
+    in.row_ttl = tb->o.row_ttl;
+    if (tb->opt.set) {
+        oz.kind = (Gddr__OptimizerKind)tb->opt.kind;
+        oz.lr = tb->opt.lr;
+        oz.momentum = tb->opt.momentum;
+        oz.beta1 = tb->opt.beta1;
+        oz.beta2 = tb->opt.beta2;
+        oz.eps = tb->opt.eps;
+        oz.weight_decay = tb->opt.weight_decay;
+        in.optimizer = &oz;
+    }
+    rq.body_case = GDDR__REQUEST__BODY_INIT_TABLE;
+    rq.init_table = &in;
+    uint64_t tk;
+    int rc = gddr__send_req(c, &rq, NULL, 0, OP_INIT_TABLE, -1, &tk);
+    if (rc == GDDR_OK)
+        rc = gddr__wait_op(c, tk, timeout_ms, res);
+    return rc;
+}
+
 /* How long a lost server is retried: reconnect_timeout_ms, but while
  * closing only until the close's deadline, timeout_ms from its start (the
  * flush is worth one more try, not the wait for a restart: a close must
@@ -120,6 +155,21 @@ int gddr__reconnect(gddr_client *c)
                                c->t[i].key, (unsigned long long)res.version,
                                (unsigned long long)c->t[i].version);
                 c->t[i].version = res.version;
+            }
+        }
+        for (int i = 0; rc == GDDR_OK && i < c->ntb; i++) {
+            op res;
+            ctable *tb = &c->tb[i];
+            if ((rc = gddr__register_table_one(c, i, try_ms, &res)) != GDDR_OK)
+                break;
+            tb->sid = res.sid;
+            if (res.version < tb->need || res.version < tb->pulled) {
+                /* Tables are not in checkpoints: a restarted server starts
+                 * them empty, at version 0. */
+                gddr__logf(&c->log, GDDR_LOG_WARN,
+                           "table '%s' is back at version %llu (we had %llu): its rows start over",
+                           tb->key, (unsigned long long)res.version, (unsigned long long)tb->pulled);
+                tb->need = tb->pulled = res.version;
             }
         }
         if (rc == GDDR_OK) {

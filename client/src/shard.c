@@ -544,4 +544,7 @@ const gddr__backend gddr__sharded = {
     .stats = sharded_stats,
     .metrics = sharded_metrics,
     .close = sharded_close,
+    .table_register = gddr__shards_table_register,
+    .pull_rows = gddr__shards_pull_rows,
+    .push_rows = gddr__shards_push_rows,
 };

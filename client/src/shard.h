@@ -4,6 +4,7 @@
  *               whole-client calls, the backend table gddr__sharded
  * shard_step.c  steps, submit and wait over every server at once
  * shard_fan.c   the fan-out: one thread per server
+ * shard_rows.c  sparse tables: rows split by key over the servers
  * shard_place.c what needs no client: the server list, where a tensor's
  *               pieces live, counters, stats and metrics texts merged
  *
@@ -78,6 +79,14 @@ int gddr__shards_step(gddr_client *c, const float *const *grads, const float *co
                       const uint64_t *versions, float *const *params);
 int gddr__shards_submit(gddr_client *c, const float *const *grads);
 int gddr__shards_wait_step(gddr_client *c, float *const *params);
+
+/* shard_rows.c: sparse tables, keys split by gddr_row_shard */
+int gddr__shards_table_register(gddr_client *c, const char *key, uint32_t dim,
+                                const gddr_table_opts *o, int *table);
+int gddr__shards_pull_rows(gddr_client *c, int table, const uint64_t *keys, size_t n, float *out,
+                           unsigned flags, uint64_t min_version, uint64_t *version);
+int gddr__shards_push_rows(gddr_client *c, int table, const uint64_t *keys, size_t n,
+                           const float *grads, uint64_t *version);
 
 /* shard_place.c */
 /* Where a tensor's pieces live: returns their count; off/len/shard per piece. */

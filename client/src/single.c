@@ -176,6 +176,7 @@ static void single_close(gddr_client *c)
         gddr__step_free(&c->t[i]);
     }
     free(c->t);
+    free(c->tb);
     free(c->ops);
     free(c->acc_birth);
     free(c);
@@ -471,4 +472,7 @@ const gddr__backend gddr__single = {
     .stats = single_stats,
     .metrics = gddr__metrics_request,
     .close = single_close,
+    .table_register = gddr__rows_register,
+    .pull_rows = gddr__rows_pull,
+    .push_rows = gddr__rows_push,
 };

@@ -377,6 +377,74 @@ int gddr_server_stats_get(gddr_client *c, gddr_server_stats *out);
  * plugin on first call. */
 int gddr_cuda_status(char *why, size_t len);
 
+/* ---- Sparse embedding tables (docs/protocol.md, "Tables") -----------------
+ *
+ * Rows of `dim` floats named by 64-bit keys (hashes of IDs: any value),
+ * created on the server on first touch, stepped there by the table's
+ * optimizer with the gradients pushed for them. On a sharded client the
+ * row of key k lives on server splitmix64(k) mod S, and every call sends
+ * one request to each server concerned, all in flight at once. */
+
+enum { GDDR_TINIT_ZEROS = 0, GDDR_TINIT_UNIFORM = 1, GDDR_TINIT_NORMAL = 2 };
+enum { GDDR_TADMIT_ALWAYS = 0, GDDR_TADMIT_COUNT = 1, GDDR_TADMIT_PROB = 2 };
+
+/* A table's registration. Start from GDDR_TABLE_OPTS_INIT. Fields are only
+ * ever appended (gddr_table_register passes the size it was built with). */
+typedef struct gddr_table_opts {
+    int init;               /* GDDR_TINIT_*: zeros, U(-init_scale, init_scale), N(0, init_scale^2) */
+    float init_scale;
+    uint64_t init_seed;     /* a row's initial value depends on (init_seed, key) only */
+    int admit;              /* GDDR_TADMIT_*: a row at first touch, after admit_count training
+                               pulls saw the key, or with probability admit_prob a sighting */
+    unsigned admit_count;
+    float admit_prob;
+    const char *optimizer;  /* "sgd lr=0.1", "adam lr=0.001", "adagrad lr=0.05 eps=1e-8"
+                               (gddr_register_opt's form; no momentum or weight decay);
+                               NULL: SGD at the server's lr */
+    uint64_t max_rows;      /* rows the table may hold (per server); 0: the server's bound only */
+    uint64_t row_ttl;       /* evict rows untouched for this many table versions; 0: never */
+} gddr_table_opts;
+
+#define GDDR_TABLE_OPTS_INIT                                                     \
+    { .init = GDDR_TINIT_ZEROS, .init_scale = 0.0f, .init_seed = 0,              \
+      .admit = GDDR_TADMIT_ALWAYS, .admit_count = 1, .admit_prob = 1.0f,         \
+      .optimizer = NULL, .max_rows = 0, .row_ttl = 0 }
+
+/* Registers a table (on every server of a sharded client), or looks up the
+ * one of that key (same dim: answered; another: GDDR_ELENGTH); *table gets
+ * its handle. opts NULL: GDDR_TABLE_OPTS_INIT. Re-registered after a
+ * reconnect like tensors. Call gddr_table_register(); the _sized form is
+ * its ABI. */
+int gddr_table_register_sized(gddr_client *c, const char *key, uint32_t dim,
+                              const gddr_table_opts *opts, size_t opts_size, int *table);
+static inline int gddr_table_register(gddr_client *c, const char *key, uint32_t dim,
+                                      const gddr_table_opts *opts, int *table)
+{
+    return gddr_table_register_sized(c, key, dim, opts, sizeof(gddr_table_opts), table);
+}
+
+/* gddr_pull_rows flags */
+#define GDDR_ROWS_NOCREATE 1u /* inference: keys without a row read as zeros, nothing is created */
+
+/* Reads n rows into out (n * dim floats, in the order of keys; keys may
+ * repeat). A training pull (flags 0) creates rows as the table's admission
+ * says; keys not admitted yet read as their initial value. Waits until the
+ * table has at least min_version and what this client's last push of the
+ * table needs (a sync step completed); *version (may be NULL) gets the
+ * table's version (the smallest over servers). */
+int gddr_pull_rows(gddr_client *c, int table, const uint64_t *keys, size_t n, float *out,
+                   unsigned flags, uint64_t min_version, uint64_t *version);
+
+/* Pushes the gradients of n rows (grads: n * dim floats, in the order of
+ * keys). A key may repeat: its gradients are summed before sending. The
+ * push carries the version of this client's last pull of the table (its
+ * staleness) and a step of its own (exactly once, retried across
+ * reconnects like every push). In sync mode it joins the step; a server
+ * that holds none of the keys gets an empty push, as the step needs one of
+ * every worker. *version (may be NULL): the table's version after it. */
+int gddr_push_rows(gddr_client *c, int table, const uint64_t *keys, size_t n, const float *grads,
+                   uint64_t *version);
+
 #ifdef __cplusplus
 }
 #endif

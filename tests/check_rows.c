@@ -1,0 +1,201 @@
+/* check_rows.c -- sparse tables through libgddr-client (client/src/rows.c,
+ * shard_rows.c): gddr_table_register, gddr_pull_rows, gddr_push_rows.
+ *
+ *   rows_values_as_documented  one server, SGD: initial values of the
+ *                              documented formula's range, repeated keys
+ *                              in a push summed, inference pulls create
+ *                              nothing, re-registration by key
+ *   rows_sync_three_equal_one  two workers, sync, Adam rows with random
+ *                              keys: three servers (rows split by key) end
+ *                              with every row bit-identical to one server
+ *   rows_opts_size_checked     a gddr_table_opts from a newer header is
+ *                              refused; a NULL one takes the defaults
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gddr/gddr.h"
+#include "files.h"
+#include "harness.h"
+#include "suites.h"
+
+static gddr_client *open_worker(const char *ep, int rank, int world)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout_ms = 30000;
+    o.heartbeat_ms = 0;
+    gddr_client *c = NULL;
+    int rc = gddr_client_open(&o, &c);
+    ck_assert_msg(rc == GDDR_OK, "open %s as rank %d: %s", ep, rank, gddr_strerror(rc));
+    return c;
+}
+
+START_TEST(test_rows_values)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.5");
+    gddr_client *c = open_worker(s.endpoint, 0, 1);
+    gddr_table_opts to = GDDR_TABLE_OPTS_INIT;
+    to.init = GDDR_TINIT_UNIFORM;
+    to.init_scale = 0.5f;
+    to.init_seed = 11;
+    int t, t2;
+    ck_assert_int_eq(gddr_table_register(c, "emb", 4, &to, &t), GDDR_OK);
+    ck_assert_int_eq(gddr_table_register(c, "emb", 4, &to, &t2), GDDR_OK);
+    ck_assert_int_eq(t2, t);
+    ck_assert_int_eq(gddr_table_register(c, "emb", 5, &to, &t2), GDDR_ELENGTH);
+
+    uint64_t keys[4] = { 7, UINT64_MAX, 7, 0 };
+    float w0[16], w1[16], g[16];
+    uint64_t v = 99;
+    ck_assert_int_eq(gddr_pull_rows(c, t, keys, 4, w0, 0, 0, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 0);
+    for (int i = 0; i < 16; i++)
+        ck_assert_msg(w0[i] >= -0.5f && w0[i] < 0.5f, "initial value %g outside [-0.5, 0.5)", w0[i]);
+    ck_assert_int_eq(memcmp(w0, w0 + 8, 16), 0); /* key 7 twice: one row */
+    ck_assert_msg(memcmp(w0, w0 + 4, 16) != 0, "two keys read the same initial row");
+    /* Key 7 twice in a push: its two gradients are summed (one step). */
+    for (int i = 0; i < 16; i++)
+        g[i] = (float)(i % 4 + 1);
+    ck_assert_int_eq(gddr_push_rows(c, t, keys, 4, g, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 1);
+    ck_assert_int_eq(gddr_pull_rows(c, t, keys, 4, w1, 0, 0, &v), GDDR_OK);
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < 4; j++) {
+            float sum = keys[r] == 7 ? 2.0f * g[j] : g[r * 4 + j];
+            float want = w0[r * 4 + j] - 0.5f * sum;
+            ck_assert_msg(w1[r * 4 + j] == want, "row %d value %d: %.9g, expected %.9g", r, j,
+                          (double)w1[r * 4 + j], (double)want);
+        }
+    /* Inference: an unknown key reads as zeros and creates nothing. */
+    uint64_t unk[2] = { 7, 123456789 };
+    float wi[8];
+    ck_assert_int_eq(gddr_pull_rows(c, t, unk, 2, wi, GDDR_ROWS_NOCREATE, 0, NULL), GDDR_OK);
+    ck_assert_int_eq(memcmp(wi, w1, 16), 0);
+    for (int j = 4; j < 8; j++)
+        ck_assert(wi[j] == 0.0f);
+    char *text = NULL;
+    ck_assert_int_eq(gddr_server_metrics_text(c, &text), GDDR_OK);
+    ck_assert_msg(strstr(text, "gddr_table_rows{table=\"emb\"} 3\n") != NULL, "%s", text);
+    free(text);
+    /* A bad optimizer text is refused before anything is sent. */
+    to.optimizer = "adam momentum=0.9";
+    ck_assert_int_eq(gddr_table_register(c, "bad", 4, &to, &t2), GDDR_EINVAL);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+enum { RW = 2, RSTEPS = 6, RDIM = 8, RKEYS = 24 };
+
+/* Two workers in one thread (a sync push returns at once; the pull after
+ * it waits for the step), Adam rows, keys drawn from [0, 80). Returns
+ * the rows of keys 0..79 read back by an observer (zeros where no row). */
+static void run_rows(const char *ep, float *rows)
+{
+    gddr_client *w[RW];
+    int t[RW];
+    gddr_table_opts to = GDDR_TABLE_OPTS_INIT;
+    to.init = GDDR_TINIT_NORMAL;
+    to.init_scale = 0.1f;
+    to.init_seed = 5;
+    to.optimizer = "adam lr=0.05";
+    for (int r = 0; r < RW; r++) {
+        w[r] = open_worker(ep, r, RW);
+        ck_assert_int_eq(gddr_table_register(w[r], "emb", RDIM, &to, &t[r]), GDDR_OK);
+    }
+    unsigned seed = 3;
+    uint64_t keys[RKEYS];
+    float vals[RKEYS * RDIM], g[RKEYS * RDIM];
+    for (int s = 0; s < RSTEPS; s++)
+        for (int r = 0; r < RW; r++) {
+            for (int i = 0; i < RKEYS; i++)
+                keys[i] = (uint64_t)(rand_r(&seed) % 80); /* repeats included */
+            for (int i = 0; i < RKEYS * RDIM; i++)
+                g[i] = (float)(rand_r(&seed) % 2001 - 1000) / 1000.0f;
+            int rc = gddr_pull_rows(w[r], t[r], keys, RKEYS, vals, 0, 0, NULL);
+            ck_assert_msg(rc == GDDR_OK, "pull: %s", gddr_client_errmsg(w[r]));
+            rc = gddr_push_rows(w[r], t[r], keys, RKEYS, g, NULL);
+            ck_assert_msg(rc == GDDR_OK, "push: %s", gddr_client_errmsg(w[r]));
+        }
+    uint64_t all[80];
+    for (int i = 0; i < 80; i++)
+        all[i] = (uint64_t)i;
+    uint64_t v = 0;
+    ck_assert_int_eq(gddr_pull_rows(w[0], t[0], all, 80, rows, GDDR_ROWS_NOCREATE, RSTEPS, &v), GDDR_OK);
+    ck_assert_uint_eq(v, RSTEPS);
+    for (int r = 0; r < RW; r++)
+        gddr_client_close(&w[r]);
+}
+
+START_TEST(test_rows_sync_three_equal_one)
+{
+    gt_server one, s3[3];
+#define RSETS "mode=sync", "workers=2"
+    START_SERVER(one, RSETS);
+    char list[1600] = "";
+    for (int s = 0; s < 3; s++) {
+        char idx[32], cnt[32] = "shard_count=3";
+        snprintf(idx, sizeof idx, "shard_index=%d", s);
+        START_SERVER(s3[s], RSETS, idx, cnt);
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", s ? ", " : "", s3[s].endpoint);
+    }
+    static float a[80 * RDIM], b[80 * RDIM];
+    run_rows(one.endpoint, a);
+    run_rows(list, b);
+    int nonzero = 0;
+    for (int i = 0; i < 80 * RDIM; i++)
+        nonzero += a[i] != 0;
+    ck_assert_msg(nonzero > 40 * RDIM, "only %d values of touched rows", nonzero);
+    assert_same_floats(b, a, 80 * RDIM, "rows over 3 servers vs 1");
+    /* Every server holds some of the rows. */
+    for (int s = 0; s < 3; s++) {
+        gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+        o.server = s3[s].endpoint;
+        o.observer = 1;
+        gddr_client *c = NULL;
+        ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+        double rows = gt_server_metric(c, "gddr_table_rows{table=\"emb\"}");
+        ck_assert_msg(rows > 5 && rows < 60, "server %d holds %g rows", s, rows);
+        gddr_client_close(&c);
+    }
+    printf("rows: %d sync steps of 2 workers, Adam rows over 3 servers: bit-identical to 1 server\n", RSTEPS);
+    stop_server(&one);
+    for (int s = 0; s < 3; s++)
+        stop_server(&s3[s]);
+}
+END_TEST
+
+START_TEST(test_rows_opts_size)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.5");
+    gddr_client *c = open_worker(s.endpoint, 0, 1);
+    struct { gddr_table_opts o; int later_field; } big = { GDDR_TABLE_OPTS_INIT, 1 };
+    int t;
+    ck_assert_int_eq(gddr_table_register_sized(c, "emb", 2, &big.o, sizeof big, &t), GDDR_ENOTSUP);
+    ck_assert_msg(strstr(gddr_client_errmsg(c), "upgrade") != NULL, "%s", gddr_client_errmsg(c));
+    ck_assert_int_eq(gddr_table_register(c, "emb", 2, NULL, &t), GDDR_OK);
+    uint64_t k = 3;
+    float w[2] = { 1, 1 };
+    ck_assert_int_eq(gddr_pull_rows(c, t, &k, 1, w, 0, 0, NULL), GDDR_OK);
+    ck_assert(w[0] == 0.0f && w[1] == 0.0f); /* zeros: the default init */
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
+Suite *suite_rows(void)
+{
+    Suite *s = suite_create("rows");
+    GT_ADD_CASE(s, "rows_values_as_documented", test_rows_values, 60);
+    GT_ADD_CASE(s, "rows_sync_three_equal_one", test_rows_sync_three_equal_one, 120);
+    GT_ADD_CASE(s, "rows_opts_size_checked", test_rows_opts_size, 60);
+    return s;
+}
