@@ -62,6 +62,8 @@ const gddr__conf_key gddr_ps_conf_table[] = {
       "most sparse embedding tables a server holds" },
     { "server", "max_table_rows", GDDR_CONF_INT, OFF(max_table_rows), "10000000", 0, BIG, NULL, 0,
       "rows of all tables together; beyond it the least recently touched rows are evicted (sampled); 0 = no bound" },
+    { "server", "max_table_bytes", GDDR_CONF_INT, OFF(max_table_bytes), "0", 0, BIG, NULL, 0,
+      "memory of all tables' rows together (values, optimizer state, index: row_bytes each); beyond it rows are evicted as for max_table_rows; 0 = half the machine's memory" },
 
     { "consistency", "mode", GDDR_CONF_ENUM, OFF(mode), "async", 0, 0, mode_names, 0,
       "async (apply each push), sync (apply the mean once per step) or ssp (bounded staleness)" },

@@ -28,6 +28,7 @@ typedef struct gddr_ps_config {
     long long shard_count;
     long long max_tables;
     long long max_table_rows;
+    long long max_table_bytes;
     /* [consistency] */
     int mode;
     long long workers;

@@ -57,12 +57,23 @@ int ps_table_new(const ps_table_conf *c, uint64_t *server_rows, uint64_t server_
     return 0;
 }
 
+void ps_table_set_server_bytes(ps_table *t, uint64_t *server_bytes, uint64_t max_bytes)
+{
+    t->row_bytes = ps_table_row_bytes(&t->c);
+    if (server_bytes)
+        *server_bytes += t->rows * t->row_bytes;
+    t->server_bytes = server_bytes;
+    t->server_max_bytes = max_bytes;
+}
+
 void ps_table_free(ps_table *t)
 {
     if (!t)
         return;
     if (t->server_rows)
         *t->server_rows -= t->rows;
+    if (t->server_bytes)
+        *t->server_bytes -= t->rows * t->row_bytes;
     free(t->w);
     free(t->s);
     free(t->meta);
@@ -174,6 +185,8 @@ static void remove_slot(ps_table *t, uint64_t s)
     t->rows--;
     if (t->server_rows)
         (*t->server_rows)--;
+    if (t->server_bytes)
+        *t->server_bytes -= t->row_bytes;
 }
 
 /* After a removal from slot s: a row moved into s behind the ttl sweep's
@@ -219,7 +232,9 @@ static int make_room(ps_table *t)
 {
     for (;;) {
         int over = (t->c.max_rows && t->rows >= t->c.max_rows) ||
-                   (t->server_rows && t->server_max && *t->server_rows >= t->server_max);
+                   (t->server_rows && t->server_max && *t->server_rows >= t->server_max) ||
+                   (t->server_bytes && t->server_max_bytes &&
+                    *t->server_bytes + t->row_bytes > t->server_max_bytes);
         if (!over)
             break;
         if (t->rows == 0)
@@ -260,6 +275,8 @@ static int64_t create(ps_table *t, uint64_t key, const float *w, const float *s1
     t->n.created++;
     if (t->server_rows)
         (*t->server_rows)++;
+    if (t->server_bytes)
+        *t->server_bytes += t->row_bytes;
     return (int64_t)s;
 }
 

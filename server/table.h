@@ -107,6 +107,13 @@ int ps_table_conf_check(const ps_table_conf *c, char *why, size_t whylen);
 int ps_table_new(const ps_table_conf *c, uint64_t *server_rows, uint64_t server_max_rows,
                  ps_table **out);
 void ps_table_free(ps_table *t);
+/* A second shared bound, in bytes: server_bytes (shared by every table of
+ * a server) counts ps_table_row_bytes per live row, and a table whose next
+ * row would take it over max_bytes (0: no bound) evicts its least recently
+ * touched rows first, as for server_max_rows. What keeps tables of large
+ * rows from taking the machine's memory under a row count meant for small
+ * ones. */
+void ps_table_set_server_bytes(ps_table *t, uint64_t *server_bytes, uint64_t max_bytes);
 const ps_table_conf *ps_table_config(const ps_table *t);
 
 /* A key's initial value (dim floats): a pure function of (init_seed, key,

@@ -131,6 +131,7 @@ struct ps_table {
     uint64_t sweep;    /* the ttl sweep's next slot */
     uint64_t rng;      /* counter of the sampled LRU's draws */
     uint64_t *server_rows, server_max;
+    uint64_t *server_bytes, server_max_bytes, row_bytes; /* ps_table_set_server_bytes */
     ps_table_counts n;
     ps_tpend pend;
     ps_tindex *scratch; /* push_check's key set (a const table may use it) */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "log.h"
 #include "ps.h"
@@ -66,6 +67,7 @@ struct ps_tables {
     ps_stable **t;
     size_t n;
     uint64_t rows;      /* live rows of every table (the server's cap) */
+    uint64_t bytes;     /* and their bytes (row_bytes each) */
     tw_pull *pulls;
     size_t npulls, cap_pulls;
     uint64_t *kbuf;     /* keys copied out of a frame that is not 8-aligned */
@@ -154,6 +156,15 @@ static void fill_optimizer(const ps_stable *s, const gddr_ps *ps, Gddr__Optimize
 }
 
 /* ---- registration ------------------------------------------------------------ */
+
+/* max_table_bytes, or half the machine's memory when it is 0. */
+static uint64_t table_bytes_bound(const gddr_ps *ps)
+{
+    if (ps->cfg.max_table_bytes > 0)
+        return (uint64_t)ps->cfg.max_table_bytes;
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size / 2 : 0;
+}
 
 static int conf_from_request(gddr_ps *ps, const Gddr__InitTable *in, ps_table_conf *c,
                              ps_stable *s, char *why, size_t wl)
@@ -291,6 +302,7 @@ int ps_on_init_table(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, int
         stable_free(s, mw);
         return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for table '%s'", in->key);
     }
+    ps_table_set_server_bytes(s->tab, &ts->bytes, table_bytes_bound(ps));
     s->id = (uint32_t)ts->n;
     ts->t[ts->n++] = s;
     gddr_log(GDDR_LOG_INFO, "table '%s' registered: id %u, %u values a row, %zu bytes a row", s->key,

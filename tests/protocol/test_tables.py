@@ -474,3 +474,23 @@ def test_initial_rows_follow_the_documented_formula(pb, server, connect):
         want_n = [f(s * math.sqrt(-2 * math.log(1 - u01(seed, k, 2 * i)))
                     * math.cos(2 * math.pi * u01(seed, k, 2 * i + 1))) for i in range(dim)]
         np.testing.assert_allclose(vn[r], want_n, rtol=1e-6, atol=1e-9)
+
+
+def test_server_byte_cap_bounds_rows_of_any_size(pb, server, connect):
+    # 20 rows of the first table's size: a table of larger rows gets fewer.
+    srv = server(max_table_bytes=20 * (4 * 64 + 52))
+    c = worker(pb, connect, srv)
+    small = init_table(pb, c, "small", 64)
+    assert small.body.row_bytes == 4 * 64 + 52  # values + key, touch, steps, index share
+    pull_rows(pb, c, small.body.id, list(range(50)))
+    assert metric(pb, c, "gddr_table_rows", "small") == 20
+    big = init_table(pb, c, "big", 640, optimizer=pb.Optimizer(kind=pb.OPT_ADAM, lr=0.01, beta1=0.9,
+                                                               beta2=0.999, eps=1e-8))
+    assert big.body.row_bytes == 3 * 4 * 640 + 52
+    body, _ = pull_rows(pb, c, big.body.id, list(range(10)))
+    rows_small = metric(pb, c, "gddr_table_rows", "small")
+    rows_big = metric(pb, c, "gddr_table_rows", "big")
+    assert rows_small * small.body.row_bytes + rows_big * big.body.row_bytes <= 20 * (4 * 64 + 52)
+    # A table evicts only its own rows: one with none to give back creates
+    # nothing (its keys read as their initial values, gradients are dropped).
+    assert rows_big == 0 and rows_small == 20
