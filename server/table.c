@@ -23,6 +23,9 @@
 #define PREFETCH 8
 #define LRU_SALT 0x6c72752073616d70ull /* "lru samp" */
 
+/* ps_table_view_get hands these out as pairs of uint64. */
+_Static_assert(sizeof(ps_tmeta) == 16 && sizeof(ps_tpend_ent) == 16, "meta, pending: two u64");
+
 static uint64_t min_cap(uint64_t a, uint64_t b)
 {
     return a == 0 ? b : b == 0 ? a : a < b ? a : b;
@@ -454,5 +457,51 @@ int ps_table_put_row(ps_table *t, uint64_t key, const float *w, const float *s1,
     }
     t->steps[s] = steps;
     t->meta[s].touched = touched;
+    return 0;
+}
+
+void ps_table_view_get(const ps_table *t, ps_table_view *v)
+{
+    v->rows = t->rows;
+    v->npend = t->pend.n;
+    v->dim = t->c.dim;
+    v->nstate = t->nstate;
+    v->w = t->w;
+    v->s = t->nstate ? t->s : NULL;
+    v->meta = &t->meta[0].key;
+    v->steps = t->steps;
+    v->pend = t->pend.n ? &t->pend.e[0].key : NULL;
+    v->sightings = t->pend.n ? t->pend.sightings : NULL;
+}
+
+void ps_table_state_get(const ps_table *t, ps_table_state *st)
+{
+    st->version = t->version;
+    st->sweep = t->sweep;
+    st->rng = t->rng;
+    st->pend_rng = t->pend.rng;
+    ps_table_counts_get(t, &st->n);
+}
+
+void ps_table_state_set(ps_table *t, const ps_table_state *st)
+{
+    uint64_t rows = t->rows, pending = t->pend.n;
+    t->version = st->version;
+    t->sweep = st->sweep;
+    t->rng = st->rng;
+    t->pend.rng = st->pend_rng;
+    t->n = st->n;
+    t->n.rows = rows;
+    t->n.pending = pending;
+}
+
+int ps_table_put_pending(ps_table *t, uint64_t key, uint64_t seen, uint32_t sightings)
+{
+    if (find(t, key) >= 0 || ps_tpend_find(&t->pend, key) >= 0)
+        return 0;
+    int64_t i = ps_tpend_add(&t->pend, key, seen);
+    if (i < 0)
+        return -1;
+    t->pend.sightings[i] = sightings;
     return 0;
 }

@@ -206,6 +206,43 @@ int ps_table_put_row(ps_table *t, uint64_t key, const float *w, const float *s1,
 /* Sets the version (checkpoint load). */
 void ps_table_set_version(ps_table *t, uint64_t v);
 
+/* Checkpoints, in bulk: the table's arrays as they are (valid until the
+ * table next changes), so that a copy is one memcpy per array. Rows are in
+ * slots 0..rows-1: meta[2s] the key of slot s, meta[2s + 1] its last touch,
+ * w[s*dim ..] its values, s[s*dim*nstate ..] its optimizer state (nstate
+ * 0 sgd, 1 adagrad G, 2 adam m then v; NULL when 0), steps[s] its step
+ * count. The pending keys of count/prob admission likewise: pend[2i] the
+ * key, pend[2i + 1] the version of its last sighting, sightings[i] its
+ * sightings so far. */
+typedef struct ps_table_view {
+    uint64_t rows, npend;
+    uint32_t dim, nstate;
+    const float *w, *s;
+    const uint64_t *meta;
+    const uint32_t *steps;
+    const uint64_t *pend;
+    const uint32_t *sightings;
+} ps_table_view;
+void ps_table_view_get(const ps_table *t, ps_table_view *v);
+
+/* The rest of what makes a table's future: its version, the ttl sweep's
+ * cursor, the draw counters of the sampled LRU and of the pending keys'
+ * sampling, and the counters (rows and pending are ignored by set: they
+ * are what the table holds). Restoring rows (put_row in slot order), the
+ * pending keys (put_pending in order) and then this state makes a table
+ * that evolves bit for bit as the saved one would have. */
+typedef struct ps_table_state {
+    uint64_t version, sweep, rng, pend_rng;
+    ps_table_counts n;
+} ps_table_state;
+void ps_table_state_get(const ps_table *t, ps_table_state *st);
+void ps_table_state_set(ps_table *t, const ps_table_state *st);
+/* Puts a pending key back (checkpoint load): key not admitted yet, seen
+ * `sightings` times, last at version `seen`; appended after those put
+ * before. A key that has a row or is pending already is left alone.
+ * Returns 0, or -1 (no memory). */
+int ps_table_put_pending(ps_table *t, uint64_t key, uint64_t seen, uint32_t sightings);
+
 /* A sparse sum: rows by key, in first-insertion order, for a sync step's
  * pushes (added in rank order, so the sum does not depend on arrival).
  * Hashed like a table's index; clear keeps the memory. */
