@@ -52,6 +52,16 @@ int ps_fill_sections(gddr_ps *ps, struct gddr_ckpt_section **s, size_t *n, size_
                      gddr_ps_add_section_fn add);
 void ps_fill_restore(gddr_ps *ps, const struct gddr_ckpt *c);
 
+/* table_persist.c: the sparse tables in checkpoints ("table/<i>",
+ * "trows/<i>", meta format 4). restore: ntables from the meta section;
+ * -1 with err filled when a table's sections are missing or damaged. */
+int ps_tables_ckpt_sections(gddr_ps *ps, struct gddr_ckpt_section **s, size_t *n, size_t *cap,
+                            gddr_ps_add_section_fn add);
+int ps_tables_ckpt_restore(gddr_ps *ps, const struct gddr_ckpt *c, uint64_t ntables, char *err,
+                           size_t errlen);
+/* Tables the server holds. */
+size_t ps_tables_count(gddr_ps *ps);
+
 /* ops.c */
 void gddr_ps_reload(gddr_ps *ps);
 int gddr_ps_metrics_open(gddr_ps *ps, char *err, size_t errlen);
