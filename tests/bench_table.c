@@ -1,10 +1,12 @@
 /* bench_table.c -- the sparse table engine at the size of issue 19's target:
  * 10M rows of 64 floats (sgd, always admitted), its resident memory per row
  * against ps_table_row_bytes, and pulls of 64k random existing keys against
- * a plain memcpy of the same bytes, and sgd steps of those rows. Not run by
+ * a plain memcpy of the same bytes, and sgd steps of those rows; and what a
+ * checkpoint's copy of the table costs the front thread (server/
+ * table_persist.c: a fresh malloc and one memcpy per array). Not run by
  * make check.
  *
- *   build/bin/bench_table [rows [dim]]
+ *   build/bin/bench_table [rows [dim [sgd|adagrad|adam]]]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,9 +52,12 @@ int main(int argc, char **argv)
 {
     uint64_t rows = argc > 1 ? strtoull(argv[1], NULL, 10) : 10000000;
     uint32_t dim = argc > 2 ? (uint32_t)strtoul(argv[2], NULL, 10) : 64;
+    const char *opt = argc > 3 ? argv[3] : "sgd";
     ps_table_conf c = { .dim = dim, .init = PS_TINIT_UNIFORM, .init_scale = 0.01f,
                         .init_seed = 1, .admit = PS_TADMIT_ALWAYS, .opt = PS_TOPT_SGD,
-                        .lr = 0.1f };
+                        .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+    c.opt = strcmp(opt, "adam") == 0 ? PS_TOPT_ADAM : strcmp(opt, "adagrad") == 0 ? PS_TOPT_ADAGRAD
+                                                                                   : PS_TOPT_SGD;
     char why[128];
     if (ps_table_conf_check(&c, why, sizeof why) < 0) {
         fprintf(stderr, "bench_table: %s\n", why);
@@ -125,8 +130,34 @@ int main(int argc, char **argv)
            "memcpy of the same %zu bytes %.2f ms: pull/memcpy time %.1fx\n",
            BATCH, BATCH / tp[REPS / 2] / 1e6, REPS, tp[REPS / 2] * 1e3,
            (size_t)BATCH * dim * sizeof(float), tm[REPS / 2] * 1e3, tp[REPS / 2] / tm[REPS / 2]);
-    printf("apply (sgd): the same keys: %.2f M rows/s (median of %d)\n",
+    printf("apply (%s): the same keys: %.2f M rows/s (median of %d)\n", opt,
            BATCH / ta[REPS / 2] / 1e6, REPS);
+    /* A checkpoint's copy, as table_persist.c takes it on the front thread:
+     * a fresh buffer (first touch of every page included) and one memcpy
+     * per array. */
+    ps_table_view v;
+    ps_table_view_get(t, &v);
+    size_t vals = (size_t)v.rows * v.dim * 4, bytes = v.rows * 16 + v.rows * 4 + vals * (1 + v.nstate);
+    double tc[REPS];
+    for (int rep = 0; rep < REPS; rep++) {
+        double a = now();
+        char *buf = malloc(bytes), *p = buf;
+        if (!buf)
+            return 1;
+        memcpy(p, v.meta, v.rows * 16), p += v.rows * 16;
+        memcpy(p, v.steps, v.rows * 4), p += v.rows * 4;
+        memcpy(p, v.w, vals), p += vals;
+        if (v.nstate)
+            memcpy(p, v.s, vals * v.nstate);
+        tc[rep] = now() - a;
+        if (buf[bytes / 2] == 42)
+            printf(".");
+        free(buf);
+    }
+    qsort(tc, REPS, sizeof *tc, cmp);
+    printf("checkpoint copy (%s): %llu rows, %.1f MiB in %.1f ms (median of %d; %.2f GB/s)\n", opt,
+           (unsigned long long)v.rows, bytes / 1048576.0, tc[REPS / 2] * 1e3, REPS,
+           bytes / tc[REPS / 2] / 1e9);
     ps_table_free(t);
     free(keys);
     free(out);
