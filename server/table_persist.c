@@ -56,7 +56,7 @@ typedef struct ttab_step {
     uint64_t n;
 } ttab_step;
 
-_Static_assert(sizeof(ttab_head) % 8 == 0 && sizeof(ttab_rec) == 48 && sizeof(ttab_step) == 16,
+_Static_assert(sizeof(ttab_head) == 264 && sizeof(ttab_rec) == 48 && sizeof(ttab_step) == 16,
                "checkpoint records without padding surprises");
 
 static uint64_t a8(uint64_t x) { return (x + 7) & ~(uint64_t)7; }
