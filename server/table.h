@@ -15,7 +15,8 @@
  * bytes and is rebuilt when the slots grow, so its load never exceeds 0.5.
  * Nothing shrinks. server/table_int.h has the details.
  *
- * Memory: ps_table_bytes(t) <= C * ps_table_row_bytes(c) + the struct +
+ * Memory: ps_table_bytes(t) <= C * ps_table_row_bytes(c) + C / 8 + 8 (the
+ * dirty bits of incremental checkpoints) + the struct +
  * the pending keys of count/prob admission (at most 52 bytes per key of
  * a capacity that doubles up to max(max_rows, 2^20) keys) + push_check's
  * scratch (under 32 bytes per key of the largest push checked), C the
@@ -213,7 +214,11 @@ void ps_table_set_version(ps_table *t, uint64_t v);
  * 0 sgd, 1 adagrad G, 2 adam m then v; NULL when 0), steps[s] its step
  * count. The pending keys of count/prob admission likewise: pend[2i] the
  * key, pend[2i + 1] the version of its last sighting, sightings[i] its
- * sightings so far. */
+ * sightings so far. dirty: a bit per slot (bit s & 63 of dirty[s >> 6]), set
+ * for a row created, stepped or put back since the last
+ * ps_table_dirty_clear; it moves with its row (a row whose bit is clear
+ * holds, under the same key, the values, state and step count it had at
+ * that clear). */
 typedef struct ps_table_view {
     uint64_t rows, npend;
     uint32_t dim, nstate;
@@ -222,8 +227,12 @@ typedef struct ps_table_view {
     const uint32_t *steps;
     const uint64_t *pend;
     const uint32_t *sightings;
+    const uint64_t *dirty;
 } ps_table_view;
 void ps_table_view_get(const ps_table *t, ps_table_view *v);
+/* Rows whose dirty bit is set; clearing every bit (a full checkpoint). */
+uint64_t ps_table_dirty_count(const ps_table *t);
+void ps_table_dirty_clear(ps_table *t);
 
 /* The rest of what makes a table's future: its version, the ttl sweep's
  * cursor, the draw counters of the sampled LRU and of the pending keys'

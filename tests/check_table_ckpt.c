@@ -8,6 +8,9 @@
  *                             pending keys of count admission, the draw
  *                             counters) goes on bit for bit as the original
  *                             under pulls, pushes, ttl and LRU evictions
+ *   tckpt_engine_dirty        a row whose dirty bit stays clear after a clear
+ *                             holds what it held then (what incremental
+ *                             checkpoints rely on)
  *   tckpt_kill9_sync_adam     two sync workers, Adam rows, count admission;
  *                             checkpoint in the middle of a step (worker 0
  *                             pushed it, worker 1 not yet), kill -9, restart:
@@ -164,6 +167,64 @@ START_TEST(test_engine_round_trip)
     assert_same_tables(a, b, "280 rounds after the copy");
     ps_table_free(a);
     ps_table_free(b);
+}
+END_TEST
+
+/* The dirty bits an incremental checkpoint relies on: after a clear, a row
+ * whose bit stays clear holds what it held then (same key: values, state,
+ * step count), through pulls, steps, evictions (which move rows between
+ * slots) and new rows. */
+START_TEST(test_engine_dirty)
+{
+    ps_table_conf c;
+    memset(&c, 0, sizeof c);
+    c.dim = ED;
+    c.init = PS_TINIT_UNIFORM;
+    c.init_scale = 0.5f;
+    c.init_seed = 3;
+    c.admit = PS_TADMIT_ALWAYS;
+    c.admit_count = 1;
+    c.admit_prob = 1.0f;
+    c.opt = PS_TOPT_ADAM;
+    c.lr = 0.01f, c.beta1 = 0.9f, c.beta2 = 0.999f, c.eps = 1e-8f;
+    c.max_rows = 300;
+    c.row_ttl = 30;
+    uint64_t ra = 0, rb = 0;
+    ps_table *a = NULL;
+    ck_assert_int_eq(ps_table_new(&c, &ra, 0, &a), 0);
+    for (int r = 0; r < 60; r++)
+        engine_round(a, r);
+    ps_table *ref = engine_copy(a, &rb);
+    ps_table_dirty_clear(a);
+    ck_assert_uint_eq(ps_table_dirty_count(a), 0);
+    for (int r = 60; r < 64; r++)
+        engine_round(a, r);
+    ps_table_view v, x;
+    ps_table_view_get(a, &v);
+    ps_table_view_get(ref, &x);
+    uint64_t clean = 0, dirty = 0;
+    for (uint64_t s = 0; s < v.rows; s++) {
+        if (v.dirty[s >> 6] >> (s & 63) & 1) {
+            dirty++;
+            continue;
+        }
+        clean++;
+        uint64_t k = v.meta[2 * s], j = 0;
+        while (j < x.rows && x.meta[2 * j] != k)
+            j++;
+        ck_assert_msg(j < x.rows, "clean row of key %llu was not there at the clear", (unsigned long long)k);
+        ck_assert_msg(memcmp(v.w + s * ED, x.w + j * ED, ED * 4) == 0 &&
+                          memcmp(v.s + s * ED * 2, x.s + j * ED * 2, ED * 8) == 0 && v.steps[s] == x.steps[j],
+                      "clean row of key %llu changed", (unsigned long long)k);
+    }
+    ck_assert_uint_eq(dirty, ps_table_dirty_count(a));
+    ps_table_counts k;
+    ps_table_counts_get(a, &k);
+    ck_assert_msg(clean > 20 && dirty > 20 && k.evicted_cap + k.evicted_ttl > 0,
+                  "%llu clean, %llu dirty rows, %llu evictions: exercises too little", (unsigned long long)clean,
+                  (unsigned long long)dirty, (unsigned long long)(k.evicted_cap + k.evicted_ttl));
+    ps_table_free(a);
+    ps_table_free(ref);
 }
 END_TEST
 
@@ -474,6 +535,7 @@ Suite *suite_table_ckpt(void)
 {
     Suite *s = suite_create("table_ckpt");
     GT_ADD_CASE(s, "tckpt_engine_round_trip", test_engine_round_trip, 60);
+    GT_ADD_CASE(s, "tckpt_engine_dirty", test_engine_dirty, 60);
     GT_ADD_CASE(s, "tckpt_kill9_sync_adam", test_kill9_sync_adam, 180);
     GT_ADD_CASE(s, "tckpt_format3_loads", test_format3_loads, 60);
     GT_ADD_CASE(s, "tckpt_corrupt_falls_back", test_corrupt_falls_back, 120);
