@@ -20,7 +20,7 @@
  *                   (ps_wtensor), so a push applied before the checkpoint
  *                   is not applied again when its worker resends it
  *   "snap/..." "orphan/..."  residual snapshots and orphans (orphan.c)
- *   "table/<i>" "trows/<i>"  sparse tables (table_persist.c, format 4)
+ *   "table/<i>" "trows/<i>" (or "tdelta/<i>", "tbase")  tables (table_persist.c)
  * A crash loses the pushes applied after the newest checkpoint: at most
  * checkpoint_interval_s seconds of updates (docs/operations.md). Format 1
  * files (before exactly-once), 2 (before optimizers and fill) and 3
@@ -469,10 +469,10 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
         count = 0;
     ps->ckpt_seq = count ? seqs[0] : 0;
     ps->last_ckpt_ms = gddr__now_ms();
-    gddr_ckpt c;
-    memset(&c, 0, sizeof c);
+    gddr_ckpt c, base;
+    memset(&c, 0, sizeof c), memset(&base, 0, sizeof base);
     char lerr[512] = "";
-    rc = gddr__ckpt_load_newest(ps->cfg.checkpoint_dir, &c, lerr, sizeof lerr);
+    rc = ps_tables_ckpt_load(ps->cfg.checkpoint_dir, &c, &base, lerr, sizeof lerr);
     if (rc == 1 && count == 0) {
         gddr_log(GDDR_LOG_INFO, "no checkpoint in %s: starting empty", ps->cfg.checkpoint_dir);
         return GDDR_OK;
@@ -506,7 +506,7 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
     if (format < 1 || format > META_FORMAT || (format >= 4 && meta->len < 32)) {
         snprintf(err, errlen, "%s: no usable meta section (format %llu)", c.path,
                  (unsigned long long)format);
-        gddr__ckpt_free(&c);
+        gddr__ckpt_free(&c), gddr__ckpt_free(&base);
         return GDDR_EIO;
     }
     uint64_t nt = ((uint64_t *)meta->data)[2];
@@ -516,13 +516,13 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
         const gddr_ckpt_section *sec = gddr__ckpt_find(&c, name);
         if (!sec) {
             snprintf(err, errlen, "%s: section %s is missing", c.path, name);
-            gddr__ckpt_free(&c);
+            gddr__ckpt_free(&c), gddr__ckpt_free(&base);
             return GDDR_EIO;
         }
         char terr[256];
         if (restore_tensor(ps, sec, terr, sizeof terr) < 0) {
             snprintf(err, errlen, "%s: %s", c.path, terr);
-            gddr__ckpt_free(&c);
+            gddr__ckpt_free(&c), gddr__ckpt_free(&base);
             return GDDR_EIO;
         }
     }
@@ -535,14 +535,14 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
     gddr_ps_orphan_restore(ps, &c, (int)format);
     ps_sync_restored(ps);
     uint64_t ntab = format >= 4 ? ((uint64_t *)meta->data)[3] : 0;
-    if (ps_tables_ckpt_restore(ps, &c, ntab, lerr, sizeof lerr) < 0) {
+    if (ps_tables_ckpt_restore(ps, &c, &base, ntab, lerr, sizeof lerr) < 0) {
         snprintf(err, errlen, "%s: %s", c.path, lerr);
-        gddr__ckpt_free(&c);
+        gddr__ckpt_free(&c), gddr__ckpt_free(&base);
         return GDDR_EIO;
     }
     gddr_log(GDDR_LOG_INFO, "restored checkpoint %s: %llu tensors, %llu tables, %zu workers", c.path,
              (unsigned long long)nt, (unsigned long long)ntab, nw);
-    gddr__ckpt_free(&c);
+    gddr__ckpt_free(&c), gddr__ckpt_free(&base);
     return GDDR_OK;
 }
 

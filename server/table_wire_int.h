@@ -67,6 +67,13 @@ struct ps_tables {
     size_t npulls, cap_pulls;
     uint64_t *kbuf;     /* keys copied out of a frame that is not 8-aligned */
     size_t kcap;
+    /* Incremental checkpoints (table_persist.c): the full copy deltas are
+     * taken against (a checkpoint seq on disk; 0: none, the next is full),
+     * the one before it or the checkpoint restored (kept for a fallback),
+     * a full copy handed to the writer and not known on disk yet, and the
+     * deltas taken since the base. */
+    uint64_t base_seq, prev_base, pending_base;
+    uint32_t ndeltas;
 };
 
 /* Adds table `key` (not registered yet) with configuration c and the

@@ -23,6 +23,12 @@
  *                             tests/fixtures/ckpt-format3) still loads
  *   tckpt_corrupt_falls_back  a damaged newest checkpoint is skipped for the
  *                             previous one, with its tables
+ *   tckpt_incremental         deltas (only the rows changed since the last
+ *                             full copy) are a fraction of a full checkpoint,
+ *                             their base outlives checkpoint_keep, a restart
+ *                             from a delta gives every row back, and damage
+ *                             to the newest full or to a base falls back as
+ *                             documented
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -239,7 +245,7 @@ static gddr_client *open_client(const char *ep, int rank, int observer)
     o.rank = observer ? 0 : rank;
     o.world_size = W;
     o.observer = observer;
-    o.timeout_ms = 30000;
+    o.timeout_ms = 5000; /* a lost request costs this (pull_rows) */
     o.reconnect_timeout_ms = 20000;
     o.heartbeat_ms = 0;
     gddr_client *c = NULL;
@@ -247,6 +253,18 @@ static gddr_client *open_client(const char *ep, int rank, int observer)
     ck_assert_msg(rc == GDDR_OK, "open %s as %s %d: %s", ep, observer ? "observer" : "rank", rank,
                   gddr_strerror(rc));
     return c;
+}
+
+/* gddr_pull_rows, once more when no reply came: a request sent just as the
+ * server was killed and restarted can be lost with the old connection (the
+ * client reconnects on the next call). */
+static int pull_rows(gddr_client *c, int t, const uint64_t *keys, size_t n, float *out, unsigned flags,
+                     uint64_t min_version, uint64_t *v)
+{
+    int rc = gddr_pull_rows(c, t, keys, n, out, flags, min_version, v);
+    if (rc == GDDR_ETIMEDOUT)
+        rc = gddr_pull_rows(c, t, keys, n, out, flags, min_version, v);
+    return rc;
 }
 
 static int register_emb(gddr_client *c)
@@ -289,7 +307,7 @@ static void worker_step(gddr_client *c, int t, int rank, int step)
     uint64_t keys[BATCH];
     float vals[BATCH * DIM], g[BATCH * DIM];
     step_data(rank, step, keys, g);
-    int rc = gddr_pull_rows(c, t, keys, BATCH, vals, 0, 0, NULL);
+    int rc = pull_rows(c, t, keys, BATCH, vals, 0, 0, NULL);
     ck_assert_msg(rc == GDDR_OK, "rank %d step %d pull: %s", rank, step, gddr_client_errmsg(c));
     rc = gddr_push_rows(c, t, keys, BATCH, g, NULL);
     ck_assert_msg(rc == GDDR_OK, "rank %d step %d push: %s", rank, step, gddr_client_errmsg(c));
@@ -302,7 +320,7 @@ static uint64_t read_rows(gddr_client *obs, int t, uint64_t min_version, float *
     uint64_t all[NK], v = 0;
     for (int i = 0; i < NK; i++)
         all[i] = (uint64_t)i;
-    int rc = gddr_pull_rows(obs, t, all, NK, rows, GDDR_ROWS_NOCREATE, min_version, &v);
+    int rc = pull_rows(obs, t, all, NK, rows, GDDR_ROWS_NOCREATE, min_version, &v);
     ck_assert_msg(rc == GDDR_OK, "read rows: %s", gddr_client_errmsg(obs));
     return v;
 }
@@ -531,6 +549,174 @@ START_TEST(test_corrupt_falls_back)
 }
 END_TEST
 
+/* ---- incremental checkpoints ------------------------------------------------------- */
+
+enum { BIG = 4000, BD = 16 };
+
+static void big_rows(gddr_client *c, int t, uint64_t from, uint64_t n, float scale)
+{
+    static uint64_t k[BIG];
+    static float g[BIG * BD];
+    for (uint64_t i = 0; i < n; i++)
+        k[i] = from + i;
+    for (uint64_t i = 0; i < n * BD; i++)
+        g[i] = scale * (float)((int)(i % 13) - 6);
+    int rc = gddr_push_rows(c, t, k, n, g, NULL);
+    ck_assert_msg(rc == GDDR_OK, "push: %s", gddr_client_errmsg(c));
+}
+
+static uint64_t read_big(gddr_client *c, int t, float *rows)
+{
+    static uint64_t k[BIG];
+    for (int i = 0; i < BIG; i++)
+        k[i] = (uint64_t)i;
+    uint64_t v = 0;
+    int rc = pull_rows(c, t, k, BIG, rows, GDDR_ROWS_NOCREATE, 0, &v);
+    ck_assert_msg(rc == GDDR_OK, "read: %s", gddr_client_errmsg(c));
+    return v;
+}
+
+static gddr_ckpt load_seq(const char *dir, uint64_t seq)
+{
+    gddr_ckpt ck;
+    char err[512] = "";
+    int rc = gddr__ckpt_load_upto(dir, seq, 1, &ck, err, sizeof err);
+    ck_assert_msg(rc == GDDR_OK, "checkpoint %llu of %s: %d %s", (unsigned long long)seq, dir, rc, err);
+    return ck;
+}
+
+static long file_size(const char *dir, uint64_t seq)
+{
+    char path[300];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/ckpt-%020llu.gddr", dir, (unsigned long long)seq);
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+static void flip_byte(const char *dir, uint64_t seq)
+{
+    char path[300];
+    snprintf(path, sizeof path, "%s/ckpt-%020llu.gddr", dir, (unsigned long long)seq);
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    struct stat sb;
+    ck_assert_int_eq(fstat(fd, &sb), 0);
+    unsigned char b;
+    ck_assert_int_eq(pread(fd, &b, 1, sb.st_size / 2), 1);
+    b ^= 0x10;
+    ck_assert_int_eq(pwrite(fd, &b, 1, sb.st_size / 2), 1);
+    close(fd);
+}
+
+/* Asks for a checkpoint and waits for its file, seq. */
+static void request_ckpt(gddr_client *c, const char *dir, uint64_t seq)
+{
+    ck_assert_int_eq(gddr_request_checkpoint(c), GDDR_OK);
+    int64_t t0 = gt_now_ms();
+    while (file_size(dir, seq) < 0) {
+        ck_assert_msg(gt_now_ms() - t0 < WAIT_MS, "no checkpoint %llu in %s within %d s",
+                      (unsigned long long)seq, dir, WAIT_MS / 1000);
+        gt_sleep_ms(10);
+    }
+}
+
+/* A table of 4000 Adam rows; checkpoint 1 is full, 2 and 3 are deltas (100
+ * and 200 rows changed) a fraction of its size; with checkpoint_keep = 2
+ * the base stays; kill -9 and restart give the rows of checkpoint 3 from 3
+ * and its base; the next checkpoint is full; when it is damaged, the delta
+ * before it and its base are loaded; when the base is damaged too, no
+ * delta on it is used and the server refuses to start. */
+START_TEST(test_incremental)
+{
+    char dir[64], ckdir[128], log[160], ckset[200], listen[300];
+    gt_mk_tmpdir(dir, sizeof dir);
+    snprintf(ckdir, sizeof ckdir, "%s/ckpt", dir);
+    snprintf(log, sizeof log, "%s/ps.log", dir);
+    snprintf(ckset, sizeof ckset, "checkpoint_dir=%s", ckdir);
+    const char *sets[] = { "mode=async", "checkpoint_interval_s=0", "checkpoint_keep=2", ckset, NULL, NULL };
+    gt_server s;
+    gt_start_logged(&s, log, sets);
+    gddr_client *c = open_client(s.endpoint, 0, 0);
+    gddr_table_opts to = GDDR_TABLE_OPTS_INIT;
+    to.init = GDDR_TINIT_UNIFORM;
+    to.init_scale = 0.1f;
+    to.optimizer = "adam lr=0.01";
+    int t = -1;
+    ck_assert_int_eq(gddr_table_register(c, "big", BD, &to, &t), GDDR_OK);
+    for (int i = 0; i < BIG; i += 500)
+        big_rows(c, t, (uint64_t)i, 500, 1.0f);
+    request_ckpt(c, ckdir, 1);
+    big_rows(c, t, 0, 100, 0.5f);
+    request_ckpt(c, ckdir, 2);
+    big_rows(c, t, 100, 100, 0.25f);
+    static float r3[BIG * BD], got[BIG * BD];
+    uint64_t v3 = read_big(c, t, r3);
+    request_ckpt(c, ckdir, 3);
+    /* 1 full, 2 and 3 deltas on it; 1 kept although checkpoint_keep = 2. */
+    gddr_ckpt ck = load_seq(ckdir, 1);
+    ck_assert_ptr_nonnull(gddr__ckpt_find(&ck, "trows/0"));
+    ck_assert_ptr_null(gddr__ckpt_find(&ck, "tbase"));
+    gddr__ckpt_free(&ck);
+    for (uint64_t q = 2; q <= 3; q++) {
+        ck = load_seq(ckdir, q);
+        const gddr_ckpt_section *b = gddr__ckpt_find(&ck, "tbase");
+        ck_assert_msg(b && b->len == 8 && *(const uint64_t *)b->data == 1, "checkpoint %llu is not a delta on 1",
+                      (unsigned long long)q);
+        ck_assert_ptr_nonnull(gddr__ckpt_find(&ck, "tdelta/0"));
+        ck_assert_ptr_null(gddr__ckpt_find(&ck, "trows/0"));
+        gddr__ckpt_free(&ck);
+    }
+    long s1 = file_size(ckdir, 1), s2 = file_size(ckdir, 2), s3 = file_size(ckdir, 3);
+    ck_assert_msg(s2 > 0 && s3 > s2 && s3 * 4 < s1, "sizes: full %ld, deltas %ld and %ld", s1, s2, s3);
+    printf("table_ckpt: %d rows of %d floats (adam): full checkpoint %ld bytes, deltas with 100 and 200 rows "
+           "changed %ld and %ld bytes\n", BIG, BD, s1, s2, s3);
+    kill9(&s);
+    snprintf(listen, sizeof listen, "listen=%s", s.endpoint);
+    sets[4] = listen;
+    gt_start_logged(&s, log, sets);
+    ck_assert_msg(gt_wait_for_text(log, "(from a delta and its base)", WAIT_MS) >= 0, "no restore from a delta in %s", log);
+    ck_assert_uint_eq(read_big(c, t, got), v3);
+    ck_assert_msg(memcmp(got, r3, sizeof got) == 0, "rows restored from a delta differ");
+    /* The first checkpoint after a restore is full. */
+    big_rows(c, t, 3000, 10, 1.0f);
+    request_ckpt(c, ckdir, 4);
+    ck = load_seq(ckdir, 4);
+    ck_assert_ptr_nonnull(gddr__ckpt_find(&ck, "trows/0"));
+    gddr__ckpt_free(&ck);
+    ck_assert_int_gt(file_size(ckdir, 3), 0);
+    ck_assert_int_gt(file_size(ckdir, 1), 0);
+    /* It is damaged: delta 3 and its base 1 are loaded. (A new client:
+     * this one's connection may still be on its way to the killed server.) */
+    gddr_client_close(&c);
+    kill9(&s);
+    flip_byte(ckdir, 4);
+    gt_start_logged(&s, log, sets);
+    c = open_client(s.endpoint, 0, 0);
+    ck_assert_int_eq(gddr_table_register(c, "big", BD, &to, &t), GDDR_OK);
+    ck_assert_msg(gt_wait_for_text(log, "ckpt-00000000000000000003.gddr: 0 tensors, 1 tables", WAIT_MS) >= 0,
+                  "checkpoint 3 not restored (see %s)", log);
+    ck_assert_uint_eq(read_big(c, t, got), v3);
+    ck_assert_msg(memcmp(got, r3, sizeof got) == 0, "rows restored from delta 3 differ");
+    gddr_client_close(&c);
+    kill9(&s);
+    /* The base is damaged too: no delta on it can be used. */
+    flip_byte(ckdir, 1);
+    int saved = fcntl(2, F_DUPFD_CLOEXEC, 3), fd = open(log, O_WRONLY | O_APPEND | O_CLOEXEC);
+    ck_assert(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    close(fd);
+    const char *all[] = { "log_level=info", sets[0], sets[1], sets[2], sets[3], sets[4], NULL };
+    char err[512];
+    int rc = gt_server_start(&s, all, err, sizeof err);
+    dup2(saved, 2);
+    close(saved);
+    ck_assert_msg(rc != 0, "gddr-ps started although every checkpoint is damaged or rests on a damaged base");
+    ck_assert(gt_file_has(log, "ckpt-00000000000000000003.gddr skipped: its base, checkpoint 1, cannot be loaded"));
+    ck_assert(gt_file_has(log, "refusing to start empty"));
+    gt_rm_rf(dir);
+}
+END_TEST
+
 Suite *suite_table_ckpt(void)
 {
     Suite *s = suite_create("table_ckpt");
@@ -539,5 +725,6 @@ Suite *suite_table_ckpt(void)
     GT_ADD_CASE(s, "tckpt_kill9_sync_adam", test_kill9_sync_adam, 180);
     GT_ADD_CASE(s, "tckpt_format3_loads", test_format3_loads, 60);
     GT_ADD_CASE(s, "tckpt_corrupt_falls_back", test_corrupt_falls_back, 120);
+    GT_ADD_CASE(s, "tckpt_incremental", test_incremental, 180);
     return s;
 }
