@@ -1,5 +1,5 @@
 /* table_persist.c -- sparse tables in checkpoints (meta format 4;
- * docs/checkpoint-format.md "Tables"). Two sections per table, id i:
+ * docs/checkpoint-format.md "Sparse tables"). Two sections per table, id i:
  *
  *   "table/<i>"  a ttab_head (the registration, the engine's state and
  *                counters, the wire's counters), the key, the per-rank
@@ -9,11 +9,17 @@
  *                touch), rows x step count (padded to 8), rows x dim
  *                values, rows x dim x nstate optimizer state
  *
- * The copy is taken on the front thread (one memcpy per array: no row is
- * visited), like the dense tensors' in persist.c, and written by the
- * checkpoint writer thread. A restore puts the rows back in slot order,
- * then the pending keys in order, then the counters and draw counters, so
- * the table goes on bit for bit as the saved one would have.
+ * or, in an incremental checkpoint, "tdelta/<i>" instead of "trows/<i>":
+ * every row's key, touch and step count, the dirty bits and only the rows
+ * changed since the last full copy, the base, whose seq "tbase" holds.
+ *
+ * The copy is taken on the front thread (a full one: one memcpy per
+ * array), like the dense tensors' in persist.c, and written by the
+ * checkpoint writer thread. A restore puts the rows back in slot order
+ * (from the delta and its base where there is one), then the pending keys
+ * in order, then the counters and draw counters, so the table goes on bit
+ * for bit as the saved one would have. docs/checkpoint-format.md,
+ * "Incremental checkpoints", says when a copy is full.
  */
 #include <stdio.h>
 #include <stdlib.h>
