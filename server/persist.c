@@ -540,8 +540,8 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
         gddr__ckpt_free(&c), gddr__ckpt_free(&base);
         return GDDR_EIO;
     }
-    gddr_log(GDDR_LOG_INFO, "restored checkpoint %s: %llu tensors, %llu tables, %zu workers", c.path,
-             (unsigned long long)nt, (unsigned long long)ntab, nw);
+    gddr_log(GDDR_LOG_INFO, "restored checkpoint %s: %llu tensors, %zu workers, %llu tables", c.path,
+             (unsigned long long)nt, nw, (unsigned long long)ntab);
     gddr__ckpt_free(&c), gddr__ckpt_free(&base);
     return GDDR_OK;
 }

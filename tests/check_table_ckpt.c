@@ -398,7 +398,7 @@ static void sync_run(int crash, float *final)
         sets[4] = listen;
         gt_start_logged(&s, log, sets);
         ck_assert_msg(gt_wait_for_text(log, "restored checkpoint", WAIT_MS) >= 0, "no restore in %s", log);
-        ck_assert(gt_file_has(log, "1 tables"));
+        ck_assert(gt_file_has(log, "2 workers, 1 tables"));
         uint64_t va = read_rows(obs, to, 0, after);
         ck_assert_uint_eq(va, vb);
         ck_assert_msg(memcmp(after, before, sizeof before) == 0, "rows after the restart differ from before the kill");
@@ -457,7 +457,7 @@ START_TEST(test_format3_loads)
     gt_server s;
     gt_start_logged(&s, log, sets);
     ck_assert_msg(gt_wait_for_text(log, "restored checkpoint", WAIT_MS) >= 0, "no restore in %s", log);
-    ck_assert(gt_file_has(log, "1 tensors, 0 tables"));
+    ck_assert(gt_file_has(log, "1 tensors, 0 workers, 0 tables"));
     gddr_client *c = open_client(s.endpoint, 0, 0);
     float v[16] = { 0 };
     int id;
@@ -540,7 +540,7 @@ START_TEST(test_corrupt_falls_back)
     gt_start_logged(&s, log, sets);
     ck_assert_msg(gt_wait_for_text(log, "restored checkpoint", WAIT_MS) >= 0, "no restore in %s", log);
     ck_assert(gt_file_has(log, "ckpt-00000000000000000002.gddr skipped: "));
-    ck_assert(gt_file_has(log, "ckpt-00000000000000000001.gddr: 0 tensors, 1 tables"));
+    ck_assert(gt_file_has(log, "ckpt-00000000000000000001.gddr: 0 tensors, 1 workers, 1 tables"));
     ck_assert_uint_eq(read_rows(c, t, 0, got), v1);
     ck_assert_msg(memcmp(got, r1, sizeof got) == 0, "rows differ from checkpoint 1's");
     gddr_client_close(&c);
@@ -693,7 +693,7 @@ START_TEST(test_incremental)
     gt_start_logged(&s, log, sets);
     c = open_client(s.endpoint, 0, 0);
     ck_assert_int_eq(gddr_table_register(c, "big", BD, &to, &t), GDDR_OK);
-    ck_assert_msg(gt_wait_for_text(log, "ckpt-00000000000000000003.gddr: 0 tensors, 1 tables", WAIT_MS) >= 0,
+    ck_assert_msg(gt_wait_for_text(log, "ckpt-00000000000000000003.gddr: 0 tensors, 1 workers, 1 tables", WAIT_MS) >= 0,
                   "checkpoint 3 not restored (see %s)", log);
     ck_assert_uint_eq(read_big(c, t, got), v3);
     ck_assert_msg(memcmp(got, r3, sizeof got) == 0, "rows restored from delta 3 differ");
