@@ -80,6 +80,11 @@ typedef struct gddr_ckpt {
  * error, not a reason to fall back silently to an older one), GDDR_ENOMEM. */
 int gddr__ckpt_load_newest(const char *dir, gddr_ckpt *out, char *err, size_t errlen);
 
+/* gddr__ckpt_load_newest among the checkpoints of seq <= max_seq; only:
+ * checkpoint max_seq itself or none (1). */
+int gddr__ckpt_load_upto(const char *dir, uint64_t max_seq, int only, gddr_ckpt *out, char *err,
+                         size_t errlen);
+
 /* The first section named `name`, or NULL. */
 const gddr_ckpt_section *gddr__ckpt_find(const gddr_ckpt *c, const char *name);
 
@@ -108,6 +113,10 @@ int gddr__ckpt_writer_start(const char *dir, int keep, gddr_ckpt_writer **out);
  * them. GDDR_ESTATE: a write is still in flight (skip this interval);
  * GDDR_ESHUTDOWN: the writer is stopping; GDDR_EINVAL. */
 int gddr__ckpt_writer_submit(gddr_ckpt_writer *w, uint64_t seq, gddr_ckpt_section *s, size_t n);
+
+/* Files a and b (0: none) are not deleted to keep `keep` files by the
+ * writes submitted from now on: the bases incremental checkpoints need. */
+void gddr__ckpt_writer_pin(gddr_ckpt_writer *w, uint64_t a, uint64_t b);
 
 /* 1 while a submitted write has not completed, else 0. */
 int gddr__ckpt_writer_busy(gddr_ckpt_writer *w);

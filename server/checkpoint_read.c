@@ -263,6 +263,12 @@ done:
 
 int gddr__ckpt_load_newest(const char *dir, gddr_ckpt *out, char *err, size_t errlen)
 {
+    return gddr__ckpt_load_upto(dir, UINT64_MAX, 0, out, err, errlen);
+}
+
+int gddr__ckpt_load_upto(const char *dir, uint64_t max_seq, int only, gddr_ckpt *out, char *err,
+                         size_t errlen)
+{
     if (err && errlen)
         err[0] = '\0';
     if (!out)
@@ -280,6 +286,8 @@ int gddr__ckpt_load_newest(const char *dir, gddr_ckpt *out, char *err, size_t er
     rc = 1;
     for (size_t i = 0; i < n; i++) {
         char path[4096], why[256] = "";
+        if (v[i] > max_seq || (only && v[i] != max_seq))
+            continue;
         if (!gddr__ckpt_path(path, sizeof path, dir, v[i], 0)) {
             gddr__ckpt_seterr(err, errlen, "checkpoint: path too long: %s", dir);
             rc = GDDR_EINVAL;

@@ -287,7 +287,7 @@ static int write_sync(int fd, wctx *c, wreq *r, const char **what, double *t_wri
     return rc;
 }
 
-static void retain(const char *dir, uint64_t written, int keep)
+static void retain(const char *dir, uint64_t written, int keep, const uint64_t *pin)
 {
     if (keep <= 0)
         return;
@@ -299,7 +299,7 @@ static void retain(const char *dir, uint64_t written, int keep)
         return;
     }
     for (size_t i = 0; i < n; i++) {
-        if (i < (size_t)keep)
+        if (i < (size_t)keep || (pin && v[i] && (v[i] == pin[0] || v[i] == pin[1])))
             continue;
         if (v[i] == written) {
             gddr_log(GDDR_LOG_WARN,
@@ -316,8 +316,10 @@ static void retain(const char *dir, uint64_t written, int keep)
     free(v);
 }
 
-int gddr__ckpt_write(const char *dir, uint64_t seq, const gddr_ckpt_section *s, size_t n,
-                     int keep, gddr_ckpt_stats *st, char *err, size_t errlen)
+/* gddr__ckpt_write, whose retention spares pin[0] and pin[1] (pin NULL: none). */
+static int write_pinned(const char *dir, uint64_t seq, const gddr_ckpt_section *s, size_t n,
+                        int keep, const uint64_t *pin, gddr_ckpt_stats *st, char *err,
+                        size_t errlen)
 {
     double t_start = now_ms();
     if (st)
@@ -433,7 +435,7 @@ int gddr__ckpt_write(const char *dir, uint64_t seq, const gddr_ckpt_section *s, 
         close(dfd);
     t_fsync += now_ms() - t_dir;
     if (rc == GDDR_OK)
-        retain(dir, seq, keep);
+        retain(dir, seq, keep, pin);
     goto out;
 
 out_unlink:
@@ -458,9 +460,13 @@ out:
     return rc;
 }
 
-/* ======================================================================== */
-/* background writer                                                        */
-/* ======================================================================== */
+int gddr__ckpt_write(const char *dir, uint64_t seq, const gddr_ckpt_section *s, size_t n,
+                     int keep, gddr_ckpt_stats *st, char *err, size_t errlen)
+{
+    return write_pinned(dir, seq, s, n, keep, NULL, st, err, errlen);
+}
+
+/* ---- background writer ---------------------------------------------------- */
 
 struct gddr_ckpt_writer {
     pthread_mutex_t mu;
@@ -475,6 +481,7 @@ struct gddr_ckpt_writer {
     gddr_ckpt_section *job_s;
     size_t job_n;
     int last_rc;
+    uint64_t pin[2]; /* not deleted by retention (gddr__ckpt_writer_pin) */
     uint64_t last_seq;
     gddr_ckpt_stats last;
 };
@@ -491,13 +498,14 @@ static void *writer_main(void *arg)
         uint64_t seq = w->job_seq;
         gddr_ckpt_section *s = w->job_s;
         size_t n = w->job_n;
+        uint64_t pin[2] = { w->pin[0], w->pin[1] };
         w->have_job = 0;
         w->job_s = NULL;
         pthread_mutex_unlock(&w->mu);
 
         gddr_ckpt_stats st;
         char err[512];
-        int rc = gddr__ckpt_write(w->dir, seq, s, n, w->keep, &st, err, sizeof err);
+        int rc = write_pinned(w->dir, seq, s, n, w->keep, pin, &st, err, sizeof err);
         gddr__ckpt_free_sections(s, n);
         if (rc == GDDR_OK)
             gddr_log(GDDR_LOG_INFO,
@@ -614,6 +622,13 @@ int gddr__ckpt_writer_submit(gddr_ckpt_writer *w, uint64_t seq, gddr_ckpt_sectio
     }
     pthread_mutex_unlock(&w->mu);
     return rc;
+}
+
+void gddr__ckpt_writer_pin(gddr_ckpt_writer *w, uint64_t a, uint64_t b)
+{
+    pthread_mutex_lock(&w->mu);
+    w->pin[0] = a, w->pin[1] = b;
+    pthread_mutex_unlock(&w->mu);
 }
 
 int gddr__ckpt_writer_busy(gddr_ckpt_writer *w)

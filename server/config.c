@@ -126,7 +126,7 @@ const gddr__conf_key gddr_ps_conf_table[] = {
     { "checkpoint", "checkpoint_interval_s", GDDR_CONF_DOUBLE, OFF(checkpoint_interval_s), "30",
       0, 1e7, NULL, 1, "seconds between checkpoints; 0 = only on SIGTERM and on request" },
     { "checkpoint", "checkpoint_keep", GDDR_CONF_INT, OFF(checkpoint_keep), "3", 1, 1000, NULL,
-      0, "how many checkpoints to keep" },
+      0, "how many checkpoints to keep (with sparse tables, also the full ones later ones rest on)" },
     { "checkpoint", "checkpoint_allow_empty", GDDR_CONF_BOOL, OFF(checkpoint_allow_empty), "false",
       0, 0, NULL, 0,
       "start empty when checkpoint_dir holds checkpoints but none is readable (they are moved aside)" },

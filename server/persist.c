@@ -4,7 +4,8 @@
  * tensor, the only time pushes wait) and hands them to the checkpoint
  * writer thread (checkpoint_write.c), which writes them through liburing
  * while training goes on. Sections:
- *   "meta"          u64 format (2), u64 previous epoch, u64 tensor count
+ *   "meta"          u64 format (4), u64 previous epoch, u64 tensor count,
+ *                   u64 table count (format 4)
  *   "tensor/<id>"   a tensor_head, the key, values, the optimizer state
  *                   (s1, s2 as present), the sync accumulator, its chunk
  *                   flags and counts (if a step was being collected)
@@ -19,9 +20,11 @@
  *                   (ps_wtensor), so a push applied before the checkpoint
  *                   is not applied again when its worker resends it
  *   "snap/..." "orphan/..."  residual snapshots and orphans (orphan.c)
+ *   "table/<i>" "trows/<i>" (or "tdelta/<i>", "tbase")  tables (table_persist.c)
  * A crash loses the pushes applied after the newest checkpoint: at most
  * checkpoint_interval_s seconds of updates (docs/operations.md). Format 1
- * files (before exactly-once) and 2 (before optimizers and fill) still load.
+ * files (before exactly-once), 2 (before optimizers and fill) and 3
+ * (before tables) still load.
  *
  * Checkpoints asked for by a request are coalesced: while one is being
  * written, or one was started less than a second ago, a request joins it
@@ -39,7 +42,7 @@
 #include "residual.h"
 #include "snapshot.h"
 
-#define META_FORMAT 3
+#define META_FORMAT 4
 #define REQUEST_GAP_MS 1000
 
 typedef struct tensor_head {
@@ -107,13 +110,14 @@ static int collect(gddr_ps *ps, gddr_ckpt_section **out, size_t *nout)
 {
     gddr_ckpt_section *s = NULL;
     size_t n = 0, cap = 0;
-    uint64_t *meta = malloc(3 * sizeof *meta);
+    uint64_t *meta = malloc(4 * sizeof *meta);
     if (!meta)
         goto fail;
     meta[0] = META_FORMAT;
     meta[1] = ps->epoch;
     meta[2] = ps->ntensors;
-    if (add_section(&s, &n, &cap, "meta", meta, 3 * sizeof *meta) < 0) {
+    meta[3] = ps_tables_count(ps);
+    if (add_section(&s, &n, &cap, "meta", meta, 4 * sizeof *meta) < 0) {
         free(meta);
         goto fail;
     }
@@ -212,7 +216,8 @@ static int collect(gddr_ps *ps, gddr_ckpt_section **out, size_t *nout)
         goto fail;
     }
     if (gddr_ps_orphan_sections(ps, &s, &n, &cap, add_section) < 0 ||
-        ps_fill_sections(ps, &s, &n, &cap, add_section) < 0)
+        ps_fill_sections(ps, &s, &n, &cap, add_section) < 0 ||
+        ps_tables_ckpt_sections(ps, &s, &n, &cap, add_section) < 0)
         goto fail;
     *out = s;
     *nout = n;
@@ -464,10 +469,10 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
         count = 0;
     ps->ckpt_seq = count ? seqs[0] : 0;
     ps->last_ckpt_ms = gddr__now_ms();
-    gddr_ckpt c;
-    memset(&c, 0, sizeof c);
+    gddr_ckpt c, base;
+    memset(&c, 0, sizeof c), memset(&base, 0, sizeof base);
     char lerr[512] = "";
-    rc = gddr__ckpt_load_newest(ps->cfg.checkpoint_dir, &c, lerr, sizeof lerr);
+    rc = ps_tables_ckpt_load(ps->cfg.checkpoint_dir, &c, &base, lerr, sizeof lerr);
     if (rc == 1 && count == 0) {
         gddr_log(GDDR_LOG_INFO, "no checkpoint in %s: starting empty", ps->cfg.checkpoint_dir);
         return GDDR_OK;
@@ -498,10 +503,10 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
         move_aside(ps->cfg.checkpoint_dir, seqs[i]);
     const gddr_ckpt_section *meta = gddr__ckpt_find(&c, "meta");
     uint64_t format = meta && meta->len >= 24 ? ((uint64_t *)meta->data)[0] : 0;
-    if (format < 1 || format > META_FORMAT) {
+    if (format < 1 || format > META_FORMAT || (format >= 4 && meta->len < 32)) {
         snprintf(err, errlen, "%s: no usable meta section (format %llu)", c.path,
                  (unsigned long long)format);
-        gddr__ckpt_free(&c);
+        gddr__ckpt_free(&c), gddr__ckpt_free(&base);
         return GDDR_EIO;
     }
     uint64_t nt = ((uint64_t *)meta->data)[2];
@@ -511,13 +516,13 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
         const gddr_ckpt_section *sec = gddr__ckpt_find(&c, name);
         if (!sec) {
             snprintf(err, errlen, "%s: section %s is missing", c.path, name);
-            gddr__ckpt_free(&c);
+            gddr__ckpt_free(&c), gddr__ckpt_free(&base);
             return GDDR_EIO;
         }
         char terr[256];
         if (restore_tensor(ps, sec, terr, sizeof terr) < 0) {
             snprintf(err, errlen, "%s: %s", c.path, terr);
-            gddr__ckpt_free(&c);
+            gddr__ckpt_free(&c), gddr__ckpt_free(&base);
             return GDDR_EIO;
         }
     }
@@ -529,9 +534,15 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
     ps_fill_restore(ps, &c);
     gddr_ps_orphan_restore(ps, &c, (int)format);
     ps_sync_restored(ps);
-    gddr_log(GDDR_LOG_INFO, "restored checkpoint %s: %llu tensors, %zu workers", c.path,
-             (unsigned long long)nt, nw);
-    gddr__ckpt_free(&c);
+    uint64_t ntab = format >= 4 ? ((uint64_t *)meta->data)[3] : 0;
+    if (ps_tables_ckpt_restore(ps, &c, &base, ntab, lerr, sizeof lerr) < 0) {
+        snprintf(err, errlen, "%s: %s", c.path, lerr);
+        gddr__ckpt_free(&c), gddr__ckpt_free(&base);
+        return GDDR_EIO;
+    }
+    gddr_log(GDDR_LOG_INFO, "restored checkpoint %s: %llu tensors, %zu workers, %llu tables", c.path,
+             (unsigned long long)nt, nw, (unsigned long long)ntab);
+    gddr__ckpt_free(&c), gddr__ckpt_free(&base);
     return GDDR_OK;
 }
 
@@ -545,7 +556,8 @@ void gddr_ps_checkpoint_request(gddr_ps *ps, char *text, size_t len)
     /* The one being written joins only a request that has nothing newer to
      * save: after a push since its copy, the request asks for the next. */
     if (ps->ckpt_pending && gddr__ckpt_writer_busy(ps->ckw) && !ps->ckpt_now &&
-        ps->pushes == ps->ckpt_pending_pushes && ps->ntensors == ps->ckpt_pending_tensors) {
+        ps->pushes == ps->ckpt_pending_pushes &&
+        ps->ntensors + ps_tables_count(ps) == ps->ckpt_pending_tensors) {
         ps->ckpt_joined++;
         snprintf(text, len, "joined checkpoint %llu, being written", (unsigned long long)ps->ckpt_seq);
         return;
@@ -628,7 +640,7 @@ void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
     }
     ps->ckpt_pending_crc = crc;
     ps->ckpt_pending_pushes = ps->pushes;
-    ps->ckpt_pending_tensors = ps->ntensors;
+    ps->ckpt_pending_tensors = ps->ntensors + ps_tables_count(ps);
     if (gddr__ckpt_writer_submit(ps->ckw, ++ps->ckpt_seq, s, n) != GDDR_OK) {
         for (size_t i = 0; i < n; i++)
             free(s[i].data);

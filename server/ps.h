@@ -21,6 +21,7 @@
  *   ops.c       SIGHUP reload, the HTTP metrics endpoint
  *   stats.c     staleness statistics, the Prometheus text
  *   persist.c   what goes in a checkpoint and when (snapshot.h)
+ *   table_persist.c  sparse tables in checkpoints (snapshot.h)
  *   workers.c   who is a worker: hello, sessions, exactly-once records,
  *               byes and deaths
  *   sync.c      sync steps, the flushes waiting for them, what a change
@@ -290,7 +291,7 @@ typedef struct gddr_ps {
     /* CRC32C of the state the last written checkpoint holds, and of the one
      * being written: a periodic checkpoint of the same state is skipped. */
     uint32_t ckpt_state_crc, ckpt_pending_crc;
-    uint64_t ckpt_pending_pushes, ckpt_pending_tensors; /* ps->pushes, ntensors at its copy */
+    uint64_t ckpt_pending_pushes, ckpt_pending_tensors; /* ps->pushes, ntensors + tables at its copy */
     int ckpt_state_known;
     uint64_t ckpt_skipped;
     int64_t ckpt_done_ms;       /* the state on disk was last confirmed current (0: never) */

@@ -23,6 +23,9 @@
 #define PREFETCH 8
 #define LRU_SALT 0x6c72752073616d70ull /* "lru samp" */
 
+/* ps_table_view_get hands these out as pairs of uint64. */
+_Static_assert(sizeof(ps_tmeta) == 16 && sizeof(ps_tpend_ent) == 16, "meta, pending: two u64");
+
 static uint64_t min_cap(uint64_t a, uint64_t b)
 {
     return a == 0 ? b : b == 0 ? a : a < b ? a : b;
@@ -47,8 +50,9 @@ int ps_table_new(const ps_table_conf *c, uint64_t *server_rows, uint64_t server_
     t->s = t->nstate ? malloc(t->cap * d * t->nstate * sizeof *t->s) : NULL;
     t->meta = malloc(t->cap * sizeof *t->meta);
     t->steps = malloc(t->cap * sizeof *t->steps);
+    t->dirty = calloc((t->cap + 63) / 64, 8);
     t->scratch = calloc(1, sizeof *t->scratch);
-    if (!t->w || (t->nstate && !t->s) || !t->meta || !t->steps || !t->scratch ||
+    if (!t->w || (t->nstate && !t->s) || !t->meta || !t->steps || !t->dirty || !t->scratch ||
         ps_tix_init(&t->ix, ps_tix_entries_for(t->cap)) < 0) {
         ps_table_free(t);
         return -1;
@@ -78,6 +82,7 @@ void ps_table_free(ps_table *t)
     free(t->s);
     free(t->meta);
     free(t->steps);
+    free(t->dirty);
     ps_tix_free(&t->ix);
     ps_tpend_free(&t->pend);
     if (t->scratch)
@@ -97,8 +102,8 @@ size_t ps_table_bytes(const ps_table *t)
     size_t slots = t->cap * (d * sizeof(float) * (1 + t->nstate) + sizeof(ps_tmeta) +
                              sizeof(uint32_t));
     size_t scratch = sizeof *t->scratch + (t->scratch->ent ? (t->scratch->mask + 1) * 8 : 0);
-    return sizeof *t + slots + (t->ix.mask + 1) * sizeof *t->ix.ent + ps_tpend_bytes(&t->pend) +
-           scratch;
+    return sizeof *t + slots + (t->cap + 63) / 64 * 8 + (t->ix.mask + 1) * sizeof *t->ix.ent +
+           ps_tpend_bytes(&t->pend) + scratch;
 }
 
 uint64_t ps_table_version(const ps_table *t)
@@ -155,6 +160,11 @@ static int grow(ps_table *t)
     if (!st)
         return -1;
     t->steps = st;
+    uint64_t *db = realloc(t->dirty, (cap + 63) / 64 * 8);
+    if (!db)
+        return -1;
+    memset(db + (t->cap + 63) / 64, 0, ((cap + 63) / 64 - (t->cap + 63) / 64) * 8);
+    t->dirty = db;
     uint64_t e = ps_tix_entries_for(cap);
     if (e != t->ix.mask + 1 && ps_tix_rebuild(&t->ix, e, &t->meta[0].key, 2, t->rows) < 0)
         return -1;
@@ -181,7 +191,12 @@ static void remove_slot(ps_table *t, uint64_t s)
             memcpy(row_s(t, s), row_s(t, last), d * t->nstate * sizeof(float));
         t->meta[s] = t->meta[last];
         t->steps[s] = t->steps[last];
+        if (ps_tbit(t->dirty, last))
+            ps_tbit_set(t->dirty, s);
+        else
+            ps_tbit_clr(t->dirty, s);
     }
+    ps_tbit_clr(t->dirty, last);
     t->rows--;
     if (t->server_rows)
         (*t->server_rows)--;
@@ -259,6 +274,7 @@ static int64_t create(ps_table *t, uint64_t key, const float *w, const float *s1
     t->meta[s].key = key;
     t->meta[s].touched = t->version;
     t->steps[s] = 0;
+    ps_tbit_set(t->dirty, s);
     if (w)
         memcpy(row_w(t, s), w, d * sizeof(float));
     else
@@ -385,6 +401,7 @@ long ps_table_apply(ps_table *t, const uint64_t *keys, size_t n, const float *g,
         ps_trow_step(&t->c, row_w(t, (uint64_t)s), row_s(t, (uint64_t)s), &t->steps[s],
                      g + i * d, scale, lr);
         t->meta[s].touched = t->version;
+        ps_tbit_set(t->dirty, (uint64_t)s);
         stepped++;
     }
     return stepped;
@@ -470,6 +487,69 @@ int ps_table_put_row(ps_table *t, uint64_t key, const float *w, const float *s1,
         }
     }
     t->steps[s] = steps;
+    ps_tbit_set(t->dirty, (uint64_t)s);
     t->meta[s].touched = touched;
     return 0;
+}
+
+void ps_table_view_get(const ps_table *t, ps_table_view *v)
+{
+    v->rows = t->rows;
+    v->npend = t->pend.n;
+    v->dim = t->c.dim;
+    v->nstate = t->nstate;
+    v->w = t->w;
+    v->s = t->nstate ? t->s : NULL;
+    v->meta = &t->meta[0].key;
+    v->steps = t->steps;
+    v->pend = t->pend.n ? &t->pend.e[0].key : NULL;
+    v->sightings = t->pend.n ? t->pend.sightings : NULL;
+    v->dirty = t->dirty;
+}
+
+void ps_table_state_get(const ps_table *t, ps_table_state *st)
+{
+    st->version = t->version;
+    st->sweep = t->sweep;
+    st->rng = t->rng;
+    st->pend_rng = t->pend.rng;
+    ps_table_counts_get(t, &st->n);
+}
+
+void ps_table_state_set(ps_table *t, const ps_table_state *st)
+{
+    uint64_t rows = t->rows, pending = t->pend.n;
+    t->version = st->version;
+    t->sweep = st->sweep;
+    t->rng = st->rng;
+    t->pend.rng = st->pend_rng;
+    t->n = st->n;
+    t->n.rows = rows;
+    t->n.pending = pending;
+}
+
+int ps_table_put_pending(ps_table *t, uint64_t key, uint64_t seen, uint32_t sightings)
+{
+    if (find(t, key) >= 0 || ps_tpend_find(&t->pend, key) >= 0)
+        return 0;
+    int64_t i = ps_tpend_add(&t->pend, key, seen);
+    if (i < 0)
+        return -1;
+    t->pend.sightings[i] = sightings;
+    return 0;
+}
+
+uint64_t ps_table_dirty_count(const ps_table *t)
+{
+    uint64_t n = 0, words = t->rows / 64;
+    for (uint64_t i = 0; i < words; i++)
+        n += (uint64_t)__builtin_popcountll(t->dirty[i]);
+    if (t->rows & 63)
+        n += (uint64_t)__builtin_popcountll(t->dirty[words] & ((1ull << (t->rows & 63)) - 1));
+    return n;
+}
+
+void ps_table_dirty_clear(ps_table *t)
+{
+    memset(t->dirty, 0, (t->cap + 63) / 64 * 8);
 }

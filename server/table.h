@@ -15,7 +15,8 @@
  * bytes and is rebuilt when the slots grow, so its load never exceeds 0.5.
  * Nothing shrinks. server/table_int.h has the details.
  *
- * Memory: ps_table_bytes(t) <= C * ps_table_row_bytes(c) + the struct +
+ * Memory: ps_table_bytes(t) <= C * ps_table_row_bytes(c) + C / 8 + 8 (the
+ * dirty bits of incremental checkpoints) + the struct +
  * the pending keys of count/prob admission (at most 52 bytes per key of
  * a capacity that doubles up to max(max_rows, 2^20) keys) + push_check's
  * scratch (under 32 bytes per key of the largest push checked), C the
@@ -212,6 +213,51 @@ int ps_table_put_row(ps_table *t, uint64_t key, const float *w, const float *s1,
                      uint32_t steps, uint64_t touched);
 /* Sets the version (checkpoint load). */
 void ps_table_set_version(ps_table *t, uint64_t v);
+
+/* Checkpoints, in bulk: the table's arrays as they are (valid until the
+ * table next changes), so that a copy is one memcpy per array. Rows are in
+ * slots 0..rows-1: meta[2s] the key of slot s, meta[2s + 1] its last touch,
+ * w[s*dim ..] its values, s[s*dim*nstate ..] its optimizer state (nstate
+ * 0 sgd, 1 adagrad G, 2 adam m then v; NULL when 0), steps[s] its step
+ * count. The pending keys of count/prob admission likewise: pend[2i] the
+ * key, pend[2i + 1] the version of its last sighting, sightings[i] its
+ * sightings so far. dirty: a bit per slot (bit s & 63 of dirty[s >> 6]), set
+ * for a row created, stepped or put back since the last
+ * ps_table_dirty_clear; it moves with its row (a row whose bit is clear
+ * holds, under the same key, the values, state and step count it had at
+ * that clear). */
+typedef struct ps_table_view {
+    uint64_t rows, npend;
+    uint32_t dim, nstate;
+    const float *w, *s;
+    const uint64_t *meta;
+    const uint32_t *steps;
+    const uint64_t *pend;
+    const uint32_t *sightings;
+    const uint64_t *dirty;
+} ps_table_view;
+void ps_table_view_get(const ps_table *t, ps_table_view *v);
+/* Rows whose dirty bit is set; clearing every bit (a full checkpoint). */
+uint64_t ps_table_dirty_count(const ps_table *t);
+void ps_table_dirty_clear(ps_table *t);
+
+/* The rest of what makes a table's future: its version, the ttl sweep's
+ * cursor, the draw counters of the sampled LRU and of the pending keys'
+ * sampling, and the counters (rows and pending are ignored by set: they
+ * are what the table holds). Restoring rows (put_row in slot order), the
+ * pending keys (put_pending in order) and then this state makes a table
+ * that evolves bit for bit as the saved one would have. */
+typedef struct ps_table_state {
+    uint64_t version, sweep, rng, pend_rng;
+    ps_table_counts n;
+} ps_table_state;
+void ps_table_state_get(const ps_table *t, ps_table_state *st);
+void ps_table_state_set(ps_table *t, const ps_table_state *st);
+/* Puts a pending key back (checkpoint load): key not admitted yet, seen
+ * `sightings` times, last at version `seen`; appended after those put
+ * before. A key that has a row or is pending already is left alone.
+ * Returns 0, or -1 (no memory). */
+int ps_table_put_pending(ps_table *t, uint64_t key, uint64_t seen, uint32_t sightings);
 
 /* A sparse sum: rows by key, in first-insertion order, for a sync step's
  * pushes (added in rank order, so the sum does not depend on arrival).

@@ -109,6 +109,10 @@ void ps_trow_init_state(const ps_table_conf *c, float *s);
 void ps_trow_step(const ps_table_conf *c, float *w, float *s, uint32_t *steps, const float *g,
                   float scale, float lr);
 
+static inline void ps_tbit_set(uint64_t *b, uint64_t s) { b[s >> 6] |= 1ull << (s & 63); }
+static inline void ps_tbit_clr(uint64_t *b, uint64_t s) { b[s >> 6] &= ~(1ull << (s & 63)); }
+static inline int ps_tbit(const uint64_t *b, uint64_t s) { return (int)(b[s >> 6] >> (s & 63) & 1); }
+
 /* Slot meta: the key and the last touch side by side, one cache line for
  * a pull's key compare and touch. */
 typedef struct ps_tmeta {
@@ -125,6 +129,8 @@ struct ps_table {
     float *s;          /* cap * dim * nstate: [s1 | s2] per row */
     ps_tmeta *meta;    /* cap */
     uint32_t *steps;   /* cap */
+    uint64_t *dirty;   /* cap bits: rows created, stepped or put since the
+                        * last ps_table_dirty_clear (a bit moves with its row) */
     uint64_t rows, cap, hard;
     ps_tindex ix;
     uint64_t version;

@@ -21,58 +21,7 @@
 #include "ps.h"
 #include "table.h"
 #include "table_wire.h"
-
-/* A rank's push of the sync step being collected, kept until the step
- * completes (its values already scaled by AdaDelay's factor). */
-typedef struct tw_push {
-    uint64_t *keys;
-    float *vals;
-    size_t n;
-    int have;
-} tw_push;
-
-/* Exactly once: the last step taken from a rank's session, and its answer. */
-typedef struct tw_rec {
-    uint64_t session, step, version, sync_target, staleness;
-    uint8_t set, applied, mode;
-} tw_rec;
-
-typedef struct ps_stable {
-    char key[128];
-    uint32_t id;
-    ps_table *tab;
-    double lr;          /* the registration's lr; 0: the server's [optimizer] lr */
-    int opt_given;      /* InitTable named an optimizer */
-    Gddr__OptimizerKind kind;
-    double beta1, beta2, eps;
-    tw_push *step;      /* per rank (max_workers) */
-    uint32_t ncontrib;
-    tw_rec *rec;        /* per rank */
-    ps_rowsum *sum;
-    uint64_t pushes, pulls, rows_pulled, rows_pushed, duplicates;
-} ps_stable;
-
-/* A row pull waiting for a table version. */
-typedef struct tw_pull {
-    zmq_msg_t ident;
-    uint64_t req_id, min_version;
-    uint64_t *keys;
-    size_t n;
-    uint32_t table;
-    int create;
-    int64_t deadline_ms;
-} tw_pull;
-
-struct ps_tables {
-    ps_stable **t;
-    size_t n;
-    uint64_t rows;      /* live rows of every table (the server's cap) */
-    uint64_t bytes;     /* and their bytes (row_bytes each) */
-    tw_pull *pulls;
-    size_t npulls, cap_pulls;
-    uint64_t *kbuf;     /* keys copied out of a frame that is not 8-aligned */
-    size_t kcap;
-};
+#include "table_wire_int.h"
 
 static struct ps_tables *tables_of(gddr_ps *ps)
 {
@@ -148,11 +97,11 @@ static void reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id)
 static void fill_optimizer(const ps_stable *s, const gddr_ps *ps, Gddr__Optimizer *o)
 {
     gddr__optimizer__init(o);
-    o->kind = s->kind;
-    o->lr = s->lr > 0 ? s->lr : ps->cfg.lr;
-    o->beta1 = s->beta1;
-    o->beta2 = s->beta2;
-    o->eps = s->eps;
+    o->kind = s->o.kind;
+    o->lr = s->o.lr > 0 ? s->o.lr : ps->cfg.lr;
+    o->beta1 = s->o.beta1;
+    o->beta2 = s->o.beta2;
+    o->eps = s->o.eps;
 }
 
 /* ---- registration ------------------------------------------------------------ */
@@ -167,7 +116,7 @@ static uint64_t table_bytes_bound(const gddr_ps *ps)
 }
 
 static int conf_from_request(gddr_ps *ps, const Gddr__InitTable *in, ps_table_conf *c,
-                             ps_stable *s, char *why, size_t wl)
+                             tw_opt *to, char *why, size_t wl)
 {
     memset(c, 0, sizeof *c);
     c->dim = in->dim;
@@ -184,12 +133,12 @@ static int conf_from_request(gddr_ps *ps, const Gddr__InitTable *in, ps_table_co
         return -1;
     }
     const Gddr__Optimizer *o = in->optimizer;
-    s->opt_given = o != NULL;
-    s->kind = o ? o->kind : GDDR__OPTIMIZER_KIND__OPT_SGD;
-    s->lr = o ? o->lr : 0;
-    s->beta1 = o ? o->beta1 : 0;
-    s->beta2 = o ? o->beta2 : 0;
-    s->eps = o ? o->eps : 0;
+    to->opt_given = o != NULL;
+    to->kind = o ? o->kind : GDDR__OPTIMIZER_KIND__OPT_SGD;
+    to->lr = o ? o->lr : 0;
+    to->beta1 = o ? o->beta1 : 0;
+    to->beta2 = o ? o->beta2 : 0;
+    to->eps = o ? o->eps : 0;
     if (o) {
         if (!isfinite(o->lr) || o->lr < 0 || !isfinite(o->eps) || o->eps < 0 ||
             !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1)) {
@@ -209,13 +158,13 @@ static int conf_from_request(gddr_ps *ps, const Gddr__InitTable *in, ps_table_co
             return -1;
         }
     }
-    c->opt = s->kind == GDDR__OPTIMIZER_KIND__OPT_ADAM      ? PS_TOPT_ADAM
-             : s->kind == GDDR__OPTIMIZER_KIND__OPT_ADAGRAD ? PS_TOPT_ADAGRAD
+    c->opt = to->kind == GDDR__OPTIMIZER_KIND__OPT_ADAM      ? PS_TOPT_ADAM
+             : to->kind == GDDR__OPTIMIZER_KIND__OPT_ADAGRAD ? PS_TOPT_ADAGRAD
                                                              : PS_TOPT_SGD;
-    c->lr = (float)(s->lr > 0 ? s->lr : ps->cfg.lr);
-    c->beta1 = (float)s->beta1;
-    c->beta2 = (float)s->beta2;
-    c->eps = (float)s->eps;
+    c->lr = (float)(to->lr > 0 ? to->lr : ps->cfg.lr);
+    c->beta1 = (float)to->beta1;
+    c->beta2 = (float)to->beta2;
+    c->eps = (float)to->eps;
     return ps_table_conf_check(c, why, wl);
 }
 
@@ -255,6 +204,30 @@ static void stable_free(ps_stable *s, int max_workers)
     free(s);
 }
 
+ps_stable *ps_tables_add(gddr_ps *ps, const char *key, const ps_table_conf *c, const tw_opt *o)
+{
+    struct ps_tables *ts = tables_of(ps);
+    ps_stable *s = ts ? calloc(1, sizeof *s) : NULL;
+    if (!s)
+        return NULL;
+    snprintf(s->key, sizeof s->key, "%s", key);
+    s->o = *o;
+    int mw = (int)ps->cfg.max_workers;
+    ps_stable **nt = realloc(ts->t, (ts->n + 1) * sizeof *nt);
+    if (nt)
+        ts->t = nt;
+    if (!nt || ps_table_new(c, &ts->rows, (uint64_t)ps->cfg.max_table_rows, &s->tab) < 0 ||
+        !(s->step = calloc((size_t)mw, sizeof *s->step)) || !(s->rec = calloc((size_t)mw, sizeof *s->rec)) ||
+        !(s->sum = ps_rowsum_new(c->dim))) {
+        stable_free(s, mw);
+        return NULL;
+    }
+    ps_table_set_server_bytes(s->tab, &ts->bytes, table_bytes_bound(ps));
+    s->id = (uint32_t)ts->n;
+    ts->t[ts->n++] = s;
+    return s;
+}
+
 int ps_on_init_table(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, int worker)
 {
     const Gddr__InitTable *in = rq->init_table;
@@ -282,29 +255,14 @@ int ps_on_init_table(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, int
     if (ts->n >= (size_t)ps->cfg.max_tables)
         return ps_reject(ps, ident, id, GDDR_EINVAL, "server holds max_tables = %lld already",
                          ps->cfg.max_tables);
-    ps_stable *s = calloc(1, sizeof *s);
     char why[256];
     ps_table_conf c;
+    tw_opt o;
+    if (conf_from_request(ps, in, &c, &o, why, sizeof why) < 0)
+        return ps_reject(ps, ident, id, GDDR_EINVAL, "table '%s': %s", in->key, why);
+    ps_stable *s = ps_tables_add(ps, in->key, &c, &o);
     if (!s)
         return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for table '%s'", in->key);
-    if (conf_from_request(ps, in, &c, s, why, sizeof why) < 0) {
-        free(s);
-        return ps_reject(ps, ident, id, GDDR_EINVAL, "table '%s': %s", in->key, why);
-    }
-    snprintf(s->key, sizeof s->key, "%s", in->key);
-    int mw = (int)ps->cfg.max_workers;
-    ps_stable **nt = realloc(ts->t, (ts->n + 1) * sizeof *nt);
-    if (nt)
-        ts->t = nt;
-    if (!nt || ps_table_new(&c, &ts->rows, (uint64_t)ps->cfg.max_table_rows, &s->tab) < 0 ||
-        !(s->step = calloc((size_t)mw, sizeof *s->step)) || !(s->rec = calloc((size_t)mw, sizeof *s->rec)) ||
-        !(s->sum = ps_rowsum_new(c.dim))) {
-        stable_free(s, mw);
-        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for table '%s'", in->key);
-    }
-    ps_table_set_server_bytes(s->tab, &ts->bytes, table_bytes_bound(ps));
-    s->id = (uint32_t)ts->n;
-    ts->t[ts->n++] = s;
     gddr_log(GDDR_LOG_INFO, "table '%s' registered: id %u, %u values a row, %zu bytes a row", s->key,
              s->id, c.dim, ps_table_row_bytes(&c));
     send_init_reply(ps, ident, id, s, 1);
@@ -475,7 +433,7 @@ static void send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, cons
 
 static float table_lr(const gddr_ps *ps, const ps_stable *s, double push_lr)
 {
-    return (float)(push_lr > 0 ? push_lr : s->lr > 0 ? s->lr : ps->cfg.lr);
+    return (float)(push_lr > 0 ? push_lr : s->o.lr > 0 ? s->o.lr : ps->cfg.lr);
 }
 
 /* Completes the sync step being collected when every live worker pushed

@@ -1,10 +1,12 @@
 /* bench_table.c -- the sparse table engine at the size of issue 19's target:
  * 10M rows of 64 floats (sgd, always admitted), its resident memory per row
  * against ps_table_row_bytes, and pulls of 64k random existing keys against
- * a plain memcpy of the same bytes, and sgd steps of those rows. Not run by
+ * a plain memcpy of the same bytes, and sgd steps of those rows; and what a
+ * checkpoint's copy of the table costs the front thread (server/
+ * table_persist.c: a fresh malloc and one memcpy per array). Not run by
  * make check.
  *
- *   build/bin/bench_table [rows [dim]]
+ *   build/bin/bench_table [rows [dim [sgd|adagrad|adam]]]
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,9 +52,12 @@ int main(int argc, char **argv)
 {
     uint64_t rows = argc > 1 ? strtoull(argv[1], NULL, 10) : 10000000;
     uint32_t dim = argc > 2 ? (uint32_t)strtoul(argv[2], NULL, 10) : 64;
+    const char *opt = argc > 3 ? argv[3] : "sgd";
     ps_table_conf c = { .dim = dim, .init = PS_TINIT_UNIFORM, .init_scale = 0.01f,
                         .init_seed = 1, .admit = PS_TADMIT_ALWAYS, .opt = PS_TOPT_SGD,
-                        .lr = 0.1f };
+                        .lr = 0.1f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f };
+    c.opt = strcmp(opt, "adam") == 0 ? PS_TOPT_ADAM : strcmp(opt, "adagrad") == 0 ? PS_TOPT_ADAGRAD
+                                                                                   : PS_TOPT_SGD;
     char why[128];
     if (ps_table_conf_check(&c, why, sizeof why) < 0) {
         fprintf(stderr, "bench_table: %s\n", why);
@@ -125,8 +130,70 @@ int main(int argc, char **argv)
            "memcpy of the same %zu bytes %.2f ms: pull/memcpy time %.1fx\n",
            BATCH, BATCH / tp[REPS / 2] / 1e6, REPS, tp[REPS / 2] * 1e3,
            (size_t)BATCH * dim * sizeof(float), tm[REPS / 2] * 1e3, tp[REPS / 2] / tm[REPS / 2]);
-    printf("apply (sgd): the same keys: %.2f M rows/s (median of %d)\n",
+    printf("apply (%s): the same keys: %.2f M rows/s (median of %d)\n", opt,
            BATCH / ta[REPS / 2] / 1e6, REPS);
+    /* A checkpoint's copy, as table_persist.c takes it on the front thread:
+     * a fresh buffer (first touch of every page included) and one memcpy
+     * per array. */
+    ps_table_view v;
+    ps_table_view_get(t, &v);
+    size_t vals = (size_t)v.rows * v.dim * 4, bytes = v.rows * 16 + v.rows * 4 + vals * (1 + v.nstate);
+    double tc[REPS];
+    for (int rep = 0; rep < REPS; rep++) {
+        double a = now();
+        char *buf = malloc(bytes), *p = buf;
+        if (!buf)
+            return 1;
+        memcpy(p, v.meta, v.rows * 16), p += v.rows * 16;
+        memcpy(p, v.steps, v.rows * 4), p += v.rows * 4;
+        memcpy(p, v.w, vals), p += vals;
+        if (v.nstate)
+            memcpy(p, v.s, vals * v.nstate);
+        tc[rep] = now() - a;
+        if (buf[bytes / 2] == 42)
+            printf(".");
+        free(buf);
+    }
+    qsort(tc, REPS, sizeof *tc, cmp);
+    printf("checkpoint copy (%s): %llu rows, %.1f MiB in %.1f ms (median of %d; %.2f GB/s)\n", opt,
+           (unsigned long long)v.rows, bytes / 1048576.0, tc[REPS / 2] * 1e3, REPS,
+           bytes / tc[REPS / 2] / 1e9);
+    /* An incremental one after a tenth of the rows were stepped: every
+     * row's key, touch and step count, the dirty bits, the changed rows. */
+    ps_table_dirty_clear(t);
+    for (uint64_t i = 0; i < rows / 10; i += BATCH) {
+        size_t n = rows / 10 - i < BATCH ? rows / 10 - i : BATCH;
+        for (size_t j = 0; j < n; j++)
+            keys[j] = key_of(i + j); /* distinct keys: a tenth of the rows */
+        if (ps_table_apply(t, keys, n, src, 1.0f, 0.1f) < 0)
+            return 1;
+    }
+    ps_table_view_get(t, &v);
+    uint64_t nd = ps_table_dirty_count(t), words = (v.rows + 63) / 64;
+    size_t row = (size_t)v.dim * 4, dbytes = v.rows * 20 + words * 8 + nd * row * (1 + v.nstate);
+    for (int rep = 0; rep < REPS; rep++) {
+        double a = now();
+        char *buf = malloc(dbytes), *p = buf;
+        if (!buf)
+            return 1;
+        memcpy(p, v.meta, v.rows * 16), p += v.rows * 16;
+        memcpy(p, v.steps, v.rows * 4), p += v.rows * 4;
+        memcpy(p, v.dirty, words * 8), p += words * 8;
+        for (uint64_t k = 0; k < v.rows; k++)
+            if (v.dirty[k >> 6] >> (k & 63) & 1)
+                memcpy(p, v.w + k * v.dim, row), p += row;
+        for (uint64_t k = 0; v.nstate && k < v.rows; k++)
+            if (v.dirty[k >> 6] >> (k & 63) & 1)
+                memcpy(p, v.s + k * v.dim * v.nstate, row * v.nstate), p += row * v.nstate;
+        tc[rep] = now() - a;
+        if (buf[dbytes / 2] == 42)
+            printf(".");
+        free(buf);
+    }
+    qsort(tc, REPS, sizeof *tc, cmp);
+    printf("incremental copy (%s): %llu of %llu rows changed, %.1f MiB in %.1f ms (median of %d)\n", opt,
+           (unsigned long long)nd, (unsigned long long)v.rows, dbytes / 1048576.0, tc[REPS / 2] * 1e3,
+           REPS);
     ps_table_free(t);
     free(keys);
     free(out);

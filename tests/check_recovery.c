@@ -295,7 +295,7 @@ static uint64_t ckpt_ntensors(const gddr_ckpt *c)
     ck_assert_msg(m && m->len >= 24, "%s has no meta section", c->path);
     uint64_t meta[3];
     memcpy(meta, m->data, sizeof meta);
-    ck_assert_uint_eq(meta[0], 3); /* format 3: optimizers ("opt/") and fill credits */
+    ck_assert_uint_eq(meta[0], 4); /* format 4: sparse tables ("table/", "trows/"; 3: optimizers, fill) */
     return meta[2];
 }
 

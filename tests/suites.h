@@ -22,6 +22,7 @@
     X(optim)           \
     X(view)            \
     X(table)           \
+    X(table_ckpt)      \
     X(rows)
 
 #define GDDR__SUITE_DECL(name) Suite *suite_##name(void);

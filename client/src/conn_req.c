@@ -163,13 +163,24 @@ int gddr__reconnect(gddr_client *c)
             if ((rc = gddr__register_table_one(c, i, try_ms, &res)) != GDDR_OK)
                 break;
             tb->sid = res.sid;
-            if (res.version < tb->need || res.version < tb->pulled) {
-                /* Tables are not in checkpoints: a restarted server starts
-                 * them empty, at version 0. */
+            if (res.version < tb->pulled) {
+                /* A server restored from a checkpoint answers with the
+                 * version saved (an empty one with 0): the steps after it
+                 * are gone. */
                 gddr__logf(&c->log, GDDR_LOG_WARN,
-                           "table '%s' is back at version %llu (we had %llu): its rows start over",
+                           "table '%s' is back at version %llu (we had %llu): updates after the server's last checkpoint were lost",
                            tb->key, (unsigned long long)res.version, (unsigned long long)tb->pulled);
                 tb->need = tb->pulled = res.version;
+            } else if (res.version < tb->need) {
+                /* Our last push made (or joined a sync step toward) a
+                 * version the server does not have: it was lost with the
+                 * server, or it waits in an open sync step the checkpoint
+                 * kept. Pulls stop waiting for it (else a lost one would
+                 * block them). */
+                gddr__logf(&c->log, GDDR_LOG_INFO,
+                           "table '%s' is at version %llu, before the %llu our last push waits for: pulls no longer wait for it",
+                           tb->key, (unsigned long long)res.version, (unsigned long long)tb->need);
+                tb->need = res.version;
             }
         }
         if (rc == GDDR_OK) {
