@@ -26,6 +26,11 @@ one is expected, so that torch.optim.lr_scheduler drives the server's lr:
         opt.step()           # set_lr(param_groups[0]["lr"]), then ps.step()
         sched.step()
 
+Sparse embedding tables: Embedding(client, key, dim, ...) is an
+nn.Module over a gddr table (rows by 64-bit id, created on first touch,
+stepped by the server's optimizer): forward pulls the rows the ids use,
+loss.backward() pushes their summed gradients (see the class).
+
 Parameters are registered under their names from model.named_parameters()
 (with an optional prefix), in that order. CPU float32 parameters and their
 gradients go to the library as pointers to their own memory, never copied.
