@@ -23,7 +23,7 @@ import numpy as np
 from . import _lib
 from .errors import InvalidArgument, LengthMismatch, StateError, from_code
 from .optim import LR_MAX, check_name, optimizer_text
-from .table import Table, register_table as _register_table
+from .table import register_table as _register_table
 
 MODES = {0: "async", 1: "sync", 2: "ssp"}
 _PY_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
