@@ -16,6 +16,7 @@ docs/python.md has the whole API.
 from . import _lib
 from .client import (DC_MODES, LOG_LEVELS, MODES, OPTIONS, Client, Tensor, Ticket,
                      default_options, strerror)
+from .table import Table, as_keys
 from .optim import KINDS as OPTIMIZERS, Optimizer, check_name
 from .errors import *  # noqa: F401,F403 (one class per gddr_err)
 from .errors import __all__ as _errors_all
@@ -27,4 +28,4 @@ cuda_reason = _lib.CUDA_REASON  # why has_cuda is False ("" when True)
 
 __all__ = ["Client", "Tensor", "Ticket", "default_options", "strerror", "OPTIONS", "MODES",
            "DC_MODES", "LOG_LEVELS", "library_path", "has_cuda", "cuda_reason", "Optimizer",
-           "OPTIMIZERS", "check_name"] + _errors_all
+           "OPTIMIZERS", "check_name", "Table", "as_keys"] + _errors_all

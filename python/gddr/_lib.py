@@ -76,6 +76,30 @@ class ServerStats(ctypes.Structure):
     ]
 
 
+class TableOpts(ctypes.Structure):
+    """gddr_table_opts (python/tests checks the layout and the defaults of
+    GDDR_TABLE_OPTS_INIT against the compiler). Fields are only ever
+    appended in C; gddr_table_register_sized gets sizeof(TableOpts), so a
+    newer library gives the defaults for fields this mirror lacks."""
+
+    _fields_ = [
+        ("init", ctypes.c_int),
+        ("init_scale", ctypes.c_float),
+        ("init_seed", ctypes.c_uint64),
+        ("admit", ctypes.c_int),
+        ("admit_count", ctypes.c_uint),
+        ("admit_prob", ctypes.c_float),
+        ("optimizer", ctypes.c_char_p),
+        ("max_rows", ctypes.c_uint64),
+        ("row_ttl", ctypes.c_uint64),
+    ]
+
+
+TINIT = {"zeros": 0, "uniform": 1, "normal": 2}     # GDDR_TINIT_*
+TADMIT = {"always": 0, "count": 1, "prob": 2}      # GDDR_TADMIT_*
+ROWS_NOCREATE = 1                                  # GDDR_ROWS_NOCREATE
+
+
 def struct_dict(s):
     """A ctypes struct as a plain dict (arrays become lists)."""
     out = {}
@@ -208,6 +232,11 @@ next_step = _proto("gddr_next_step", _c.c_uint64, _P)
 tensor_version = _proto("gddr_tensor_version", _c.c_int, _P, _c.c_int, _U64P)
 counters_get = _proto("gddr_client_counters_get", _c.c_int, _P, _c.POINTER(ClientCounters))
 stats_get = _proto("gddr_server_stats_get", _c.c_int, _P, _c.POINTER(ServerStats))
+table_register_sized = _proto("gddr_table_register_sized", _c.c_int, _P, _c.c_char_p, _c.c_uint32,
+                              _c.POINTER(TableOpts), _c.c_size_t, _c.POINTER(_c.c_int))
+pull_rows = _proto("gddr_pull_rows", _c.c_int, _P, _c.c_int, _U64P, _c.c_size_t, _FP, _c.c_uint,
+                   _c.c_uint64, _U64P)
+push_rows = _proto("gddr_push_rows", _c.c_int, _P, _c.c_int, _U64P, _c.c_size_t, _FP, _U64P)
 
 # gddr_server_metrics_text's string is malloc'd by the library: free() it
 # with the C library's free (the same allocator in one process).

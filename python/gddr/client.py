@@ -23,6 +23,7 @@ import numpy as np
 from . import _lib
 from .errors import InvalidArgument, LengthMismatch, StateError, from_code
 from .optim import LR_MAX, check_name, optimizer_text
+from .table import register_table as _register_table
 
 MODES = {0: "async", 1: "sync", 2: "ssp"}
 _PY_LEVELS = {0: logging.ERROR, 1: logging.WARNING, 2: logging.INFO, 3: logging.DEBUG}
@@ -247,6 +248,7 @@ class Client:
         self._lock = threading.RLock()
         self._tensors = []
         self._by_name = {}
+        self._tables = {}   # key -> Table
         self._pending = {}  # ticket -> Ticket, whose array the library may still write
         self._lr = 0.0      # set_lr's (0: the tensors' own)
         # The options given (None from an INI file: the library read them
@@ -455,6 +457,37 @@ class Client:
             self._check(rc, "wait for %s %r" % (ticket.kind, ticket.tensor.name))
             ticket.done, ticket.version = True, v.value
             return v.value
+
+    # ---- sparse tables (gddr.table) -------------------------------------------
+
+    def register_table(self, key, dim, init="zeros", init_scale=0.0, init_seed=0,
+                       admit="always", admit_count=1, admit_prob=1.0, optimizer=None,
+                       max_rows=0, row_ttl=0):
+        """Registers the sparse table `key` of rows of `dim` floats
+        (gddr_table_register; on every server of a sharded client), or
+        looks up the existing one (same dim; another dim raises
+        gddr.LengthMismatch). Returns a gddr.Table (pull, push).
+
+        init        "zeros", "uniform" U(-init_scale, init_scale) or
+                    "normal" N(0, init_scale^2); a row's initial value
+                    depends on (init_seed, key) only
+        admit       "always" (a row at first touch), "count" (at the
+                    admit_count-th training pull that saw the key) or
+                    "prob" (with probability admit_prob a sighting)
+        optimizer   "sgd lr=0.1", "adagrad lr=0.05", "adam lr=0.001" (or
+                    a gddr.Optimizer; no momentum or weight decay), None:
+                    SGD at the server's lr
+        max_rows    rows the table may hold per server (0: the server's
+                    bound); row_ttl: evict rows untouched for this many
+                    table versions (0: never)
+        The first registration of a key decides every field."""
+        return _register_table(self, key, dim, init, init_scale, init_seed, admit, admit_count,
+                               admit_prob, optimizer, max_rows, row_ttl)
+
+    @property
+    def tables(self):
+        """The tables this client registered, {key: Table}."""
+        return dict(self._tables)
 
     # ---- steps --------------------------------------------------------------
 

@@ -26,6 +26,11 @@ one is expected, so that torch.optim.lr_scheduler drives the server's lr:
         opt.step()           # set_lr(param_groups[0]["lr"]), then ps.step()
         sched.step()
 
+Sparse embedding tables: Embedding(client, key, dim, ...) is an
+nn.Module over a gddr table (rows by 64-bit id, created on first touch,
+stepped by the server's optimizer): forward pulls the rows the ids use,
+loss.backward() pushes their summed gradients (see the class).
+
 Parameters are registered under their names from model.named_parameters()
 (with an optional prefix), in that order. CPU float32 parameters and their
 gradients go to the library as pointers to their own memory, never copied.
@@ -306,3 +311,122 @@ def _check_lr(lr):
     if not math.isfinite(lr) or not 0 <= lr <= LR_MAX:
         raise InvalidArgument("lr %r is not in [0, 1e6]" % lr)
     return lr
+
+
+# ---- sparse embedding tables ----------------------------------------------------
+
+
+class _Lookup(torch.autograd.Function):
+    """rows[inverse] forward; backward sums the gradient of every use of
+    a row (index_add over the inverse index: repeats add up) and hands
+    the (unique keys, summed gradients) to the Embedding, which pushes
+    them or keeps them for step(). No gradient flows to `rows` itself
+    (a leaf made for this call only)."""
+
+    @staticmethod
+    def forward(ctx, rows, inverse, emb, keys):
+        ctx.save_for_backward(inverse)
+        ctx.emb, ctx.keys, ctx.n = emb, keys, rows.shape[0]
+        return rows.index_select(0, inverse)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (inverse,) = ctx.saved_tensors
+        g = torch.zeros((ctx.n, grad.shape[-1]), dtype=torch.float32, device=grad.device)
+        g.index_add_(0, inverse, grad.to(torch.float32))
+        ctx.emb._gradient(ctx.keys, g)
+        return None, None, None, None
+
+
+class Embedding(torch.nn.Module):
+    """A torch.nn.Embedding whose rows live in a gddr table on the server
+    (gddr.Client.register_table): any number of ids, 64-bit keys, rows
+    created at first touch and stepped by the server's optimizer.
+
+        emb = gddr.torch.Embedding(client, "words", 64, init="uniform",
+                                   init_scale=0.01, optimizer="adagrad lr=0.1")
+        v = emb(ids)               # ids: int64 tensor, any shape -> (*ids.shape, 64)
+        loss(v).backward()         # pushes the summed gradient of every row used
+        emb.step()                 # in sync mode: an empty push if nothing was pushed
+
+    forward(ids) takes torch.unique of the ids, pulls those rows (one
+    pull; a training pull in train(), an inference pull that creates
+    nothing in eval()), and returns them gathered by unique's inverse
+    index, float32, requiring a gradient when autograd is on. Ids are
+    int64 (or any integer dtype); a negative id is the uint64 key with the
+    same bits (-1 is 2**64 - 1), so hashed ids may use all 64 bits.
+
+    push="backward" (the default): the backward pass pushes the table's
+    gradient at once: one push a backward, holding every row the forward
+    used, a row's uses summed (the sum torch's nn.Embedding computes).
+    push="step": backward only collects; step() pushes what the backward
+    passes since the last step() collected, as one push (a row in two
+    batches summed). In sync mode every worker must push every table once
+    a step: call step() every step in both modes, which then makes an
+    empty push when there is nothing to push (push="backward" with no
+    backward since the last step(), or nothing collected); outside sync
+    mode step() pushes nothing then. In sync mode with push="backward",
+    run one backward per step (a second push of a step is refused).
+
+    The server runs the optimizer: there is no parameter here for a torch
+    optimizer to step (module.parameters() is empty). Rows are returned on
+    the ids' device (pulled through host memory). Other keywords go to
+    register_table (init, init_scale, init_seed, admit, admit_count,
+    admit_prob, optimizer, max_rows, row_ttl).
+    """
+
+    def __init__(self, client, key, dim, push="backward", **table_kw):
+        super().__init__()
+        if push not in ("backward", "step"):
+            raise InvalidArgument("push must be 'backward' or 'step', not %r" % (push,))
+        self.client = client
+        self.table = client.register_table(key, dim, **table_kw)
+        self.key, self.dim, self.push_mode = key, dim, push
+        self._pending = []       # (keys, grads) collected for step() (push="step")
+        self._pushed = False     # a push since the last step()
+        self.version = 0         # the table's version after the last pull or push
+
+    def forward(self, ids):
+        if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+            raise InvalidArgument("Embedding ids must be integers, not %s" % ids.dtype)
+        flat = ids.reshape(-1).to(device="cpu", dtype=torch.int64)
+        uniq, inverse = torch.unique(flat, return_inverse=True)
+        keys = uniq.numpy().view(np.uint64)
+        rows = self.table.pull(keys, create=self.training)
+        self.version = self.table.version
+        rows_t = torch.from_numpy(rows)
+        if ids.device.type != "cpu":
+            rows_t, inverse = rows_t.to(ids.device), inverse.to(ids.device)
+        if torch.is_grad_enabled():
+            rows_t.requires_grad_(True)
+            out = _Lookup.apply(rows_t, inverse, self, keys)
+        else:
+            out = rows_t.index_select(0, inverse)
+        return out.view(*ids.shape, self.dim)
+
+    def _gradient(self, keys, g):
+        g = g.detach().cpu().contiguous().numpy()
+        if self.push_mode == "backward":
+            self.version = self.table.push(keys, g)
+            self._pushed = True
+        else:
+            self._pending.append((keys, g))
+
+    def step(self):
+        """push="step": pushes the gradients the backward passes collected
+        since the last step() (one push; the library sums a key's
+        repeats). Both modes, sync server: an empty push if this step
+        pushed nothing, as the sync step needs one push of every worker.
+        Returns the table's version."""
+        if self._pending:
+            keys = np.concatenate([k for k, _ in self._pending])
+            grads = np.concatenate([g for _, g in self._pending])
+            self._pending = []
+            self.version = self.table.push(keys, grads)
+        elif not self._pushed and self.client.mode == "sync":
+            self.version = self.table.push(np.zeros(0, np.uint64), np.zeros((0, self.dim), np.float32))
+        self._pushed = False
+        return self.version
+
+    def extra_repr(self):
+        return "%r, %d, push=%r" % (self.key, self.dim, self.push_mode)

@@ -5,7 +5,8 @@
  *       sizeof and offsetof of every field of the public result structs, one
  *       "struct field offset size" line each, to hold the ctypes mirror of
  *       python/gddr/_lib.py against what the compiler made of gddr.h;
- *       sizeof(gddr_client_opts) and its defaults
+ *       sizeof(gddr_client_opts) and its defaults; gddr_table_opts (mirrored
+ *       as _lib.TableOpts) and GDDR_TABLE_OPTS_INIT
  *   c_peer train ENDPOINT KEY N STEPS DELAY_FRACTION DC_LAMBDA CLIP_NORM
  *       rank 0 of 1 trains w (N floats, registered as zeros) towards
  *       target[i] = (float)((i % 7) * 0.37 - 1.0) with g = w - target and
@@ -48,6 +49,17 @@ static int layout(void)
     F(gddr_server_stats, staleness_hist); F(gddr_server_stats, worker_staleness_mean);
     F(gddr_server_stats, worker_pushes); F(gddr_server_stats, tau);
     F(gddr_server_stats, live_workers); F(gddr_server_stats, mode); F(gddr_server_stats, epoch);
+    printf("gddr_table_opts - %zu %zu\n", (size_t)0, sizeof(gddr_table_opts));
+    F(gddr_table_opts, init); F(gddr_table_opts, init_scale); F(gddr_table_opts, init_seed);
+    F(gddr_table_opts, admit); F(gddr_table_opts, admit_count); F(gddr_table_opts, admit_prob);
+    F(gddr_table_opts, optimizer); F(gddr_table_opts, max_rows); F(gddr_table_opts, row_ttl);
+    /* GDDR_TABLE_OPTS_INIT, which Python's TableOpts() must equal. */
+    gddr_table_opts to = GDDR_TABLE_OPTS_INIT;
+    printf("default table.init %d\ndefault table.init_scale %.9g\ndefault table.init_seed %" PRIu64
+           "\ndefault table.admit %d\ndefault table.admit_count %u\ndefault table.admit_prob %.9g\n"
+           "default table.optimizer %s\ndefault table.max_rows %" PRIu64 "\ndefault table.row_ttl %"
+           PRIu64 "\n", to.init, (double)to.init_scale, to.init_seed, to.admit, to.admit_count,
+           (double)to.admit_prob, to.optimizer ? to.optimizer : "NULL", to.max_rows, to.row_ttl);
     /* The defaults, through the function other languages call. */
     gddr_client_opts o;
     memset(&o, 0xff, sizeof o);

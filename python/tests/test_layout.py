@@ -20,6 +20,7 @@ STRUCTS = {
     "gddr_push_tags": _lib.PushTags,
     "gddr_client_counters": _lib.ClientCounters,
     "gddr_server_stats": _lib.ServerStats,
+    "gddr_table_opts": _lib.TableOpts,
 }
 
 
@@ -84,6 +85,31 @@ def test_defaults_round_trip(c_peer):
     o = _lib.Opts()
     for k in gddr.OPTIONS:
         assert gddr.client._typed(k, o.get(k)) == d[k], k
+
+
+def test_table_opts_defaults_are_the_headers(c_peer):
+    """_lib.TableOpts() as filled by Python's register_table defaults is
+    GDDR_TABLE_OPTS_INIT, field by field (the layout is checked above)."""
+    want = {}
+    for line in run([c_peer, "layout"]).splitlines():
+        if line.startswith("default table."):
+            _, k, v = line.split()
+            want[k[len("table."):]] = v
+    assert [f for f, _ in _lib.TableOpts._fields_] == list(want)
+    assert want["optimizer"] == "NULL"
+    defaults = {"init": "zeros", "init_scale": 0.0, "init_seed": 0, "admit": "always",
+                "admit_count": 1, "admit_prob": 1.0, "max_rows": 0, "row_ttl": 0}
+    import inspect
+    sig = inspect.signature(gddr.Client.register_table).parameters
+    for k, v in defaults.items():
+        assert sig[k].default == v, k
+    assert sig["optimizer"].default is None
+    assert _lib.TINIT[defaults["init"]] == int(want["init"])
+    assert _lib.TADMIT[defaults["admit"]] == int(want["admit"])
+    for k in ("init_scale", "admit_prob"):
+        assert defaults[k] == float(want[k]), k
+    for k in ("init_seed", "admit_count", "max_rows", "row_ttl"):
+        assert defaults[k] == int(want[k]), k
 
 
 def test_options_by_name():
