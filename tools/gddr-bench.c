@@ -25,6 +25,11 @@
  *   threads    push+pull of a large tensor against gddr-ps started with
  *              threads = 1, 2 and all cores.
  *   servers    one tensor over one server and split over two.
+ *   rows       gddr_pull_rows + gddr_push_rows of n random keys x dim
+ *              floats (--rows-keys, --rows-dims, --rows-clients), beside
+ *              ps-lite's key-value exchange over bare ZeroMQ (bench_rows.c,
+ *              this binary run with --kv-server); every run checks the
+ *              values it pulls.
  *
  * Every figure is the median of --reps repetitions; the gddr and raw runs
  * of a row alternate inside each repetition, so machine noise hits both.
@@ -48,6 +53,7 @@
 
 #include "bench_proc.h"
 #include "bench_raw.h"
+#include "bench_rows.h"
 #include "blas.h"
 #include "gddr/gddr.h"
 #include "numparse.h"
@@ -400,6 +406,33 @@ static void section_threads(size_t bytes)
 
 /* ---- command line ------------------------------------------------------------------- */
 
+/* "64K" -> 65536 (K, M, G: powers of 1024). */
+static size_t parse_count(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*end == 'K' || *end == 'k')
+        v *= 1024;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1024 * 1024;
+    else if (*end == 'G' || *end == 'g')
+        v *= 1024.0 * 1024 * 1024;
+    return v < 1 ? 1 : (size_t)v;
+}
+
+/* A comma-separated list of counts into out (at most max); returns how many. */
+static int parse_list(const char *list, size_t *out, int max)
+{
+    int n = 0;
+    for (const char *p = list; p && *p && n < max;) {
+        out[n++] = parse_count(p);
+        p = strchr(p, ',');
+        if (p)
+            p++;
+    }
+    return n;
+}
+
 static size_t parse_size(const char *s)
 {
     char *end;
@@ -430,13 +463,17 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--raw-server") == 0)
         return raw_server(argv[2]);
+    if (argc == 3 && strcmp(argv[1], "--kv-server") == 0)
+        return bench_kv_server(argv[2]);
     bench_proc_init();
     const char *sizes_s = "4K,64K,1M,16M,64M,256M", *clients_s = "4,16";
-    const char *sections = "pushpull,clients,gddr,apply,threads,servers";
+    const char *sections = "pushpull,clients,gddr,apply,threads,servers,rows";
+    const char *rkeys_s = "1K,64K", *rdims_s = "16,64,128", *rclients_s = "1,4";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             sizes_s = "4K,64K,1M";
             clients_s = "4";
+            rdims_s = "64";
             reps = 3;
             budget_mb = 32;
         } else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
@@ -448,6 +485,12 @@ int main(int argc, char **argv)
             if (gddr__arg_int("gddr-bench", "--reps", argv[++i], 1, MAXV, &v) < 0)
                 return 2;
             reps = (int)v;
+        } else if (strcmp(argv[i], "--rows-keys") == 0 && i + 1 < argc) {
+            rkeys_s = argv[++i];
+        } else if (strcmp(argv[i], "--rows-dims") == 0 && i + 1 < argc) {
+            rdims_s = argv[++i];
+        } else if (strcmp(argv[i], "--rows-clients") == 0 && i + 1 < argc) {
+            rclients_s = argv[++i];
         } else if (strcmp(argv[i], "--sections") == 0 && i + 1 < argc) {
             sections = argv[++i];
         } else if (strcmp(argv[i], "--budget-mb") == 0 && i + 1 < argc) {
@@ -455,8 +498,9 @@ int main(int argc, char **argv)
                 return 2;
         } else {
             fprintf(stderr, "usage: gddr-bench [--quick] [--sizes 4K,1M,...] [--clients 4,16] [--reps N]\n"
-                            "                  [--sections pushpull,clients,gddr,apply,threads,servers]\n"
-                            "                  [--budget-mb MB]\n");
+                            "                  [--sections pushpull,clients,gddr,apply,threads,servers,rows]\n"
+                            "                  [--budget-mb MB] [--rows-keys 1K,64K] [--rows-dims 16,64,128]\n"
+                            "                  [--rows-clients 1,4]\n");
             return 2;
         }
     }
@@ -497,5 +541,17 @@ int main(int argc, char **argv)
         section_threads(budget_mb < 64 ? (size_t)16 << 20 : big);
     if (has(sections, "servers"))
         section_servers((size_t)4 << 20, 4);
+    if (has(sections, "rows")) {
+        size_t rk[8], rd[8], rc[8];
+        uint32_t dims[8];
+        int clis[8];
+        bench_rows_cfg rcfg = { rk, parse_list(rkeys_s, rk, 8), dims, parse_list(rdims_s, rd, 8),
+                                clis, parse_list(rclients_s, rc, 8), reps, budget_mb };
+        for (int i = 0; i < rcfg.ndims; i++)
+            dims[i] = (uint32_t)rd[i];
+        for (int i = 0; i < rcfg.ncl; i++)
+            clis[i] = rc[i] > 64 ? 64 : (int)rc[i];
+        bench_rows_section(&rcfg);
+    }
     return 0;
 }
