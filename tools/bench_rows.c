@@ -14,7 +14,8 @@
  * with a 1-byte ack; a pull is [header, keys frame] and is answered with
  * one frame of n x dim floats. The server keeps each table's rows in one
  * float array, found through an open-addressing hash map (key -> row
- * index, linear probing, splitmix64 hash, grown at half full); a key not
+ * index, linear probing, splitmix64 hash, grown at half full; the slot
+ * of the key 8 ahead is prefetched, as gddr-ps's table does); a key not
  * there gets a zero row (on a pull or a push, like ps-lite's
  * KVServerDefaultHandle). A push does row -= 0.5 x gradient per key (the
  * update gddr-ps makes with "sgd lr=0.5"); a pull copies each row into the
@@ -22,6 +23,10 @@
  * and values without a copy (zmq_msg_init_data) and copies the pulled
  * values into the caller's buffer. No protobuf, no versions, no exactly
  * once, no validation: the least a key-value server can do.
+ *
+ * Beside them, a pull's and a push's milliseconds (timed around each call
+ * of the timed rounds, the mean over calls and clients), to see which
+ * direction costs what.
  *
  * rows/s = rows pulled and pushed per second (a row counted once per
  * round: n x rounds x clients / time); MB/s = value bytes both ways
@@ -102,6 +107,18 @@ static float *kv_row(kv_table *t, uint64_t key)
     return r;
 }
 
+/* The hash slot of a key a few keys on, asked for early (what gddr-ps's table
+ * does too: server/table.c, prefetch_key). */
+#define KV_AHEAD 8
+static inline void kv_prefetch(const kv_table *t, uint64_t key)
+{
+    if (t->cap) {
+        size_t h = gddr_splitmix64(key) & (t->cap - 1);
+        __builtin_prefetch(&t->sidx[h]);
+        __builtin_prefetch(&t->skey[h]);
+    }
+}
+
 /* Header: kind ('P' push, 'G' pull), uint32 table (< MAXT), uint32 dim. */
 #define MAXT 64
 typedef struct kv_hdr {
@@ -151,6 +168,8 @@ int bench_kv_server(const char *file)
             zmq_msg_recv(&vals, s, 0);
             const float *g = zmq_msg_data(&vals);
             for (size_t i = 0; i < n; i++) {
+                if (i + KV_AHEAD < n)
+                    kv_prefetch(t, k[i + KV_AHEAD]);
                 float *r = kv_row(t, k[i]);
                 for (uint32_t j = 0; j < t->dim; j++)
                     r[j] -= LR * g[i * t->dim + j];
@@ -160,8 +179,11 @@ int bench_kv_server(const char *file)
             zmq_msg_t out;
             zmq_msg_init_size(&out, n * t->dim * sizeof(float));
             float *o = zmq_msg_data(&out);
-            for (size_t i = 0; i < n; i++)
+            for (size_t i = 0; i < n; i++) {
+                if (i + KV_AHEAD < n)
+                    kv_prefetch(t, k[i + KV_AHEAD]);
                 memcpy(o + i * t->dim, kv_row(t, k[i]), t->dim * sizeof(float));
+            }
             zmq_msg_send(&out, s, 0);
         }
         zmq_msg_close(&hdr);
@@ -224,7 +246,7 @@ typedef struct worker {
     size_t n;
     uint32_t dim;
     pthread_barrier_t *start;
-    double seconds;
+    double seconds, pull_s, push_s; /* the timed rounds; their pulls; their pushes */
     size_t checked;
 } worker;
 
@@ -308,8 +330,12 @@ static void *worker_main(void *arg)
     pthread_barrier_wait(w->start);
     double t0 = bench_now();
     for (int i = 0; i < w->iters; i++) {
+        double t1 = bench_now();
         PULL(a);
+        double t2 = bench_now();
         PUSH();
+        w->pull_s += t2 - t1;
+        w->push_s += bench_now() - t2;
     }
     w->seconds = bench_now() - t0;
     /* and again after the timed rounds */
@@ -331,24 +357,28 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-/* One figure; *rows_s gets rows/s, returns MB/s (aggregates). */
+/* One figure; *rows_s gets rows/s, returns MB/s (aggregates); ms[0], ms[1]:
+ * a pull's and a push's milliseconds (the mean over calls and clients). */
 static double run(int gddr, const char *ep, int table, int clients, size_t n, uint32_t dim,
-                  int iters, double *rows_s, size_t *checked)
+                  int iters, double *rows_s, double ms[2], size_t *checked)
 {
     worker w[64];
     pthread_t th[64];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)clients);
     for (int i = 0; i < clients; i++) {
-        w[i] = (worker){ gddr, ep, i, clients, iters, table, n, dim, &start, 0, 0 };
+        w[i] = (worker){ gddr, ep, i, clients, iters, table, n, dim, &start, 0, 0, 0, 0 };
         pthread_create(&th[i], NULL, worker_main, &w[i]);
     }
     double slowest = 0;
+    ms[0] = ms[1] = 0;
     for (int i = 0; i < clients; i++) {
         pthread_join(th[i], NULL);
         if (w[i].seconds > slowest)
             slowest = w[i].seconds;
         *checked += w[i].checked;
+        ms[0] += 1e3 * w[i].pull_s / iters / clients;
+        ms[1] += 1e3 * w[i].push_s / iters / clients;
     }
     pthread_barrier_destroy(&start);
     double rounds = (double)iters * clients;
@@ -372,8 +402,8 @@ void bench_rows_section(const bench_rows_cfg *cfg)
            "ps-lite's key-value exchange over bare ZeroMQ\n"
            "## (rows/s = n x rounds / time, MB/s = values both ways; aggregate over clients; "
            "median of %d)\n\n", reps);
-    printf("| n | dim | clients | gddr rows/s | gddr MB/s | bare rows/s | bare MB/s | ratio |\n"
-           "|---|---|---|---|---|---|---|---|\n");
+    printf("| n | dim | clients | gddr rows/s | gddr MB/s | bare rows/s | bare MB/s | ratio | "
+           "gddr pull / push ms | bare pull / push ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
     size_t checked = 0;
     int table = 0;
     double target[2] = { -1, -1 };
@@ -385,21 +415,27 @@ void bench_rows_section(const bench_rows_cfg *cfg)
                 int cl = cfg->clients[ci];
                 double it = cfg->budget_mb * 1e6 / (2.0 * (double)n * dim * 4 * cl);
                 int iters = it < 3 ? 3 : it > 2000 ? 2000 : (int)it;
-                double gm[MAXR], gr[MAXR], km[MAXR], kr[MAXR], q[MAXR];
+                double gm[MAXR], gr[MAXR], km[MAXR], kr[MAXR], q[MAXR], ph[4][MAXR], m2[2];
                 for (int r = 0; r < reps; r++) {
-                    gm[r] = run(1, gs.endpoint, table, cl, n, dim, iters, &gr[r], &checked);
-                    km[r] = run(0, ks.endpoint, table, cl, n, dim, iters, &kr[r], &checked);
+                    gm[r] = run(1, gs.endpoint, table, cl, n, dim, iters, &gr[r], m2, &checked);
+                    ph[0][r] = m2[0], ph[1][r] = m2[1];
+                    km[r] = run(0, ks.endpoint, table, cl, n, dim, iters, &kr[r], m2, &checked);
+                    ph[2][r] = m2[0], ph[3][r] = m2[1];
                     q[r] = gm[r] / km[r];
                 }
+                double pm[4];
+                for (int i = 0; i < 4; i++)
+                    pm[i] = bench_median(ph[i], reps);
                 double g = bench_median(gm, reps), grs = bench_median(gr, reps);
                 double kmb = bench_median(km, reps), krs = bench_median(kr, reps);
                 double qm = bench_median(q, reps);
-                printf("| %zu | %u | %d | %.3g | %.0f | %.3g | %.0f | %.2f |\n", n, dim, cl, grs, g,
-                       krs, kmb, qm);
+                printf("| %zu | %u | %d | %.3g | %.0f | %.3g | %.0f | %.2f | %.3g / %.3g | %.3g / %.3g |\n",
+                       n, dim, cl, grs, g, krs, kmb, qm, pm[0], pm[1], pm[2], pm[3]);
                 fprintf(stderr,
                         "BENCH section=rows keys=%zu dim=%u clients=%d gddr_rows_per_s=%.0f "
-                        "gddr_mbps=%.1f raw_rows_per_s=%.0f raw_mbps=%.1f ratio=%.3f\n",
-                        n, dim, cl, grs, g, krs, kmb, qm);
+                        "gddr_mbps=%.1f raw_rows_per_s=%.0f raw_mbps=%.1f ratio=%.3f gddr_pull_ms=%.4g "
+                        "gddr_push_ms=%.4g raw_pull_ms=%.4g raw_push_ms=%.4g\n",
+                        n, dim, cl, grs, g, krs, kmb, qm, pm[0], pm[1], pm[2], pm[3]);
                 fflush(stdout);
                 if (n == 65536 && dim == 64 && (cl == 1 || cl == 4))
                     target[cl == 4] = qm;
