@@ -26,7 +26,10 @@
  *
  * Beside them, a pull's and a push's milliseconds (timed around each call
  * of the timed rounds, the mean over calls and clients), to see which
- * direction costs what.
+ * direction costs what, and the CPU milliseconds a round costs the clients
+ * (this process: the calls and ZeroMQ's I/O threads) and the server (all
+ * its threads, /proc/PID/task/TID/schedstat), which other jobs on the
+ * machine move far less than wall time.
  *
  * rows/s = rows pulled and pushed per second (a row counted once per
  * round: n x rounds x clients / time); MB/s = value bytes both ways
@@ -34,10 +37,13 @@
  */
 #include "bench_rows.h"
 
+#include <dirent.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 #include "bench_proc.h"
@@ -239,6 +245,52 @@ static void kv_push(kv_client *k, const uint64_t *keys, size_t n, const float *g
     zmq_msg_close(&m);
 }
 
+/* CPU seconds of the timed rounds: this process (the clients and their
+ * ZeroMQ I/O threads) and the server's, from the first client's start to
+ * the last client's end. Unlike wall time, barely moved by other jobs on
+ * the machine. */
+typedef struct cpu_span {
+    pid_t server;
+    atomic_int left;       /* clients still in their timed rounds */
+    double c0, c1, s0, s1; /* client and server CPU seconds at start and end */
+} cpu_span;
+
+static double self_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The CPU seconds of every thread of pid (/proc/PID/task/TID/schedstat:
+ * nanoseconds on a CPU first). */
+static double proc_cpu(pid_t pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return 0;
+    double sum = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char f[300];
+        snprintf(f, sizeof f, "/proc/%d/task/%s/schedstat", (int)pid, e->d_name);
+        FILE *fp = fopen(f, "r");
+        unsigned long long ns = 0;
+        if (fp) {
+            if (fscanf(fp, "%llu", &ns) != 1)
+                ns = 0;
+            fclose(fp);
+        }
+        sum += 1e-9 * (double)ns;
+    }
+    closedir(d);
+    return sum;
+}
+
 typedef struct worker {
     int gddr; /* 1: gddr-ps, 0: the key-value server */
     const char *ep;
@@ -246,6 +298,7 @@ typedef struct worker {
     size_t n;
     uint32_t dim;
     pthread_barrier_t *start;
+    cpu_span *cpu;
     double seconds, pull_s, push_s; /* the timed rounds; their pulls; their pushes */
     size_t checked;
 } worker;
@@ -328,6 +381,10 @@ static void *worker_main(void *arg)
     check(w, keys, a, b, g);
     w->checked = m;
     pthread_barrier_wait(w->start);
+    if (w->rank == 0) {
+        w->cpu->c0 = self_cpu();
+        w->cpu->s0 = proc_cpu(w->cpu->server);
+    }
     double t0 = bench_now();
     for (int i = 0; i < w->iters; i++) {
         double t1 = bench_now();
@@ -338,6 +395,10 @@ static void *worker_main(void *arg)
         w->push_s += bench_now() - t2;
     }
     w->seconds = bench_now() - t0;
+    if (atomic_fetch_sub(&w->cpu->left, 1) == 1) {
+        w->cpu->c1 = self_cpu();
+        w->cpu->s1 = proc_cpu(w->cpu->server);
+    }
     /* and again after the timed rounds */
     PULL(b);
     check(w, keys, a, b, g);
@@ -358,16 +419,21 @@ static void *worker_main(void *arg)
 }
 
 /* One figure; *rows_s gets rows/s, returns MB/s (aggregates); ms[0], ms[1]:
- * a pull's and a push's milliseconds (the mean over calls and clients). */
-static double run(int gddr, const char *ep, int table, int clients, size_t n, uint32_t dim,
-                  int iters, double *rows_s, double ms[2], size_t *checked)
+ * a pull's and a push's milliseconds (the mean over calls and clients);
+ * ms[2], ms[3]: the clients' and the server's CPU milliseconds per round
+ * (all clients together: per n rows pulled and pushed). */
+static double run(int gddr, const bench_proc *srv, int table, int clients, size_t n, uint32_t dim,
+                  int iters, double *rows_s, double ms[4], size_t *checked)
 {
+    const char *ep = srv->endpoint;
+    cpu_span cpu = { .server = srv->pid };
+    atomic_init(&cpu.left, clients);
     worker w[64];
     pthread_t th[64];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)clients);
     for (int i = 0; i < clients; i++) {
-        w[i] = (worker){ gddr, ep, i, clients, iters, table, n, dim, &start, 0, 0, 0, 0 };
+        w[i] = (worker){ gddr, ep, i, clients, iters, table, n, dim, &start, &cpu, 0, 0, 0, 0 };
         pthread_create(&th[i], NULL, worker_main, &w[i]);
     }
     double slowest = 0;
@@ -382,6 +448,8 @@ static double run(int gddr, const char *ep, int table, int clients, size_t n, ui
     }
     pthread_barrier_destroy(&start);
     double rounds = (double)iters * clients;
+    ms[2] = 1e3 * (cpu.c1 - cpu.c0) / rounds;
+    ms[3] = 1e3 * (cpu.s1 - cpu.s0) / rounds;
     *rows_s = (double)n * rounds / slowest;
     return 2.0 * (double)n * dim * 4 * rounds / slowest / 1e6;
 }
@@ -403,7 +471,8 @@ void bench_rows_section(const bench_rows_cfg *cfg)
            "## (rows/s = n x rounds / time, MB/s = values both ways; aggregate over clients; "
            "median of %d)\n\n", reps);
     printf("| n | dim | clients | gddr rows/s | gddr MB/s | bare rows/s | bare MB/s | ratio | "
-           "gddr pull / push ms | bare pull / push ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
+           "gddr pull / push ms | bare pull / push ms | gddr CPU ms/round client / server | "
+           "bare CPU ms/round client / server |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     size_t checked = 0;
     int table = 0;
     double target[2] = { -1, -1 };
@@ -415,27 +484,33 @@ void bench_rows_section(const bench_rows_cfg *cfg)
                 int cl = cfg->clients[ci];
                 double it = cfg->budget_mb * 1e6 / (2.0 * (double)n * dim * 4 * cl);
                 int iters = it < 3 ? 3 : it > 2000 ? 2000 : (int)it;
-                double gm[MAXR], gr[MAXR], km[MAXR], kr[MAXR], q[MAXR], ph[4][MAXR], m2[2];
+                double gm[MAXR], gr[MAXR], km[MAXR], kr[MAXR], q[MAXR], ph[8][MAXR], m4[4];
                 for (int r = 0; r < reps; r++) {
-                    gm[r] = run(1, gs.endpoint, table, cl, n, dim, iters, &gr[r], m2, &checked);
-                    ph[0][r] = m2[0], ph[1][r] = m2[1];
-                    km[r] = run(0, ks.endpoint, table, cl, n, dim, iters, &kr[r], m2, &checked);
-                    ph[2][r] = m2[0], ph[3][r] = m2[1];
+                    gm[r] = run(1, &gs, table, cl, n, dim, iters, &gr[r], m4, &checked);
+                    for (int i = 0; i < 4; i++)
+                        ph[2 * i][r] = m4[i]; /* gddr: even, bare: odd */
+                    km[r] = run(0, &ks, table, cl, n, dim, iters, &kr[r], m4, &checked);
+                    for (int i = 0; i < 4; i++)
+                        ph[2 * i + 1][r] = m4[i];
                     q[r] = gm[r] / km[r];
                 }
-                double pm[4];
-                for (int i = 0; i < 4; i++)
+                double pm[8];
+                for (int i = 0; i < 8; i++)
                     pm[i] = bench_median(ph[i], reps);
                 double g = bench_median(gm, reps), grs = bench_median(gr, reps);
                 double kmb = bench_median(km, reps), krs = bench_median(kr, reps);
                 double qm = bench_median(q, reps);
-                printf("| %zu | %u | %d | %.3g | %.0f | %.3g | %.0f | %.2f | %.3g / %.3g | %.3g / %.3g |\n",
-                       n, dim, cl, grs, g, krs, kmb, qm, pm[0], pm[1], pm[2], pm[3]);
+                printf("| %zu | %u | %d | %.3g | %.0f | %.3g | %.0f | %.2f | %.3g / %.3g | %.3g / %.3g "
+                       "| %.3g / %.3g | %.3g / %.3g |\n",
+                       n, dim, cl, grs, g, krs, kmb, qm, pm[0], pm[2], pm[1], pm[3], pm[4], pm[6],
+                       pm[5], pm[7]);
                 fprintf(stderr,
                         "BENCH section=rows keys=%zu dim=%u clients=%d gddr_rows_per_s=%.0f "
                         "gddr_mbps=%.1f raw_rows_per_s=%.0f raw_mbps=%.1f ratio=%.3f gddr_pull_ms=%.4g "
-                        "gddr_push_ms=%.4g raw_pull_ms=%.4g raw_push_ms=%.4g\n",
-                        n, dim, cl, grs, g, krs, kmb, qm, pm[0], pm[1], pm[2], pm[3]);
+                        "gddr_push_ms=%.4g raw_pull_ms=%.4g raw_push_ms=%.4g gddr_client_cpu_ms=%.4g "
+                        "gddr_server_cpu_ms=%.4g raw_client_cpu_ms=%.4g raw_server_cpu_ms=%.4g\n",
+                        n, dim, cl, grs, g, krs, kmb, qm, pm[0], pm[2], pm[1], pm[3], pm[4], pm[6],
+                        pm[5], pm[7]);
                 fflush(stdout);
                 if (n == 65536 && dim == 64 && (cl == 1 || cl == 4))
                     target[cl == 4] = qm;
