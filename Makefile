@@ -256,7 +256,8 @@ $(BUILD)/bin/gddr-train: $(BUILD)/obj/client/train/gddr-train.o $(TRAIN_A) $(LIB
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The benchmark drives the server's apply pool in process as well.
-$(BUILD)/bin/gddr-bench: $(BUILD)/obj/tools/gddr-bench.o $(BUILD)/obj/tools/bench_raw.o $(SERVER_A) $(CPU_A)
+$(BUILD)/bin/gddr-bench: $(BUILD)/obj/tools/gddr-bench.o $(BUILD)/obj/tools/bench_proc.o \
+                     $(BUILD)/obj/tools/bench_raw.o $(BUILD)/obj/tools/bench_rows.o $(SERVER_A) $(CPU_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make bench: the data-path benchmark (gddr-bench: push+pull against bare
 # ZeroMQ, concurrent clients, dense vs GDDR steps, apply and validation
-# against memcpy, server threads), then the CUDA kernels against device
+# against memcpy, server threads, one server vs two, and the sparse rows
+# against a bare ZeroMQ key-value server), then the CUDA kernels against device
 # memcpy when a GPU is there. Tables for people on stdout, one
 # "BENCH ..." line per row on stderr; docs/performance.md has the figures.
 #

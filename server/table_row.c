@@ -178,14 +178,27 @@ static int has_duplicate(const ps_table *t, const uint64_t *keys, size_t n, size
 }
 
 /* Whether any of n floats is inf or NaN (exponent all ones): integer ops
- * without an early exit, which the compiler vectorizes. */
+ * without an early exit, in blocks of 16 that GCC vectorizes at -O2 (its
+ * cheap cost model at -O2 leaves a loop of unknown trip count scalar: a
+ * sete and an or per float, 80% of a 64k x 64 push check's samples), then
+ * the tail one by one. */
 static int any_nonfinite(const float *g, size_t n)
 {
     uint32_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        uint32_t b = 0;
+        for (size_t j = 0; j < 16; j++) {
+            uint32_t u;
+            memcpy(&u, g + i + j, sizeof u);
+            b |= (u & 0x7f800000u) == 0x7f800000u;
+        }
+        bad |= b;
+    }
+    for (; i < n; i++) {
         uint32_t u;
         memcpy(&u, g + i, sizeof u);
-        bad |= (~u & 0x7f800000u) == 0;
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
     }
     return bad != 0;
 }

@@ -1365,6 +1365,39 @@ START_TEST(test_bench_reports)
 }
 END_TEST
 
+/* gddr-bench's rows section, smallest: 1k keys x 16 floats, 1 and 2
+ * clients, against gddr-ps and the bare key-value server. Every run checks
+ * the values it pulls (after a push: before - 0.5 x gradient, exactly) and
+ * exits 1 on a wrong one; the count of values it checked is asserted here,
+ * so a run that checked nothing fails too. */
+START_TEST(test_bench_rows_checks)
+{
+    char bin[512], *out = NULL, err[256];
+    gt_bin_path(bin, sizeof bin, "gddr-bench");
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "'%s' --sections rows --rows-keys 1K --rows-dims 16 --rows-clients 1,2 "
+                              "--reps 1 --budget-mb 1 2>&1", bin);
+    char *sh[] = { "/bin/sh", "-c", cmd, NULL };
+    int st = 0;
+    ck_assert_int_eq(gt_run_capture(sh, 120000, 0, &out, &st, err, sizeof err), 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gddr-bench failed:\n%s", out);
+    for (int cl = 1; cl <= 2; cl++) {
+        char want[128];
+        snprintf(want, sizeof want, "BENCH section=rows keys=1024 dim=16 clients=%d ", cl);
+        const char *line = strstr(out, want);
+        ck_assert_msg(line, "no '%s' line in:\n%s", want, out);
+        const char *r = strstr(line, "ratio=");
+        ck_assert_msg(r && atof(r + 6) > 0, "no positive ratio in: %.200s", line);
+    }
+    /* per run and client: 1024 x 16 values after the warm-up push and as
+     * many after the timed rounds; runs: (1 + 2 clients) x (gddr + bare) */
+    const char *v = strstr(out, "BENCH section=rows_check values=");
+    ck_assert_msg(v, "no rows_check line in:\n%s", out);
+    ck_assert_int_eq(atoll(v + strlen("BENCH section=rows_check values=")), 2LL * 1024 * 16 * 3 * 2);
+    free(out);
+}
+END_TEST
+
 START_TEST(test_sigterm_exits_zero)
 {
     gt_server s;
@@ -1826,5 +1859,6 @@ Suite *suite_server(void)
     ADD_CASE(s, "metrics_fresh_server", test_metrics_fresh_server);
     ADD_CASE(s, "sigterm", test_sigterm_exits_zero);
     ADD_CASE(s, "bench_reports", test_bench_reports);
+    ADD_CASE(s, "bench_rows_checks", test_bench_rows_checks);
     return s;
 }

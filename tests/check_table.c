@@ -11,6 +11,7 @@
  *                         another once: each with its own bias correction)
  *   push_check_refuses_duplicates  small and large pushes; nothing changes
  *   push_check_refuses_nonfinite  NaN and inf, named
+ *   push_check_nonfinite_blocks   one bad value at every position of 16-float blocks and a tail
  *   admit_count           k-1 pulls: no row, initial value, push dropped and
  *                         counted; the k-th creates
  *   admit_count_pending_bounded  the side map of sightings holds 2^20 keys
@@ -290,6 +291,33 @@ START_TEST(test_push_check_duplicates)
     ck_assert_int_eq(ps_table_pull(t, k, N, 0, after, NULL), 0);
     ck_assert(memcmp(before, after, sizeof before) == 0);
     ck_assert_int_eq(ps_table_push_check(t, k, N, g, why, sizeof why), 0);
+    ps_table_free(t);
+}
+END_TEST
+
+/* The check runs in blocks of 16 floats and a tail: a row of 37 floats
+ * (2 blocks + 5) with one bad value at every position, and with the
+ * largest finite values everywhere. */
+START_TEST(test_push_check_nonfinite_blocks)
+{
+    enum { D = 37 };
+    ps_table_conf c = conf(D, PS_TINIT_ZEROS, PS_TOPT_SGD);
+    ps_table *t = mk(&c, NULL, 0);
+    uint64_t k[2] = { 5, 6 };
+    float g[2 * D];
+    char why[128] = "";
+    for (int i = 0; i < 2 * D; i++)
+        g[i] = i % 2 ? -FLT_MAX : FLT_MAX;
+    ck_assert_int_eq(ps_table_push_check(t, k, 2, g, why, sizeof why), 0);
+    static const float bad[3] = { NAN, INFINITY, -INFINITY };
+    for (int p = 0; p < 2 * D; p++)
+        for (int b = 0; b < 3; b++) {
+            float keep = g[p];
+            g[p] = bad[b];
+            ck_assert_int_eq(ps_table_push_check(t, k, 2, g, why, sizeof why), PS_TABLE_NONFINITE);
+            ck_assert_msg(strstr(why, p < D ? "key 5" : "key 6") != NULL, "position %d: %s", p, why);
+            g[p] = keep;
+        }
     ps_table_free(t);
 }
 END_TEST
@@ -766,6 +794,7 @@ Suite *suite_table(void)
         { "optimizers_match_reference", test_optimizers },
         { "push_check_refuses_duplicates", test_push_check_duplicates },
         { "push_check_refuses_nonfinite", test_push_check_nonfinite },
+        { "push_check_nonfinite_blocks", test_push_check_nonfinite_blocks },
         { "admit_count", test_admit_count },
         { "admit_count_pending_bounded", test_admit_pending_bounded },
         { "admit_prob_deterministic", test_admit_prob },

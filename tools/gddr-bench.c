@@ -24,6 +24,12 @@
  *              the same process.
  *   threads    push+pull of a large tensor against gddr-ps started with
  *              threads = 1, 2 and all cores.
+ *   servers    one tensor over one server and split over two.
+ *   rows       gddr_pull_rows + gddr_push_rows of n random keys x dim
+ *              floats (--rows-keys, --rows-dims, --rows-clients), beside
+ *              ps-lite's key-value exchange over bare ZeroMQ (bench_rows.c,
+ *              this binary run with --kv-server); every run checks the
+ *              values it pulls.
  *
  * Every figure is the median of --reps repetitions; the gddr and raw runs
  * of a row alternate inside each repetition, so machine noise hits both.
@@ -45,7 +51,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_proc.h"
 #include "bench_raw.h"
+#include "bench_rows.h"
 #include "blas.h"
 #include "gddr/gddr.h"
 #include "numparse.h"
@@ -53,120 +61,20 @@
 
 #define MAXV 16
 
-static double now_s(void)
+static void start_shard(bench_proc *p, int threads, int index, int count)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    bench_start_shard(p, threads, index, count, NULL);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static void die(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "gddr-bench: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n");
-    exit(1);
-}
-
-/* ---- processes ------------------------------------------------------------------ */
-
-static char self_path[4096], bin_dir[4096];
-
-typedef struct proc {
-    pid_t pid;
-    char endpoint[256];
-} proc;
-
-/* Runs argv with stderr to /dev/null (unless verbose), waits for it to
- * write its endpoint into epfile. */
-static void spawn(proc *p, char *const argv[], const char *epfile)
-{
-    unlink(epfile);
-    pid_t parent = getpid();
-    fflush(NULL);
-    pid_t pid = fork();
-    if (pid < 0)
-        die("fork: %s", strerror(errno));
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-            _exit(127);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    p->pid = pid;
-    for (int i = 0; i < 2000; i++) {
-        FILE *f = fopen(epfile, "r");
-        if (f) {
-            char line[256] = "";
-            char *ok = fgets(line, sizeof line, f);
-            fclose(f);
-            line[strcspn(line, "\r\n")] = 0;
-            if (ok && line[0]) {
-                snprintf(p->endpoint, sizeof p->endpoint, "%s", line);
-                unlink(epfile);
-                return;
-            }
-        }
-        usleep(5000);
-    }
-    die("%s did not start", argv[0]);
-}
-
-static void stop(proc *p)
-{
-    if (p->pid <= 0)
-        return;
-    kill(p->pid, SIGTERM);
-    for (int i = 0; i < 1000; i++) {
-        if (waitpid(p->pid, NULL, WNOHANG) == p->pid) {
-            p->pid = 0;
-            return;
-        }
-        usleep(10000);
-    }
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, NULL, 0);
-    p->pid = 0;
-}
-
-static char epfile[256];
-
-/* A gddr-ps with `threads` apply threads, shard `index` of `count`. */
-static void start_shard(proc *p, int threads, int index, int count)
-{
-    char bin[4200], th[64], si[64], sc[64];
-    snprintf(bin, sizeof bin, "%s/gddr-ps", bin_dir);
-    snprintf(th, sizeof th, "threads=%d", threads);
-    snprintf(si, sizeof si, "shard_index=%d", index);
-    snprintf(sc, sizeof sc, "shard_count=%d", count);
-    char *argv[] = { bin, "--listen", "tcp://127.0.0.1:*", "--endpoint-file", epfile, "--set",
-                     "log_level=error", "--set", th, "--set", "lr=0", "--set", si, "--set", sc,
-                     NULL };
-    spawn(p, argv, epfile);
-}
-
-static void start_gddr(proc *p, int threads)
+static void start_gddr(bench_proc *p, int threads)
 {
     start_shard(p, threads, 0, 1);
 }
 
-static void start_raw(proc *p)
+static void start_raw(bench_proc *p)
 {
-    char *argv[] = { self_path, "--raw-server", epfile, NULL };
-    spawn(p, argv, epfile);
+    char *argv[] = { bench_self, "--raw-server", bench_epfile, NULL };
+    bench_spawn(p, argv);
 }
 
 /* ---- gddr clients --------------------------------------------------------------- */
@@ -182,7 +90,7 @@ static gddr_client *gddr_connect(const char *ep, int rank, int world, double alp
     gddr_client *c = NULL;
     int rc = gddr_client_open(&o, &c);
     if (rc != GDDR_OK)
-        die("cannot open a client: %s", gddr_strerror(rc));
+        bench_die("cannot open a client: %s", gddr_strerror(rc));
     return c;
 }
 
@@ -218,12 +126,12 @@ static void *worker_main(void *arg)
         char key[32];
         snprintf(key, sizeof key, "bench.%d.%zu", w->rank, w->n);
         if (gddr_register(c, key, p, w->n, &id, NULL) != GDDR_OK)
-            die("register: %s", gddr_client_errmsg(c));
+            bench_die("register: %s", gddr_client_errmsg(c));
         gddr_push(c, id, g, NULL);
         gddr_pull(c, id, p, 0, NULL);
     }
     pthread_barrier_wait(w->start);
-    double t0 = now_s();
+    double t0 = bench_now();
     const float *gp[1] = { g };
     float *pp[1] = { p };
     for (int i = 0; i < w->iters; i++) {
@@ -231,13 +139,13 @@ static void *worker_main(void *arg)
             raw_roundtrips(&r, g, p, w->n * 4);
         } else if (w->k == K_STEP) {
             if (gddr_step(c, gp, pp) != GDDR_OK)
-                die("step: %s", gddr_client_errmsg(c));
+                bench_die("step: %s", gddr_client_errmsg(c));
         } else {
             if (gddr_push(c, id, g, NULL) != GDDR_OK || gddr_pull(c, id, p, 0, NULL) != GDDR_OK)
-                die("push/pull: %s", gddr_client_errmsg(c));
+                bench_die("push/pull: %s", gddr_client_errmsg(c));
         }
     }
-    w->seconds = now_s() - t0;
+    w->seconds = bench_now() - t0;
     if (w->k == K_RAW)
         raw_close(&r);
     else
@@ -294,7 +202,7 @@ static const char *human(size_t bytes, char *buf, size_t len)
 
 static void section_pushpull(const size_t *sizes, int nsizes)
 {
-    proc gs = { 0 }, rs = { 0 };
+    bench_proc gs = { 0 }, rs = { 0 };
     start_gddr(&gs, 2);
     start_raw(&rs);
     printf("\n## push+pull, 1 client (MB/s = 2 x payload x round trips / time; median of %d)\n\n", reps);
@@ -308,7 +216,7 @@ static void section_pushpull(const size_t *sizes, int nsizes)
             r[k] = run(K_RAW, rs.endpoint, 1, n, it, 0, NULL);
             q[k] = g[k] / r[k];
         }
-        double gm = median(g, reps), rm = median(r, reps), qm = median(q, reps);
+        double gm = bench_median(g, reps), rm = bench_median(r, reps), qm = bench_median(q, reps);
         char h[32];
         printf("| %s | %.0f | %.0f | %.2f | %.0f |\n", human(sizes[s], h, sizeof h), gm, rm, qm,
                2.0 * (double)sizes[s] / gm);
@@ -316,13 +224,13 @@ static void section_pushpull(const size_t *sizes, int nsizes)
                 sizes[s], gm, rm, qm);
         fflush(stdout);
     }
-    stop(&gs);
-    stop(&rs);
+    bench_stop(&gs);
+    bench_stop(&rs);
 }
 
 static void section_clients(const int *clients, int ncl, size_t bytes)
 {
-    proc gs = { 0 }, rs = { 0 };
+    bench_proc gs = { 0 }, rs = { 0 };
     char h[32];
     start_gddr(&gs, 2);
     start_raw(&rs);
@@ -337,19 +245,19 @@ static void section_clients(const int *clients, int ncl, size_t bytes)
             r[k] = run(K_RAW, rs.endpoint, clients[c], bytes / 4, it, 0, NULL);
             q[k] = g[k] / r[k];
         }
-        double gm = median(g, reps), rm = median(r, reps), qm = median(q, reps);
+        double gm = bench_median(g, reps), rm = bench_median(r, reps), qm = bench_median(q, reps);
         printf("| %d | %.0f | %.0f | %.2f |\n", clients[c], gm, rm, qm);
         fprintf(stderr, "BENCH section=clients bytes=%zu clients=%d gddr_mbps=%.1f raw_mbps=%.1f ratio=%.3f\n",
                 bytes, clients[c], gm, rm, qm);
         fflush(stdout);
     }
-    stop(&gs);
-    stop(&rs);
+    bench_stop(&gs);
+    bench_stop(&rs);
 }
 
 static void section_gddr(size_t bytes)
 {
-    proc gs = { 0 };
+    bench_proc gs = { 0 };
     char h[32];
     start_gddr(&gs, 2);
     int it = iters_for(bytes, budget_mb);
@@ -362,14 +270,14 @@ static void section_gddr(size_t bytes)
         a[k] = sa * 1e6;
         q[k] = sa / sd;
     }
-    double dm = median(d, reps), am = median(a, reps), qm = median(q, reps);
+    double dm = bench_median(d, reps), am = bench_median(a, reps), qm = bench_median(q, reps);
     printf("\n## gddr_step of %s, dense vs GDDR alpha 0.4 (us per step: push + pull; median of %d)\n\n",
            human(bytes, h, sizeof h), reps);
     printf("| dense us | alpha 0.4 us | ratio |\n|---|---|---|\n| %.0f | %.0f | %.2f |\n", dm, am, qm);
     fprintf(stderr, "BENCH section=gddr bytes=%zu dense_us=%.1f alpha04_us=%.1f ratio=%.3f\n", bytes,
             dm, am, qm);
     fflush(stdout);
-    stop(&gs);
+    bench_stop(&gs);
 }
 
 /* One model over one server and over two (client/src/shard.c): `clients`
@@ -380,7 +288,7 @@ static void section_gddr(size_t bytes)
  * servers being the bound and each getting a host of its own. */
 static void section_servers(size_t bytes, int clients)
 {
-    proc one = { 0 }, a = { 0 }, b = { 0 };
+    bench_proc one = { 0 }, a = { 0 }, b = { 0 };
     char h[32], both[600];
     start_gddr(&one, 2);
     start_shard(&a, 2, 0, 2);
@@ -393,7 +301,7 @@ static void section_servers(size_t bytes, int clients)
         m2[k] = run(K_GDDR, both, clients, bytes / 4, it, 0, NULL);
         q[k] = m2[k] / m1[k];
     }
-    double g1 = median(m1, reps), g2 = median(m2, reps), qm = median(q, reps);
+    double g1 = bench_median(m1, reps), g2 = bench_median(m2, reps), qm = bench_median(q, reps);
     printf("\n## servers: %d clients, a %s tensor each, push+pull (aggregate MB/s; median of %d)\n\n",
            clients, human(bytes, h, sizeof h), reps);
     printf("| servers | aggregate MB/s | vs 1 server |\n|---|---|---|\n");
@@ -402,9 +310,9 @@ static void section_servers(size_t bytes, int clients)
     fprintf(stderr, "BENCH section=servers bytes=%zu clients=%d one_mbps=%.1f two_mbps=%.1f ratio=%.3f "
                     "two_hosts_computed_mbps=%.1f\n", bytes, clients, g1, g2, qm, 2 * g1);
     fflush(stdout);
-    stop(&one);
-    stop(&a);
-    stop(&b);
+    bench_stop(&one);
+    bench_stop(&a);
+    bench_stop(&b);
 }
 
 /* The apply pool on one push of n floats: GB/s of payload (bytes of g). */
@@ -445,19 +353,19 @@ static void section_apply(size_t bytes)
                        .upd = { .kind = PS_OPT_SGD, .lr = 1e-6f } };
         double a[MAXV], m[MAXV], q[MAXV], v[MAXV];
         for (int k = 0; k < reps; k++) {
-            double t0 = now_s();
+            double t0 = bench_now();
             ps_pool_run(pool, &job);
-            a[k] = (double)bytes / (now_s() - t0) / 1e9;
-            t0 = now_s();
+            a[k] = (double)bytes / (bench_now() - t0) / 1e9;
+            t0 = bench_now();
             memcpy(dst, g, bytes);
-            m[k] = (double)bytes / (now_s() - t0) / 1e9;
+            m[k] = (double)bytes / (bench_now() - t0) / 1e9;
             q[k] = a[k] / m[k];
-            t0 = now_s();
+            t0 = bench_now();
             volatile double x = gddr_nrm2_cpu(g, n);
             (void)x;
-            v[k] = (double)bytes / (now_s() - t0) / 1e9;
+            v[k] = (double)bytes / (bench_now() - t0) / 1e9;
         }
-        double am = median(a, reps), mm = median(m, reps), qm = median(q, reps), vm = median(v, reps);
+        double am = bench_median(a, reps), mm = bench_median(m, reps), qm = bench_median(q, reps), vm = bench_median(v, reps);
         printf("| apply | %d | %.2f | %.2f | %.2f |\n", threads[ti], am, mm, qm);
         fprintf(stderr, "BENCH section=apply bytes=%zu threads=%d apply_gbps=%.2f memcpy_gbps=%.2f ratio=%.3f\n",
                 bytes, threads[ti], am, mm, qm);
@@ -482,21 +390,48 @@ static void section_threads(size_t bytes)
            human(bytes, h, sizeof h), reps);
     printf("| server threads | gddr MB/s |\n|---|---|\n");
     for (int ti = 0; ti < nth; ti++) {
-        proc gs = { 0 };
+        bench_proc gs = { 0 };
         start_gddr(&gs, threads[ti]);
         double g[MAXV];
         for (int k = 0; k < reps; k++)
             g[k] = run(K_GDDR, gs.endpoint, 1, bytes / 4, iters_for(bytes, budget_mb), 0, NULL);
-        double gm = median(g, reps);
+        double gm = bench_median(g, reps);
         printf("| %d | %.0f |\n", threads[ti], gm);
         fprintf(stderr, "BENCH section=threads bytes=%zu server_threads=%d gddr_mbps=%.1f\n", bytes,
                 threads[ti], gm);
-        stop(&gs);
+        bench_stop(&gs);
         fflush(stdout);
     }
 }
 
 /* ---- command line ------------------------------------------------------------------- */
+
+/* "64K" -> 65536 (K, M, G: powers of 1024). */
+static size_t parse_count(const char *s)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*end == 'K' || *end == 'k')
+        v *= 1024;
+    else if (*end == 'M' || *end == 'm')
+        v *= 1024 * 1024;
+    else if (*end == 'G' || *end == 'g')
+        v *= 1024.0 * 1024 * 1024;
+    return v < 1 ? 1 : (size_t)v;
+}
+
+/* A comma-separated list of counts into out (at most max); returns how many. */
+static int parse_list(const char *list, size_t *out, int max)
+{
+    int n = 0;
+    for (const char *p = list; p && *p && n < max;) {
+        out[n++] = parse_count(p);
+        p = strchr(p, ',');
+        if (p)
+            p++;
+    }
+    return n;
+}
 
 static size_t parse_size(const char *s)
 {
@@ -528,19 +463,17 @@ int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--raw-server") == 0)
         return raw_server(argv[2]);
-    ssize_t l = readlink("/proc/self/exe", self_path, sizeof self_path - 1);
-    if (l <= 0)
-        die("cannot find myself: %s", strerror(errno));
-    self_path[l] = 0;
-    snprintf(bin_dir, sizeof bin_dir, "%s", self_path);
-    *strrchr(bin_dir, '/') = 0;
-    snprintf(epfile, sizeof epfile, "/tmp/gddr-bench-%d.ep", (int)getpid());
+    if (argc == 3 && strcmp(argv[1], "--kv-server") == 0)
+        return bench_kv_server(argv[2]);
+    bench_proc_init();
     const char *sizes_s = "4K,64K,1M,16M,64M,256M", *clients_s = "4,16";
-    const char *sections = "pushpull,clients,gddr,apply,threads,servers";
+    const char *sections = "pushpull,clients,gddr,apply,threads,servers,rows";
+    const char *rkeys_s = "1K,64K", *rdims_s = "16,64,128", *rclients_s = "1,4";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             sizes_s = "4K,64K,1M";
             clients_s = "4";
+            rdims_s = "64";
             reps = 3;
             budget_mb = 32;
         } else if (strcmp(argv[i], "--sizes") == 0 && i + 1 < argc) {
@@ -552,6 +485,12 @@ int main(int argc, char **argv)
             if (gddr__arg_int("gddr-bench", "--reps", argv[++i], 1, MAXV, &v) < 0)
                 return 2;
             reps = (int)v;
+        } else if (strcmp(argv[i], "--rows-keys") == 0 && i + 1 < argc) {
+            rkeys_s = argv[++i];
+        } else if (strcmp(argv[i], "--rows-dims") == 0 && i + 1 < argc) {
+            rdims_s = argv[++i];
+        } else if (strcmp(argv[i], "--rows-clients") == 0 && i + 1 < argc) {
+            rclients_s = argv[++i];
         } else if (strcmp(argv[i], "--sections") == 0 && i + 1 < argc) {
             sections = argv[++i];
         } else if (strcmp(argv[i], "--budget-mb") == 0 && i + 1 < argc) {
@@ -559,8 +498,9 @@ int main(int argc, char **argv)
                 return 2;
         } else {
             fprintf(stderr, "usage: gddr-bench [--quick] [--sizes 4K,1M,...] [--clients 4,16] [--reps N]\n"
-                            "                  [--sections pushpull,clients,gddr,apply,threads,servers]\n"
-                            "                  [--budget-mb MB]\n");
+                            "                  [--sections pushpull,clients,gddr,apply,threads,servers,rows]\n"
+                            "                  [--budget-mb MB] [--rows-keys 1K,64K] [--rows-dims 16,64,128]\n"
+                            "                  [--rows-clients 1,4]\n");
             return 2;
         }
     }
@@ -587,7 +527,7 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     printf("# gddr-bench: %ld cores, gddr-ps from %s, %d repetitions per figure\n",
-           sysconf(_SC_NPROCESSORS_ONLN), bin_dir, reps);
+           sysconf(_SC_NPROCESSORS_ONLN), bench_bin_dir, reps);
     size_t one_mib = 1u << 20, big = (size_t)64 << 20;
     if (has(sections, "pushpull"))
         section_pushpull(sizes, nsizes);
@@ -601,5 +541,17 @@ int main(int argc, char **argv)
         section_threads(budget_mb < 64 ? (size_t)16 << 20 : big);
     if (has(sections, "servers"))
         section_servers((size_t)4 << 20, 4);
+    if (has(sections, "rows")) {
+        size_t rk[8], rd[8], rc[8];
+        uint32_t dims[8];
+        int clis[8];
+        bench_rows_cfg rcfg = { rk, parse_list(rkeys_s, rk, 8), dims, parse_list(rdims_s, rd, 8),
+                                clis, parse_list(rclients_s, rc, 8), reps, budget_mb };
+        for (int i = 0; i < rcfg.ndims; i++)
+            dims[i] = (uint32_t)rd[i];
+        for (int i = 0; i < rcfg.ncl; i++)
+            clis[i] = rc[i] > 64 ? 64 : (int)rc[i];
+        bench_rows_section(&rcfg);
+    }
     return 0;
 }

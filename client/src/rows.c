@@ -7,6 +7,12 @@
  * after it; sync: the step's sync_target), and the next pull of that table
  * waits for it, so a worker always reads its own writes. A push carries
  * the version of this client's last pull as its base (its staleness).
+ *
+ * Frames: the keys, and a push's values, are lent to ZeroMQ (sent from
+ * where they are, no copy: 64k rows x 64 floats are 16 MiB a push); the
+ * call that sent them returns only once ZeroMQ let go of them
+ * (gddr__lent_wait), as gddr_push does with a tensor. The sharded backend
+ * drives the send halves and does the same for every server.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +94,7 @@ int gddr__rows_pull_send(gddr_client *c, int i, const uint64_t *keys, size_t n, 
     rq.body_case = GDDR__REQUEST__BODY_PULL_ROWS;
     rq.pull_rows = &p;
     gddr__raw raw = { keys, n * 8, NULL, NULL };
+    gddr__lend(c, &raw);
     int rc = gddr__send_req(c, &rq, &raw, 1, OP_PULL_ROWS, -1, ticket);
     if (rc == GDDR_OK) {
         op *o = gddr__op(c, *ticket);
@@ -133,7 +140,9 @@ int gddr__rows_pull(gddr_client *c, int table, const uint64_t *keys, size_t n, f
     if (table < 0 || table >= c->ntb)
         return gddr__set_err(c, GDDR_ENOKEY, "no table %d (%d registered)", table, c->ntb);
     struct pull_call a = { table, keys, n, out, flags, min_version, version };
-    return gddr__with_reconnect(c, pull_call, &a);
+    int rc = gddr__with_reconnect(c, pull_call, &a);
+    gddr__lent_wait(c); /* keys may change once we return */
+    return rc;
 }
 
 /* ---- pushes ------------------------------------------------------------------ */
@@ -212,6 +221,8 @@ int gddr__rows_push_send(gddr_client *c, int i, const uint64_t *keys, size_t n, 
     rq.body_case = GDDR__REQUEST__BODY_PUSH_ROWS;
     rq.push_rows = &p;
     gddr__raw raws[2] = { { keys, n * 8, NULL, NULL }, { g, n * tb->dim * 4, NULL, NULL } };
+    gddr__lend(c, &raws[0]);
+    gddr__lend(c, &raws[1]);
     return gddr__send_req(c, &rq, raws, 2, OP_PUSH, -1, ticket);
 }
 
@@ -249,7 +260,9 @@ int gddr__rows_push_at(gddr_client *c, int i, const uint64_t *keys, size_t n, co
                        uint64_t step, uint64_t *version)
 {
     struct push_call a = { i, keys, n, g, step, version };
-    return gddr__with_reconnect(c, push_call, &a);
+    int rc = gddr__with_reconnect(c, push_call, &a);
+    gddr__lent_wait(c); /* keys and g may change (or be freed) once we return */
+    return rc;
 }
 
 int gddr__rows_push(gddr_client *c, int table, const uint64_t *keys, size_t n, const float *grads,

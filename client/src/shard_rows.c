@@ -136,6 +136,8 @@ int gddr__shards_pull_rows(gddr_client *c, int table, const uint64_t *keys, size
         if (version)
             *version = vmin == UINT64_MAX ? 0 : vmin;
     }
+    for (int s = 0; s < h->S; s++) /* the keys were lent to ZeroMQ (rows.c) */
+        gddr__lent_wait(h->sub[s]);
     split_free(&p);
     free(buf), free(tk), free(st);
     return rc;
@@ -196,6 +198,8 @@ int gddr__shards_push_rows(gddr_client *c, int table, const uint64_t *keys, size
     }
     if (rc == GDDR_OK && version)
         *version = vmin == UINT64_MAX ? 0 : vmin;
+    for (int s = 0; s < h->S; s++) /* keys and gradients were lent to ZeroMQ (rows.c) */
+        gddr__lent_wait(h->sub[s]);
     split_free(&p);
     free(gbuf), free(tk), free(step), free(st), free(sent), free(uk), free(ug);
     return rc;

@@ -1,0 +1,116 @@
+/* bench_proc.c -- see bench_proc.h. */
+#include "bench_proc.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+char bench_self[4096], bench_bin_dir[4096], bench_epfile[256];
+
+void bench_proc_init(void)
+{
+    ssize_t l = readlink("/proc/self/exe", bench_self, sizeof bench_self - 1);
+    if (l <= 0)
+        bench_die("cannot find myself: %s", strerror(errno));
+    bench_self[l] = 0;
+    snprintf(bench_bin_dir, sizeof bench_bin_dir, "%s", bench_self);
+    *strrchr(bench_bin_dir, '/') = 0;
+    snprintf(bench_epfile, sizeof bench_epfile, "/tmp/gddr-bench-%d.ep", (int)getpid());
+}
+
+double bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double bench_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void bench_die(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "gddr-bench: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n");
+    exit(1);
+}
+
+void bench_spawn(bench_proc *p, char *const argv[])
+{
+    unlink(bench_epfile);
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0)
+        bench_die("fork: %s", strerror(errno));
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    p->pid = pid;
+    for (int i = 0; i < 2000; i++) {
+        FILE *f = fopen(bench_epfile, "r");
+        if (f) {
+            char line[256] = "";
+            char *ok = fgets(line, sizeof line, f);
+            fclose(f);
+            line[strcspn(line, "\r\n")] = 0;
+            if (ok && line[0]) {
+                snprintf(p->endpoint, sizeof p->endpoint, "%s", line);
+                unlink(bench_epfile);
+                return;
+            }
+        }
+        usleep(5000);
+    }
+    bench_die("%s did not start", argv[0]);
+}
+
+void bench_stop(bench_proc *p)
+{
+    if (p->pid <= 0)
+        return;
+    kill(p->pid, SIGTERM);
+    for (int i = 0; i < 1000; i++) {
+        if (waitpid(p->pid, NULL, WNOHANG) == p->pid) {
+            p->pid = 0;
+            return;
+        }
+        usleep(10000);
+    }
+    kill(p->pid, SIGKILL);
+    waitpid(p->pid, NULL, 0);
+    p->pid = 0;
+}
+
+void bench_start_shard(bench_proc *p, int threads, int index, int count, const char *extra)
+{
+    char bin[4200], th[64], si[64], sc[64];
+    snprintf(bin, sizeof bin, "%s/gddr-ps", bench_bin_dir);
+    snprintf(th, sizeof th, "threads=%d", threads);
+    snprintf(si, sizeof si, "shard_index=%d", index);
+    snprintf(sc, sizeof sc, "shard_count=%d", count);
+    char *argv[] = { bin, "--listen", "tcp://127.0.0.1:*", "--endpoint-file", bench_epfile, "--set",
+                     "log_level=error", "--set", th, "--set", "lr=0", "--set", si, "--set", sc,
+                     extra ? "--set" : NULL, (char *)extra, NULL };
+    bench_spawn(p, argv);
+}

@@ -1,0 +1,35 @@
+/* bench_proc.h -- what the sections of gddr-bench share: the clock, the
+ * median, and the servers they start (gddr-ps from the folder of the
+ * binary, or the binary itself in a server role), each a separate process
+ * that writes its endpoint into a file once it listens. */
+#ifndef GDDR_TOOLS_BENCH_PROC_H
+#define GDDR_TOOLS_BENCH_PROC_H
+
+#include <sys/types.h>
+
+/* The binary's own path and folder, and the endpoint file the servers
+ * write (bench_proc_init fills them). */
+extern char bench_self[4096], bench_bin_dir[4096], bench_epfile[256];
+
+void bench_proc_init(void);
+double bench_now(void);
+/* Sorts v and returns its median. */
+double bench_median(double *v, int n);
+/* Prints "gddr-bench: " + fmt(arg) and exits 1. */
+void bench_die(const char *fmt, const char *arg) __attribute__((noreturn));
+
+typedef struct bench_proc {
+    pid_t pid;
+    char endpoint[256];
+} bench_proc;
+
+/* Runs argv (argv[0] a path), waits for it to write its endpoint into
+ * bench_epfile; the child dies with this process. */
+void bench_spawn(bench_proc *p, char *const argv[]);
+/* SIGTERM, then SIGKILL after 10 s; no-op when not started. */
+void bench_stop(bench_proc *p);
+/* A gddr-ps with `threads` apply threads, shard `index` of `count`, lr 0,
+ * plus `extra` (one more "--set KEY=VALUE", or NULL). */
+void bench_start_shard(bench_proc *p, int threads, int index, int count, const char *extra);
+
+#endif
