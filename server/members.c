@@ -47,6 +47,12 @@ static int rank_live(gddr_ps *ps, int r, int64_t now)
     return 0;
 }
 
+int ps_rank_live(gddr_ps *ps, int r)
+{
+    int exp = gddr_ps_expected_workers(ps);
+    return r < exp ? rank_live(ps, r, gddr__now_ms()) : ps->workers[r].state == PS_W_LIVE;
+}
+
 int gddr_ps_live_workers(gddr_ps *ps)
 {
     int64_t now = gddr__now_ms();

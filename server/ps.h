@@ -398,6 +398,8 @@ int gddr_ps_expected_workers(const gddr_ps *ps);
 uint64_t ps_per_worker_bound(const gddr_ps *ps, uint64_t per_value, uint64_t per_chunk,
                              uint64_t per_bitmap);
 int gddr_ps_live_workers(gddr_ps *ps);
+/* Whether rank r counts among gddr_ps_live_workers() now. */
+int ps_rank_live(gddr_ps *ps, int r);
 /* The slowest live worker's clock (steps pushed), UINT64_MAX when none. */
 uint64_t ps_min_live_clock(gddr_ps *ps);
 

@@ -10,6 +10,10 @@
  *                              with every row bit-identical to one server
  *   rows_opts_size_checked     a gddr_table_opts from a newer header is
  *                              refused; a NULL one takes the defaults
+ *   rows_answers_are_not_restarts  an observer's E_NOKEY is final (no
+ *                              reconnect loop); a sync pull that timed out
+ *                              before the step fails instead of returning
+ *                              the rows from before it
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -191,11 +195,59 @@ START_TEST(test_rows_opts_size)
 }
 END_TEST
 
+/* An observer's lookup of a table that does not exist is an answer, not a
+ * sign that the server restarted: E_NOKEY at once, no reconnect. And a
+ * sync pull that timed out while the other worker had not pushed yet does
+ * not come back with the rows from before the step. */
+START_TEST(test_rows_answers_not_restarts)
+{
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=2", "lr=1");
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.observer = 1;
+    gddr_client *obs = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &obs), GDDR_OK);
+    int t;
+    ck_assert_int_eq(gddr_table_register(obs, "nope", 4, NULL, &t), GDDR_ENOKEY);
+    gddr_client_counters k;
+    gddr_client_counters_get(obs, &k);
+    ck_assert_uint_eq(k.reconnects, 0);
+
+    gddr_client_opts wo = GDDR_CLIENT_OPTS_INIT;
+    wo.server = s.endpoint;
+    wo.world_size = 2;
+    wo.heartbeat_ms = 0;
+    wo.timeout_ms = 500;
+    wo.reconnect_timeout_ms = 1500;
+    gddr_client *w[2];
+    for (int r = 0; r < 2; r++) {
+        wo.rank = r;
+        ck_assert_int_eq(gddr_client_open(&wo, &w[r]), GDDR_OK);
+        ck_assert_int_eq(gddr_table_register(w[r], "s", 1, NULL, &t), GDDR_OK);
+    }
+    uint64_t key = 9;
+    float g = 2.0f, v = 123.0f;
+    ck_assert_int_eq(gddr_push_rows(w[0], t, &key, 1, &g, NULL), GDDR_OK);
+    int rc = gddr_pull_rows(w[0], t, &key, 1, &v, 0, 0, NULL);
+    ck_assert_msg(rc == GDDR_ETIMEDOUT, "a pull before the step completed gave %s with %g",
+                  gddr_strerror(rc), (double)v);
+    ck_assert_int_eq(gddr_push_rows(w[1], t, &key, 1, &g, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_pull_rows(w[0], t, &key, 1, &v, 0, 0, NULL), GDDR_OK);
+    ck_assert_msg(v == -2.0f, "after the step: %g, expected -2", (double)v);
+    for (int r = 0; r < 2; r++)
+        gddr_client_close(&w[r]);
+    gddr_client_close(&obs);
+    stop_server(&s);
+}
+END_TEST
+
 Suite *suite_rows(void)
 {
     Suite *s = suite_create("rows");
     GT_ADD_CASE(s, "rows_values_as_documented", test_rows_values, 60);
     GT_ADD_CASE(s, "rows_sync_three_equal_one", test_rows_sync_three_equal_one, 120);
     GT_ADD_CASE(s, "rows_opts_size_checked", test_rows_opts_size, 60);
+    GT_ADD_CASE(s, "rows_answers_are_not_restarts", test_rows_answers_not_restarts, 60);
     return s;
 }

@@ -127,6 +127,7 @@ int gddr__reconnect(gddr_client *c)
 {
     int64_t deadline = gddr__now_ms() + retry_window_ms(c);
     int backoff = 100, rc = GDDR_ETIMEDOUT;
+    uint64_t prev_epoch = c->info.epoch; /* 0: already unknown */
     gddr__ops_fail_all(c, GDDR_ETIMEDOUT);
     c->k.reconnects++;
     for (int i = 0; i < c->nt; i++)
@@ -171,12 +172,14 @@ int gddr__reconnect(gddr_client *c)
                            "table '%s' is back at version %llu (we had %llu): updates after the server's last checkpoint were lost",
                            tb->key, (unsigned long long)res.version, (unsigned long long)tb->pulled);
                 tb->need = tb->pulled = res.version;
-            } else if (res.version < tb->need) {
-                /* Our last push made (or joined a sync step toward) a
-                 * version the server does not have: it was lost with the
-                 * server, or it waits in an open sync step the checkpoint
-                 * kept. Pulls stop waiting for it (else a lost one would
-                 * block them). */
+            } else if (res.version < tb->need && c->info.epoch != prev_epoch) {
+                /* A restarted server: our last push made (or joined a
+                 * sync step toward) a version it does not have: lost with
+                 * the server, or waiting in an open sync step the
+                 * checkpoint kept. Pulls stop waiting for it (else a lost
+                 * one would block them). The same server (a pull that
+                 * timed out while the other workers were slow) keeps the
+                 * wait: its step is still to come. */
                 gddr__logf(&c->log, GDDR_LOG_INFO,
                            "table '%s' is at version %llu, before the %llu our last push waits for: pulls no longer wait for it",
                            tb->key, (unsigned long long)res.version, (unsigned long long)tb->need);
@@ -203,8 +206,11 @@ int gddr__reconnect(gddr_client *c)
 
 int gddr__needs_reconnect(gddr_client *c, int rc)
 {
-    return c->epoch_changed || rc == GDDR_ETIMEDOUT || rc == GDDR_EIO || rc == GDDR_ENOKEY ||
-           rc == GDDR_EVERSION || rc == GDDR_ENOTICKET;
+    /* E_NOKEY from the server we registered with is an answer (no such
+     * table or tensor: an observer's lookup), not a sign of a restart;
+     * a restarted server's reply carries another epoch (epoch_changed). */
+    return c->epoch_changed || rc == GDDR_ETIMEDOUT || rc == GDDR_EIO ||
+           (rc == GDDR_ENOKEY && !c->info.epoch) || rc == GDDR_EVERSION || rc == GDDR_ENOTICKET;
 }
 
 int gddr__with_reconnect(gddr_client *c, int (*call)(gddr_client *, void *), void *arg)

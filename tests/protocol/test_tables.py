@@ -494,3 +494,22 @@ def test_server_byte_cap_bounds_rows_of_any_size(pb, server, connect):
     # A table evicts only its own rows: one with none to give back creates
     # nothing (its keys read as their initial values, gradients are dropped).
     assert rows_big == 0 and rows_small == 20
+
+
+def test_sync_step_waits_for_live_workers_not_for_a_count(pb, server, connect):
+    # A worker that pushed and left must not let the step go without the
+    # one still to push (a count of pushes would have matched the live
+    # workers: 1 and 1).
+    srv = server(lr=1.0, mode="sync", workers=2)
+    w0 = worker(pb, connect, srv, rank=0, world=2)
+    w1 = worker(pb, connect, srv, rank=1, world=2)
+    tid = init_table(pb, w0, "s", 1).body.id
+    init_table(pb, w1, "s", 1)
+    assert not push_rows(pb, w0, tid, [1], [[1.0]], step=1).body.applied
+    assert w0.call(pb.Bye()).kind == "ack"
+    _, v = pull_rows(pb, w1, tid, [1], create=False)
+    assert v.tolist() == [0.0]
+    r = push_rows(pb, w1, tid, [1], [[1.0]], step=1)
+    assert r.body.applied and r.body.version == 1
+    _, v = pull_rows(pb, w1, tid, [1], min_version=1)
+    assert v.tolist() == [-1.0]  # the mean of both pushes: one step, not two
