@@ -25,7 +25,7 @@
 
 #define MONITOR_EP "inproc://gddr-ps-monitor"
 
-int gddr_ps_auth_reload(gddr_ps *ps)
+int ps_auth_reload(gddr_ps *ps)
 {
     gddr__authkey *keys = NULL;
     char err[512];
@@ -59,7 +59,7 @@ static int monitor_setup(gddr_ps *ps, char *err, size_t errlen)
     return GDDR_OK;
 }
 
-int gddr_ps_auth_setup(gddr_ps *ps, char *err, size_t errlen)
+int ps_auth_setup(gddr_ps *ps, char *err, size_t errlen)
 {
     int rc = monitor_setup(ps, err, errlen);
     if (rc != GDDR_OK || !ps->cfg.curve_secret_key_file[0])
@@ -105,7 +105,7 @@ static const ps_key *find_key(gddr_ps *ps, const unsigned char *key)
     return NULL;
 }
 
-const ps_key *gddr_ps_auth_key(gddr_ps *ps, const char *uid)
+const ps_key *ps_auth_key(gddr_ps *ps, const char *uid)
 {
     if (!ps->zap || !uid || strlen(uid) != 40)
         return NULL;
@@ -118,7 +118,7 @@ const ps_key *gddr_ps_auth_key(gddr_ps *ps, const char *uid)
 /* One ZAP request: version, request id, domain, address, identity,
  * mechanism, credentials...; for CURVE the credential is the client's
  * 32-byte public key. */
-void gddr_ps_auth_poll(gddr_ps *ps)
+void ps_auth_poll(gddr_ps *ps)
 {
     for (;;) {
         zmq_msg_t part[8];
@@ -173,7 +173,7 @@ void gddr_ps_auth_poll(gddr_ps *ps)
 
 /* Monitor events: frame 1 is a 16-bit event and a 32-bit value, frame 2
  * the endpoint. Refused keys are counted by the ZAP handler already. */
-void gddr_ps_monitor_poll(gddr_ps *ps)
+void ps_monitor_poll(gddr_ps *ps)
 {
     for (;;) {
         zmq_msg_t ev, addr;
@@ -209,7 +209,7 @@ void gddr_ps_monitor_poll(gddr_ps *ps)
     }
 }
 
-void gddr_ps_auth_close(gddr_ps *ps)
+void ps_auth_close(gddr_ps *ps)
 {
     if (ps->zap)
         zmq_close(ps->zap);

@@ -20,7 +20,7 @@ static const char *const opt_names[] = { "sgd", "adam", "adamw", "adagrad", NULL
 #define OFF(f) offsetof(gddr_ps_config, f)
 #define BIG 9.2e18
 
-const gddr__conf_key gddr_ps_conf_table[] = {
+const gddr__conf_key ps_conf_table[] = {
     { "server", "listen", GDDR_CONF_STRING, OFF(listen), "tcp://127.0.0.1:5555", 0, 0, NULL, 0,
       "ZeroMQ endpoint to bind; a port of * lets the OS choose" },
     { "server", "endpoint_file", GDDR_CONF_STRING, OFF(endpoint_file), "", 0, 0, NULL, 0,
@@ -140,11 +140,11 @@ const gddr__conf_key gddr_ps_conf_table[] = {
     { NULL, NULL, 0, 0, NULL, 0, 0, NULL, 0, NULL },
 };
 
-const char *gddr_ps_config_where(const gddr_ps_config *cfg, const char *path, const char *key,
+const char *ps_config_where(const gddr_ps_config *cfg, const char *path, const char *key,
                                  char *buf, size_t len)
 {
-    const gddr__conf_key *k = gddr__conf_find(gddr_ps_conf_table, NULL, key);
-    int line = k ? cfg->line[k - gddr_ps_conf_table] : GDDR_CONF_FROM_DEFAULT;
+    const gddr__conf_key *k = gddr__conf_find(ps_conf_table, NULL, key);
+    int line = k ? cfg->line[k - ps_conf_table] : GDDR_CONF_FROM_DEFAULT;
     if (line == GDDR_CONF_FROM_SET)
         snprintf(buf, len, "--set");
     else if (k && cfg->curve_key_from_credential && strcmp(key, "curve_secret_key_file") == 0)
@@ -160,8 +160,8 @@ const char *gddr_ps_config_where(const gddr_ps_config *cfg, const char *path, co
  * cross-key error came from. */
 static const char *also(const gddr_ps_config *cfg, const char *key, char *buf, size_t len)
 {
-    const gddr__conf_key *k = gddr__conf_find(gddr_ps_conf_table, NULL, key);
-    int line = k ? cfg->line[k - gddr_ps_conf_table] : GDDR_CONF_FROM_DEFAULT;
+    const gddr__conf_key *k = gddr__conf_find(ps_conf_table, NULL, key);
+    int line = k ? cfg->line[k - ps_conf_table] : GDDR_CONF_FROM_DEFAULT;
     if (line > 0)
         snprintf(buf, len, " (%s on line %d)", key, line);
     else
@@ -169,10 +169,10 @@ static const char *also(const gddr_ps_config *cfg, const char *key, char *buf, s
     return buf;
 }
 
-int gddr_ps_config_validate(const gddr_ps_config *cfg, const char *path, char *err, size_t errlen)
+int ps_config_validate(const gddr_ps_config *cfg, const char *path, char *err, size_t errlen)
 {
     char w[GDDR_CONF_STRMAX + 32], o[96];
-#define WHERE(key) gddr_ps_config_where(cfg, path, key, w, sizeof w)
+#define WHERE(key) ps_config_where(cfg, path, key, w, sizeof w)
 #define ALSO(key) also(cfg, key, o, sizeof o)
     if (cfg->tau_min > cfg->tau_max) {
         snprintf(err, errlen, "%s: key 'tau_min': %lld is above tau_max %lld%s", WHERE("tau_min"),
@@ -260,7 +260,7 @@ static void parent_of(const char *path, char *buf, size_t len)
         snprintf(buf, len, "%.*s", (int)(slash - path), path);
 }
 
-int gddr_ps_config_check_paths(const gddr_ps_config *cfg, const char *path, char *err,
+int ps_config_check_paths(const gddr_ps_config *cfg, const char *path, char *err,
                                size_t errlen)
 {
     char w[GDDR_CONF_STRMAX + 32], why[GDDR_CONF_STRMAX * 2 + 64], dir[GDDR_CONF_STRMAX];
@@ -272,7 +272,7 @@ int gddr_ps_config_check_paths(const gddr_ps_config *cfg, const char *path, char
         if (missing ? writable_dir(dir, why, sizeof why) < 0
                     : writable_dir(cfg->checkpoint_dir, why, sizeof why) < 0) {
             snprintf(err, errlen, "%s: key 'checkpoint_dir': %s%s",
-                     gddr_ps_config_where(cfg, path, "checkpoint_dir", w, sizeof w), why,
+                     ps_config_where(cfg, path, "checkpoint_dir", w, sizeof w), why,
                      missing ? " (checkpoint_dir does not exist, and cannot be made there)" : "");
             return -1;
         }
@@ -281,7 +281,7 @@ int gddr_ps_config_check_paths(const gddr_ps_config *cfg, const char *path, char
         parent_of(cfg->endpoint_file, dir, sizeof dir);
         if (writable_dir(dir, why, sizeof why) < 0) {
             snprintf(err, errlen, "%s: key 'endpoint_file': cannot write %s there: %s",
-                     gddr_ps_config_where(cfg, path, "endpoint_file", w, sizeof w),
+                     ps_config_where(cfg, path, "endpoint_file", w, sizeof w),
                      cfg->endpoint_file, why);
             return -1;
         }
@@ -290,7 +290,7 @@ int gddr_ps_config_check_paths(const gddr_ps_config *cfg, const char *path, char
         parent_of(cfg->listen + 6, dir, sizeof dir);
         if (writable_dir(dir, why, sizeof why) < 0) {
             snprintf(err, errlen, "%s: key 'listen': cannot make the socket %s: %s",
-                     gddr_ps_config_where(cfg, path, "listen", w, sizeof w), cfg->listen + 6, why);
+                     ps_config_where(cfg, path, "listen", w, sizeof w), cfg->listen + 6, why);
             return -1;
         }
     }
@@ -299,19 +299,19 @@ int gddr_ps_config_check_paths(const gddr_ps_config *cfg, const char *path, char
     for (int i = 0; i < 2; i++)
         if (values[i][0] && access(values[i], R_OK) != 0) {
             snprintf(err, errlen, "%s: key '%s': cannot read %s: %s",
-                     gddr_ps_config_where(cfg, path, files[i], w, sizeof w), files[i], values[i],
+                     ps_config_where(cfg, path, files[i], w, sizeof w), files[i], values[i],
                      strerror(errno));
             return -1;
         }
     return 0;
 }
 
-int gddr_ps_config_read(gddr_ps_config *cfg, const char *path, char *err, size_t errlen)
+int ps_config_read(gddr_ps_config *cfg, const char *path, char *err, size_t errlen)
 {
     memset(cfg, 0, sizeof *cfg);
-    if (gddr__conf_defaults(gddr_ps_conf_table, cfg, err, errlen) < 0)
+    if (gddr__conf_defaults(ps_conf_table, cfg, err, errlen) < 0)
         return -1;
-    if (path && gddr__conf_load_lines(gddr_ps_conf_table, cfg, path, cfg->line, err, errlen) < 0)
+    if (path && gddr__conf_load_lines(ps_conf_table, cfg, path, cfg->line, err, errlen) < 0)
         return -1;
     /* Under systemd, LoadCredential= hands a root-only key to the service
      * user as a file of its own: it wins over the file's path. */
@@ -321,7 +321,7 @@ int gddr_ps_config_read(gddr_ps_config *cfg, const char *path, char *err, size_t
         snprintf(cred, sizeof cred, "%s/%s", creds, GDDR_PS_CURVE_CREDENTIAL);
         if (access(cred, F_OK) == 0) {
             char msg[256];
-            if (gddr__conf_set(gddr_ps_conf_table, cfg, NULL, "curve_secret_key_file", cred, msg,
+            if (gddr__conf_set(ps_conf_table, cfg, NULL, "curve_secret_key_file", cred, msg,
                                sizeof msg) < 0) {
                 snprintf(err, errlen, "credential %s: %s", GDDR_PS_CURVE_CREDENTIAL, msg);
                 return -1;
@@ -332,14 +332,14 @@ int gddr_ps_config_read(gddr_ps_config *cfg, const char *path, char *err, size_t
     return 0;
 }
 
-int gddr_ps_config_load(gddr_ps_config *cfg, const char *path, char *err, size_t errlen)
+int ps_config_load(gddr_ps_config *cfg, const char *path, char *err, size_t errlen)
 {
-    if (gddr_ps_config_read(cfg, path, err, errlen) < 0)
+    if (ps_config_read(cfg, path, err, errlen) < 0)
         return -1;
-    return gddr_ps_config_validate(cfg, path, err, errlen);
+    return ps_config_validate(cfg, path, err, errlen);
 }
 
-int gddr_ps_config_apply_override(gddr_ps_config *cfg, const char *kv, char *err, size_t errlen)
+int ps_config_apply_override(gddr_ps_config *cfg, const char *kv, char *err, size_t errlen)
 {
     char buf[GDDR_CONF_STRMAX * 2];
     snprintf(buf, sizeof buf, "%s", kv);
@@ -356,12 +356,12 @@ int gddr_ps_config_apply_override(gddr_ps_config *cfg, const char *kv, char *err
         key = dot + 1;
     }
     char msg[512];
-    if (gddr__conf_set(gddr_ps_conf_table, cfg, section, key, eq + 1, msg, sizeof msg) < 0) {
+    if (gddr__conf_set(ps_conf_table, cfg, section, key, eq + 1, msg, sizeof msg) < 0) {
         snprintf(err, errlen, "--set: %s", msg);
         return -1;
     }
-    const gddr__conf_key *k = gddr__conf_find(gddr_ps_conf_table, section, key);
-    cfg->line[k - gddr_ps_conf_table] = GDDR_CONF_FROM_SET;
+    const gddr__conf_key *k = gddr__conf_find(ps_conf_table, section, key);
+    cfg->line[k - ps_conf_table] = GDDR_CONF_FROM_SET;
     if (strcmp(key, "curve_secret_key_file") == 0)
         cfg->curve_key_from_credential = 0; /* the command line wins */
     return 0;

@@ -60,7 +60,7 @@ typedef struct gddr_ps_config {
     /* [security] */
     char curve_secret_key_file[GDDR_CONF_STRMAX];
     char authorized_keys[GDDR_CONF_STRMAX];
-    /* Where each key of gddr_ps_conf_table got its value: the file's line,
+    /* Where each key of ps_conf_table got its value: the file's line,
      * GDDR_CONF_FROM_SET or GDDR_CONF_FROM_DEFAULT (errors name it). */
     int line[GDDR_CONF_MAXKEYS];
     int curve_key_from_credential; /* curve_secret_key_file is a systemd credential */
@@ -70,26 +70,26 @@ typedef struct gddr_ps_config {
  * curve_secret_key_file: gddr-ps reads $CREDENTIALS_DIRECTORY/NAME. */
 #define GDDR_PS_CURVE_CREDENTIAL "curve_secret_key_file"
 
-extern const gddr__conf_key gddr_ps_conf_table[];
+extern const gddr__conf_key ps_conf_table[];
 
 /* Defaults, then the file (path may be NULL), then validation across keys.
  * Returns 0 or -1 with a message in err. */
-int gddr_ps_config_load(gddr_ps_config *cfg, const char *path, char *err, size_t errlen);
+int ps_config_load(gddr_ps_config *cfg, const char *path, char *err, size_t errlen);
 /* Defaults, the file and the CURVE credential, without the cross-key checks
  * (for callers that apply overrides before validating). */
-int gddr_ps_config_read(gddr_ps_config *cfg, const char *path, char *err, size_t errlen);
+int ps_config_read(gddr_ps_config *cfg, const char *path, char *err, size_t errlen);
 /* Applies one command-line override, "key=value" or "section.key=value". */
-int gddr_ps_config_apply_override(gddr_ps_config *cfg, const char *kv, char *err, size_t errlen);
+int ps_config_apply_override(gddr_ps_config *cfg, const char *kv, char *err, size_t errlen);
 /* Cross-key checks (tau_min <= tau_init <= tau_max, ...). Errors name the
  * file and line (or --set) that gave the key. */
-int gddr_ps_config_validate(const gddr_ps_config *cfg, const char *path, char *err, size_t errlen);
+int ps_config_validate(const gddr_ps_config *cfg, const char *path, char *err, size_t errlen);
 /* What the daemon will need from the file system: checkpoint_dir a
  * writable directory (or one it can create), endpoint_file and an ipc://
  * listen in writable directories, the key files readable. */
-int gddr_ps_config_check_paths(const gddr_ps_config *cfg, const char *path, char *err,
+int ps_config_check_paths(const gddr_ps_config *cfg, const char *path, char *err,
                                size_t errlen);
 /* "FILE:LINE", "--set" or "FILE" (a default): where key got its value. */
-const char *gddr_ps_config_where(const gddr_ps_config *cfg, const char *path, const char *key,
+const char *ps_config_where(const gddr_ps_config *cfg, const char *path, const char *key,
                                  char *buf, size_t len);
 
 #endif

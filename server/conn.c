@@ -503,7 +503,7 @@ int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Reque
     }
     /* A sync step or the ssp bound will release it. A min_version far ahead
      * of anything a step can produce is a client bug, not a wait. */
-    if (p->min_version > t->version + 1 + (uint64_t)gddr_ps_expected_workers(ps) + t->nflushes)
+    if (p->min_version > t->version + 1 + (uint64_t)ps_expected_workers(ps) + t->nflushes)
         return ps_reject(ps, ident, rq->req_id, GDDR_EVERSION,
                          "pull asks for version %llu of tensor '%s', which is at %llu",
                          (unsigned long long)p->min_version, t->key, (unsigned long long)t->version);

@@ -193,7 +193,7 @@ void ps_fill_free_worker(gddr_ps *ps, ps_worker *w)
  * open step, the open holds (a byte a chunk; absent in checkpoints before
  * them, read as none open: a release then counts as fresh once). */
 int ps_fill_sections(gddr_ps *ps, struct gddr_ckpt_section **s, size_t *n, size_t *cap,
-                     gddr_ps_add_section_fn add)
+                     ps_add_section_fn add)
 {
     for (int r = 0; r < ps->cfg.max_workers; r++) {
         ps_worker *w = &ps->workers[r];

@@ -82,7 +82,7 @@ static const char *pid_file;
 static void print_markdown(void)
 {
     printf("| key | default | meaning |\n|---|---|---|\n");
-    gddr__conf_markdown(gddr_ps_conf_table, stdout);
+    gddr__conf_markdown(ps_conf_table, stdout);
     gddr__conf_markdown(gddr__client_conf_keys(), stdout);
 }
 
@@ -246,27 +246,27 @@ int main(int argc, char **argv)
     }
     gddr_ps_config cfg;
     char err[1024];
-    if (gddr_ps_config_read(&cfg, path, err, sizeof err) < 0) {
+    if (ps_config_read(&cfg, path, err, sizeof err) < 0) {
         fprintf(stderr, "gddr-ps: FATAL CONFIG ERROR: %s\n", err);
         return 1;
     }
     for (int i = 0; i < nsets; i++) {
-        if (gddr_ps_config_apply_override(&cfg, sets[i], err, sizeof err) < 0) {
+        if (ps_config_apply_override(&cfg, sets[i], err, sizeof err) < 0) {
             fprintf(stderr, "gddr-ps: FATAL CONFIG ERROR: %s\n", err);
             return 1;
         }
     }
-    if (gddr_ps_config_validate(&cfg, path ? path : "--set", err, sizeof err) < 0) {
+    if (ps_config_validate(&cfg, path ? path : "--set", err, sizeof err) < 0) {
         fprintf(stderr, "gddr-ps: FATAL CONFIG ERROR: %s\n", err);
         return 1;
     }
     if (dump) {
-        gddr__conf_dump(gddr_ps_conf_table, &cfg, stdout);
+        gddr__conf_dump(ps_conf_table, &cfg, stdout);
         return 0;
     }
     /* The files and directories it names, as the daemon will need them:
      * what --check-config passes, the daemon can start with. */
-    if (gddr_ps_config_check_paths(&cfg, path ? path : "--set", err, sizeof err) < 0) {
+    if (ps_config_check_paths(&cfg, path ? path : "--set", err, sizeof err) < 0) {
         fprintf(stderr, "gddr-ps: FATAL CONFIG ERROR: %s\n", err);
         return 1;
     }
@@ -306,7 +306,7 @@ int main(int argc, char **argv)
     sigprocmask(SIG_UNBLOCK, &ours, NULL);
 
     gddr_ps *opened = NULL;
-    if (gddr_ps_open(&opened, &cfg, path, err, sizeof err) != GDDR_OK) {
+    if (ps_open(&opened, &cfg, path, err, sizeof err) != GDDR_OK) {
         /* A bind failure is a config error: say which line gave the endpoint. */
         char where[GDDR_CONF_STRMAX + 64] = "", w[GDDR_CONF_STRMAX + 32], listen[GDDR_CONF_STRMAX + 16];
         snprintf(listen, sizeof listen, "cannot bind %s:", cfg.listen);
@@ -315,7 +315,7 @@ int main(int argc, char **argv)
                                                                         : NULL;
         if (key)
             snprintf(where, sizeof where, "%s: key '%s': ",
-                     gddr_ps_config_where(&cfg, path ? path : "--set", key, w, sizeof w), key);
+                     ps_config_where(&cfg, path ? path : "--set", key, w, sizeof w), key);
         gddr_log(GDDR_LOG_ERROR, "cannot start: %s%s", where, err);
         return 1;
     }
@@ -323,7 +323,7 @@ int main(int argc, char **argv)
     opened->overrides = sets;
     opened->noverrides = nsets;
     the_ps = opened;
-    gddr_ps_run(the_ps, on_ready);
+    ps_run(the_ps, on_ready);
     int rc = the_ps->final_ckpt_rc == GDDR_OK && !startup_rc ? 0 : 1;
     gddr_log(GDDR_LOG_INFO, "stopped: %llu pushes, %llu pulls, %llu updates applied",
              (unsigned long long)the_ps->pushes, (unsigned long long)the_ps->pulls_served,
@@ -333,7 +333,7 @@ int main(int argc, char **argv)
 #endif
     gddr_ps *ps = the_ps;
     the_ps = NULL;
-    gddr_ps_close(&ps);
+    ps_close(&ps);
     if (pid_file)
         unlink(pid_file);
     return rc;

@@ -8,7 +8,7 @@
 #include "ps.h"
 #include "residual.h"
 
-int gddr_ps_expected_workers(const gddr_ps *ps)
+int ps_expected_workers(const gddr_ps *ps)
 {
     int n = ps->cfg.workers ? (int)ps->cfg.workers : ps->announced_world;
     return n < 1 ? 1 : n;
@@ -22,7 +22,7 @@ uint64_t ps_per_worker_bound(const gddr_ps *ps, uint64_t per_value, uint64_t per
         const ps_tensor *t = ps->tensors[i];
         model += t->n * per_value + t->nchunks * per_chunk + gddr_bitmap_bytes(t->nchunks) * per_bitmap;
     }
-    return model * (uint64_t)gddr_ps_expected_workers(ps) + (1u << 20);
+    return model * (uint64_t)ps_expected_workers(ps) + (1u << 20);
 }
 
 /* A rank counts as live when it is alive, or when it was never seen but the
@@ -42,21 +42,21 @@ static int rank_live(gddr_ps *ps, int r, int64_t now)
         w->absent_said = 1;
         gddr_log(GDDR_LOG_WARN, "worker %d of the %d expected never said hello within worker_timeout_s "
                  "= %g s of the first: steps go on without it (started? with the right --rank and "
-                 "--world?)", r, gddr_ps_expected_workers(ps), ps->cfg.worker_timeout_s);
+                 "--world?)", r, ps_expected_workers(ps), ps->cfg.worker_timeout_s);
     }
     return 0;
 }
 
 int ps_rank_live(gddr_ps *ps, int r)
 {
-    int exp = gddr_ps_expected_workers(ps);
+    int exp = ps_expected_workers(ps);
     return r < exp ? rank_live(ps, r, gddr__now_ms()) : ps->workers[r].state == PS_W_LIVE;
 }
 
-int gddr_ps_live_workers(gddr_ps *ps)
+int ps_live_workers(gddr_ps *ps)
 {
     int64_t now = gddr__now_ms();
-    int exp = gddr_ps_expected_workers(ps), live = 0;
+    int exp = ps_expected_workers(ps), live = 0;
     for (int r = 0; r < ps->cfg.max_workers; r++)
         if ((r < exp && rank_live(ps, r, now)) || (r >= exp && ps->workers[r].state == PS_W_LIVE))
             live++;

@@ -28,7 +28,7 @@ char *ps_metrics_page(gddr_ps *ps)
     return page;
 }
 
-void gddr_ps_reload(gddr_ps *ps)
+void ps_reload(gddr_ps *ps)
 {
     if (!ps->cfg_path[0]) {
         gddr_log(GDDR_LOG_WARN, "SIGHUP: no config file to reload");
@@ -36,23 +36,23 @@ void gddr_ps_reload(gddr_ps *ps)
     }
     gddr_ps_config fresh;
     char err[512];
-    if (gddr_ps_config_read(&fresh, ps->cfg_path, err, sizeof err) < 0) {
+    if (ps_config_read(&fresh, ps->cfg_path, err, sizeof err) < 0) {
         gddr_log(GDDR_LOG_ERROR, "SIGHUP: keeping the old settings: %s", err);
         return;
     }
     /* The command line still wins over the file, as it did at start. */
     for (int i = 0; i < ps->noverrides; i++) {
-        if (gddr_ps_config_apply_override(&fresh, ps->overrides[i], err, sizeof err) < 0) {
+        if (ps_config_apply_override(&fresh, ps->overrides[i], err, sizeof err) < 0) {
             gddr_log(GDDR_LOG_ERROR, "SIGHUP: keeping the old settings: %s", err);
             return;
         }
     }
-    if (gddr_ps_config_validate(&fresh, ps->cfg_path, err, sizeof err) < 0) {
+    if (ps_config_validate(&fresh, ps->cfg_path, err, sizeof err) < 0) {
         gddr_log(GDDR_LOG_ERROR, "SIGHUP: keeping the old settings: %s", err);
         return;
     }
     int changed = 0;
-    for (const gddr__conf_key *k = gddr_ps_conf_table; k->name; k++) {
+    for (const gddr__conf_key *k = ps_conf_table; k->name; k++) {
         char a[GDDR_CONF_STRMAX + 32], b[GDDR_CONF_STRMAX + 32];
         gddr__conf_format(k, &ps->cfg, a, sizeof a);
         gddr__conf_format(k, &fresh, b, sizeof b);
@@ -63,13 +63,13 @@ void gddr_ps_reload(gddr_ps *ps)
             continue;
         }
         char e2[256];
-        gddr__conf_set(gddr_ps_conf_table, &ps->cfg, k->section, k->name, b, e2, sizeof e2);
+        gddr__conf_set(ps_conf_table, &ps->cfg, k->section, k->name, b, e2, sizeof e2);
         gddr_log(GDDR_LOG_INFO, "SIGHUP: %s = %s (was %s)", k->name, b, a);
         changed++;
     }
     gddr__log_global.level = ps->cfg.log_level;
     if (ps->zap)
-        gddr_ps_auth_reload(ps);
+        ps_auth_reload(ps);
     /* Keep every tensor's tau inside the new bounds. */
     for (size_t i = 0; i < ps->ntensors; i++) {
         ps_tensor *t = ps->tensors[i];
@@ -81,7 +81,7 @@ void gddr_ps_reload(gddr_ps *ps)
     gddr_log(GDDR_LOG_INFO, "SIGHUP: reloaded %s, %d key(s) changed", ps->cfg_path, changed);
 }
 
-int gddr_ps_metrics_open(gddr_ps *ps, char *err, size_t errlen)
+int ps_metrics_open(gddr_ps *ps, char *err, size_t errlen)
 {
     if (!ps->cfg.metrics_listen[0])
         return GDDR_OK;
@@ -103,7 +103,7 @@ int gddr_ps_metrics_open(gddr_ps *ps, char *err, size_t errlen)
 /* A ZMQ_STREAM socket delivers [peer id, bytes]; an empty data frame means
  * a connect or a disconnect. We answer the first data of a connection with
  * the whole page and close it (HTTP/1.0, Connection: close). */
-void gddr_ps_metrics_poll(gddr_ps *ps)
+void ps_metrics_poll(gddr_ps *ps)
 {
     for (int i = 0; i < 64; i++) {
         zmq_msg_t id, data;

@@ -145,7 +145,7 @@ static uint64_t snapshot_limit(gddr_ps *ps)
     return ps_per_worker_bound(ps, 4, 0, 2);
 }
 
-int gddr_ps_snapshot_check(gddr_ps *ps, ps_tensor *t, uint32_t rank, const Gddr__Push *p,
+int ps_snapshot_check(gddr_ps *ps, ps_tensor *t, uint32_t rank, const Gddr__Push *p,
                            gddr__frames *f, char *msg, size_t mlen)
 {
     size_t need = gddr_bitmap_bytes(t->nchunks);
@@ -344,7 +344,7 @@ static void after_push(gddr_ps *ps, ps_tensor *t, uint32_t rank, const Gddr__Pus
 
 /* Turns a dead worker's snapshots into orphans waiting for a live worker,
  * and says what its death cost. */
-void gddr_ps_snapshot_worker_died(gddr_ps *ps, int rank)
+void ps_snapshot_worker_died(gddr_ps *ps, int rank)
 {
     struct ps_orphans *o = state(ps);
     if (!o)
@@ -473,14 +473,14 @@ static void offer_orphans(gddr_ps *ps, zmq_msg_t *ident, uint32_t rank)
     }
 }
 
-void gddr_ps_orphans_pushed(gddr_ps *ps, zmq_msg_t *ident, ps_tensor *t, uint32_t rank,
+void ps_orphans_pushed(gddr_ps *ps, zmq_msg_t *ident, ps_tensor *t, uint32_t rank,
                             const Gddr__Push *p, gddr__frames *f)
 {
     after_push(ps, t, rank, p, f);
     offer_orphans(ps, ident, rank);
 }
 
-void gddr_ps_snapshot_free(gddr_ps *ps)
+void ps_snapshot_free(gddr_ps *ps)
 {
     struct ps_orphans *o = ps->orphans;
     if (!o)
@@ -499,7 +499,7 @@ void gddr_ps_snapshot_free(gddr_ps *ps)
     ps->orphans = NULL;
 }
 
-void gddr_ps_orphan_stats(gddr_ps *ps, gddr_ps_orphan_counts *out)
+void ps_orphan_stats(gddr_ps *ps, ps_orphan_counts *out)
 {
     struct ps_orphans *o = ps->orphans;
     memset(out, 0, sizeof *out);
@@ -525,8 +525,8 @@ typedef struct snap_head {
     uint64_t n, nbytes;
 } snap_head;
 
-int gddr_ps_orphan_sections(gddr_ps *ps, struct gddr_ckpt_section **s, size_t *n, size_t *cap,
-                            gddr_ps_add_section_fn add)
+int ps_orphan_sections(gddr_ps *ps, struct gddr_ckpt_section **s, size_t *n, size_t *cap,
+                            ps_add_section_fn add)
 {
     struct ps_orphans *o = ps->orphans;
     for (snap_rec *r = o ? o->snaps : NULL; r; r = r->next) {
@@ -611,7 +611,7 @@ static void restore_snap(gddr_ps *ps, const gddr_ckpt_section *sec, int format)
     o->bytes += rec_bytes(r);
 }
 
-void gddr_ps_orphan_restore(gddr_ps *ps, const struct gddr_ckpt *c, int format)
+void ps_orphan_restore(gddr_ps *ps, const struct gddr_ckpt *c, int format)
 {
     for (size_t i = 0; i < c->n; i++) {
         const gddr_ckpt_section *sec = &c->s[i];

@@ -215,7 +215,7 @@ static int collect(gddr_ps *ps, gddr_ckpt_section **out, size_t *nout)
         free(wbuf);
         goto fail;
     }
-    if (gddr_ps_orphan_sections(ps, &s, &n, &cap, add_section) < 0 ||
+    if (ps_orphan_sections(ps, &s, &n, &cap, add_section) < 0 ||
         ps_fill_sections(ps, &s, &n, &cap, add_section) < 0 ||
         ps_tables_ckpt_sections(ps, &s, &n, &cap, add_section) < 0)
         goto fail;
@@ -256,7 +256,7 @@ static int restore_tensor(gddr_ps *ps, const gddr_ckpt_section *sec, char *err, 
     key[h.keylen] = 0;
     p += h.keylen;
     /* The allocator a registration uses (tensor.c). */
-    ps_tensor *t = gddr_ps_tensor_create(ps, key, h.n);
+    ps_tensor *t = ps_tensor_create(ps, key, h.n);
     if (!t) {
         snprintf(err, errlen, "out of memory restoring tensor '%s'", key);
         return -1;
@@ -454,7 +454,7 @@ static size_t restore_workers(gddr_ps *ps, const gddr_ckpt_section *ws, int form
     return nw;
 }
 
-int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
+int ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
 {
     if (!ps->cfg.checkpoint_dir[0])
         return GDDR_OK;
@@ -532,7 +532,7 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
     restore_flushes(ps, &c);
     size_t nw = restore_workers(ps, gddr__ckpt_find(&c, "workers"), (int)format);
     ps_fill_restore(ps, &c);
-    gddr_ps_orphan_restore(ps, &c, (int)format);
+    ps_orphan_restore(ps, &c, (int)format);
     ps_sync_restored(ps);
     uint64_t ntab = format >= 4 ? ((uint64_t *)meta->data)[3] : 0;
     if (ps_tables_ckpt_restore(ps, &c, &base, ntab, lerr, sizeof lerr) < 0) {
@@ -546,7 +546,7 @@ int gddr_ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
     return GDDR_OK;
 }
 
-void gddr_ps_checkpoint_request(gddr_ps *ps, char *text, size_t len)
+void ps_checkpoint_request(gddr_ps *ps, char *text, size_t len)
 {
     ps->ckpt_requests++;
     if (!ps->ckw) {
@@ -572,7 +572,7 @@ void gddr_ps_checkpoint_request(gddr_ps *ps, char *text, size_t len)
     snprintf(text, len, "checkpoint %llu requested", (unsigned long long)ps->ckpt_seq + 1);
 }
 
-void gddr_ps_checkpoint_tick(gddr_ps *ps, int final)
+void ps_checkpoint_tick(gddr_ps *ps, int final)
 {
     if (!ps->ckw)
         return;

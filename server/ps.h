@@ -1,5 +1,9 @@
 /* ps.h -- the state of one gddr-ps instance, shared by its files.
  *
+ * Names: every function and variable of the daemon is ps_* (its types
+ * gddr_ps and gddr_ps_config, which tools and tests see, keep the
+ * project's prefix).
+ *
  * Threads: one front thread owns the ROUTER socket and every field below;
  * it validates each request, then either answers it (pull, stats) or
  * hands its update to the apply pool (apply.c) and answers at once: the
@@ -318,11 +322,11 @@ typedef struct gddr_ps {
 } gddr_ps;
 
 /* server.c: the front thread (loop, dispatch, registrations, pushes). */
-int gddr_ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path, char *err,
+int ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path, char *err,
                  size_t errlen);
 /* Runs until stop is set; `ready` is called once after the socket is bound. */
-int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *));
-void gddr_ps_close(gddr_ps **ps);
+int ps_run(gddr_ps *ps, void (*ready)(gddr_ps *));
+void ps_close(gddr_ps **ps);
 
 /* reply.c */
 void ps_send_reply(gddr_ps *ps, zmq_msg_t *ident, Gddr__Reply *r, const gddr__raw *raws, int nraw);
@@ -340,7 +344,7 @@ void ps_log_refusal(gddr_ps *ps, const char *fmt, ...) __attribute__((format(pri
 
 /* tensor.c */
 /* Allocates and registers an empty tensor (used by init and restore). */
-ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n);
+ps_tensor *ps_tensor_create(gddr_ps *ps, const char *key, size_t n);
 void ps_tensor_free(ps_tensor *t);
 ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id);
 /* Waits for t's update in flight, if any, and makes its values current.
@@ -391,14 +395,14 @@ void ps_membership_changed(gddr_ps *ps);
 /* members.c */
 /* The workers a step waits for: cfg.workers, else the largest world a
  * hello announced (at least 1). */
-int gddr_ps_expected_workers(const gddr_ps *ps);
+int ps_expected_workers(const gddr_ps *ps);
 /* The default of a memory bound that gives every expected worker one copy
  * of what it costs per tensor (per_value bytes a value, per_chunk a chunk,
  * per_bitmap a chunk bitmap's bytes), plus 1 MiB of slack. */
 uint64_t ps_per_worker_bound(const gddr_ps *ps, uint64_t per_value, uint64_t per_chunk,
                              uint64_t per_bitmap);
-int gddr_ps_live_workers(gddr_ps *ps);
-/* Whether rank r counts among gddr_ps_live_workers() now. */
+int ps_live_workers(gddr_ps *ps);
+/* Whether rank r counts among ps_live_workers() now. */
 int ps_rank_live(gddr_ps *ps, int r);
 /* The slowest live worker's clock (steps pushed), UINT64_MAX when none. */
 uint64_t ps_min_live_clock(gddr_ps *ps);
@@ -505,15 +509,15 @@ void ps_parts_free(gddr_ps *ps);
 
 /* auth.c: CURVE on the ROUTER, a ZAP handler checking client keys, and a
  * monitor counting failed handshakes. */
-int gddr_ps_auth_setup(gddr_ps *ps, char *err, size_t errlen);
-void gddr_ps_auth_poll(gddr_ps *ps);
-void gddr_ps_monitor_poll(gddr_ps *ps);
-int gddr_ps_auth_reload(gddr_ps *ps);
-void gddr_ps_auth_close(gddr_ps *ps);
+int ps_auth_setup(gddr_ps *ps, char *err, size_t errlen);
+void ps_auth_poll(gddr_ps *ps);
+void ps_monitor_poll(gddr_ps *ps);
+int ps_auth_reload(gddr_ps *ps);
+void ps_auth_close(gddr_ps *ps);
 /* The allowlist entry of the key a message came in with (its frames'
  * User-Id); NULL without CURVE (or when the key was removed from the list
  * since it connected). */
-const ps_key *gddr_ps_auth_key(gddr_ps *ps, const char *user_id);
+const ps_key *ps_auth_key(gddr_ps *ps, const char *user_id);
 
 /* stats.c */
 void ps_stale_add(ps_stale *s, uint64_t tau, double decay);

@@ -221,7 +221,7 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
                t->key, measured, (double)p->grad_norm, ps->cfg.max_grad_norm);
     }
     if (p->residual_snapshot) {
-        rc = gddr_ps_snapshot_check(ps, t, rq->rank, p, f, msg, sizeof msg);
+        rc = ps_snapshot_check(ps, t, rq->rank, p, f, msg, sizeof msg);
         if (rc != GDDR_OK)
             return ps_reject(ps, ident, id, rc, "push to tensor '%s': residual snapshot: %s", t->key, msg);
     }
@@ -246,7 +246,7 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         /* Mass of the worker's earlier steps: joined to the last step with
          * the weight one worker's share of it had, however many workers
          * are left. (A flush always comes in one message.) */
-        uint32_t d = t->sync_divisor ? t->sync_divisor : (uint32_t)gddr_ps_expected_workers(ps);
+        uint32_t d = t->sync_divisor ? t->sync_divisor : (uint32_t)ps_expected_workers(ps);
         if (t->npushes == 0) {
             ps_flush_apply(ps, t, src->vals, p->bitmap.len ? p->bitmap.data : NULL, (float)fac,
                            1.0f / (float)d, p->lr, rq->rank, src->frame);
@@ -320,7 +320,7 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         gddr_log(GDDR_LOG_DEBUG, "tensor '%s': tau now %d (norm EMA %.4g, change rate %.3f)",
                  t->key, t->tau, t->norm_ema, t->rate_ema);
     send_push_reply(ps, ident, id, t, wt, 0);
-    gddr_ps_orphans_pushed(ps, ident, t, rq->rank, p, f);
+    ps_orphans_pushed(ps, ident, t, rq->rank, p, f);
     ps_release_pulls(ps);
     return GDDR_OK;
 }

@@ -40,7 +40,7 @@ static void send_hello_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id)
     ps_reply_init(ps, &r, req_id, NULL);
     hr.mode = (Gddr__Mode)ps_tensor_mode(ps, NULL); /* hybrid: the phase now */
     hr.chunk = (uint32_t)ps->cfg.chunk;
-    hr.workers = (uint32_t)gddr_ps_expected_workers(ps);
+    hr.workers = (uint32_t)ps_expected_workers(ps);
     hr.tau = (uint32_t)ps->cfg.tau_init;
     hr.max_message_bytes = (uint64_t)ps->cfg.max_message_bytes;
     hr.async_warmup_steps = (uint32_t)ps->cfg.async_warmup_steps;
@@ -132,7 +132,7 @@ static int on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
             return ps_reject(ps, ident, rq->req_id, GDDR_ENONFINITE, "tensor '%s': initial values hold NaN or Inf",
                    in->key);
         }
-        t = gddr_ps_tensor_create(ps, in->key, in->n);
+        t = ps_tensor_create(ps, in->key, in->n);
         if (!t) {
             return ps_reject(ps, ident, rq->req_id, GDDR_ENOMEM, "no memory for tensor '%s'", in->key);
         }
@@ -190,7 +190,7 @@ static void on_stats(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, int
         sr.worker_staleness_mean = ps_stale_mean(&w->stale);
         sr.worker_pushes = w->pushes;
     }
-    sr.live_workers = (uint32_t)gddr_ps_live_workers(ps);
+    sr.live_workers = (uint32_t)ps_live_workers(ps);
     sr.duplicates = ps->duplicates;
     char *text = NULL;
     if (rq->stats->prometheus)
@@ -261,7 +261,7 @@ static int shard_layout_ok(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *r
 static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Request *rq)
 {
     zmq_msg_t *ident = &f->part[0];
-    const ps_key *key = gddr_ps_auth_key(ps, f->user);
+    const ps_key *key = ps_auth_key(ps, f->user);
     uint64_t session = ps_request_session(rq, c);
     int body = rq->body_case;
     if (ps->zap && !key) {
@@ -312,7 +312,7 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
             return;
         }
         char text[128];
-        gddr_ps_checkpoint_request(ps, text, sizeof text);
+        ps_checkpoint_request(ps, text, sizeof text);
         send_ack(ps, ident, rq->req_id, text);
         return;
     }
@@ -413,7 +413,7 @@ static uint64_t make_epoch(void)
     return ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ ((uint64_t)getpid() << 48);
 }
 
-int gddr_ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path, char *err,
+int ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path, char *err,
                  size_t errlen)
 {
     gddr_ps *ps = calloc(1, sizeof *ps);
@@ -429,7 +429,7 @@ int gddr_ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path,
     if (!ps->workers || ps_conns_open(ps) != GDDR_OK ||
         ps_pool_start(&ps->pool, (int)cfg->threads) != GDDR_OK) {
         snprintf(err, errlen, "out of memory");
-        gddr_ps_close(&ps);
+        ps_close(&ps);
         return GDDR_ENOMEM;
     }
     ps->zctx = zmq_ctx_new();
@@ -440,30 +440,30 @@ int gddr_ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path,
     zmq_setsockopt(ps->router, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(ps->router, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(ps->router, ZMQ_RCVHWM, &hwm, sizeof hwm);
-    int arc = gddr_ps_auth_setup(ps, err, errlen);
+    int arc = ps_auth_setup(ps, err, errlen);
     if (arc != GDDR_OK) {
-        gddr_ps_close(&ps);
+        ps_close(&ps);
         return arc;
     }
     if (zmq_bind(ps->router, cfg->listen) != 0) {
         snprintf(err, errlen, "cannot bind %s: %s", cfg->listen, zmq_strerror(errno));
-        gddr_ps_close(&ps);
+        ps_close(&ps);
         return GDDR_EIO;
     }
     size_t len = sizeof ps->endpoint;
     zmq_getsockopt(ps->router, ZMQ_LAST_ENDPOINT, ps->endpoint, &len);
-    int rc = gddr_ps_metrics_open(ps, err, errlen);
+    int rc = ps_metrics_open(ps, err, errlen);
     if (rc == GDDR_OK)
-        rc = gddr_ps_snapshot_restore(ps, err, errlen);
+        rc = ps_snapshot_restore(ps, err, errlen);
     if (rc != GDDR_OK) {
-        gddr_ps_close(&ps);
+        ps_close(&ps);
         return rc;
     }
     *out = ps;
     return GDDR_OK;
 }
 
-int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
+int ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
 {
     char shard[64] = "";
     if (ps->cfg.shard_count > 1)
@@ -496,11 +496,11 @@ int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
             gddr__frames_close(&f);
         }
         if (ps->zap)
-            gddr_ps_auth_poll(ps);
+            ps_auth_poll(ps);
         if (ps->monitor)
-            gddr_ps_monitor_poll(ps);
+            ps_monitor_poll(ps);
         if (ps->metrics)
-            gddr_ps_metrics_poll(ps);
+            ps_metrics_poll(ps);
         int64_t now = gddr__now_ms();
         if (now - last_check >= 200) {
             /* A death (or a never-arrived worker timing out) may complete a
@@ -518,20 +518,20 @@ int gddr_ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
         ps_tables_release_pulls(ps);
         if (ps->reload) {
             ps->reload = 0;
-            gddr_ps_reload(ps);
+            ps_reload(ps);
         }
-        gddr_ps_checkpoint_tick(ps, 0);
+        ps_checkpoint_tick(ps, 0);
         if (ps->tick)
             ps->tick(ps);
     }
     ps_release_pulls(ps); /* answers parked pulls with ESHUTDOWN */
     ps_tables_release_pulls(ps);
     ps_settle_all(ps);
-    gddr_ps_checkpoint_tick(ps, 1);
+    ps_checkpoint_tick(ps, 1);
     return GDDR_OK;
 }
 
-void gddr_ps_close(gddr_ps **pp)
+void ps_close(gddr_ps **pp)
 {
     gddr_ps *ps = *pp;
     if (!ps)
@@ -540,7 +540,7 @@ void gddr_ps_close(gddr_ps **pp)
         ps_settle_all(ps);
     ps_parts_free(ps);
     ps_tables_free(ps);
-    gddr_ps_snapshot_free(ps);
+    ps_snapshot_free(ps);
     if (ps->ckw)
         gddr__ckpt_writer_stop(&ps->ckw);
     ps_pulls_free(ps);
@@ -549,7 +549,7 @@ void gddr_ps_close(gddr_ps **pp)
         zmq_close(ps->router);
     if (ps->metrics)
         zmq_close(ps->metrics);
-    gddr_ps_auth_close(ps);
+    ps_auth_close(ps);
     if (ps->zctx)
         zmq_ctx_term(ps->zctx);
     ps_conns_close(ps);

@@ -106,7 +106,7 @@ char *ps_metrics_text(gddr_ps *ps)
     sb_printf(&b, "# HELP gddr_auth_rejected_total Connections refused by the CURVE allowlist.\n# TYPE gddr_auth_rejected_total counter\n"
                   "gddr_auth_rejected_total %llu\n", (unsigned long long)ps->auth_rejected);
     sb_printf(&b, "# HELP gddr_live_workers Workers alive.\n# TYPE gddr_live_workers gauge\ngddr_live_workers %d\n",
-              gddr_ps_live_workers(ps));
+              ps_live_workers(ps));
     sb_printf(&b, "# HELP gddr_worker_pushes_total Pushes accepted per worker, one per tensor.\n# TYPE gddr_worker_pushes_total counter\n");
     for (int r = 0; r < ps->cfg.max_workers; r++)
         if (ps->workers[r].state != PS_W_NONE)
@@ -169,8 +169,8 @@ char *ps_metrics_text(gddr_ps *ps)
               ps->ckpt_done_ms ? (double)(gddr__now_ms() - ps->ckpt_done_ms) / 1000.0 : -1.0);
     sb_printf(&b, "# HELP gddr_checkpoint_last_ms Duration of the last checkpoint write.\n# TYPE gddr_checkpoint_last_ms gauge\n"
                   "gddr_checkpoint_last_ms %g\n", ps->ckpt_last_ms);
-    gddr_ps_orphan_counts oc;
-    gddr_ps_orphan_stats(ps, &oc);
+    ps_orphan_counts oc;
+    ps_orphan_stats(ps, &oc);
     sb_printf(&b, "# HELP gddr_orphans_handed_total Dead workers' residuals handed to live workers.\n# TYPE gddr_orphans_handed_total counter\n"
                   "gddr_orphans_handed_total %llu\n", (unsigned long long)oc.handed);
     sb_printf(&b, "# HELP gddr_orphans_recovered_total Orphans re-injected by the workers they were handed to.\n# TYPE gddr_orphans_recovered_total counter\n"

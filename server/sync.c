@@ -51,7 +51,7 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
 {
     if (t->npushes == 0)
         return 0;
-    int live = gddr_ps_live_workers(ps);
+    int live = ps_live_workers(ps);
     if (live < 1)
         live = 1;
     int need = ps->cfg.sync_quorum > 0 && ps->cfg.sync_quorum < live ? (int)ps->cfg.sync_quorum
@@ -154,7 +154,7 @@ int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step)
             t->seen[rank] = 1;
             t->nseen++;
         }
-        if ((int)t->nseen >= gddr_ps_live_workers(ps))
+        if ((int)t->nseen >= ps_live_workers(ps))
             t->realign = 0; /* every worker's steps line up again */
     }
     return stale;

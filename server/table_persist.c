@@ -234,7 +234,7 @@ static int take_delta(gddr_ps *ps, struct ps_tables *ts)
 }
 
 int ps_tables_ckpt_sections(gddr_ps *ps, struct gddr_ckpt_section **sec, size_t *n, size_t *cap,
-                            gddr_ps_add_section_fn add)
+                            ps_add_section_fn add)
 {
     struct ps_tables *ts = ps->tables;
     if (!ts || !ts->n)

@@ -185,7 +185,7 @@ void ps_tensor_free(ps_tensor *t)
     free(t);
 }
 
-ps_tensor *gddr_ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
+ps_tensor *ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
 {
     ps_tensor *t = calloc(1, sizeof *t);
     if (!t)

@@ -93,7 +93,7 @@ int ps_worker_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, uint
         int64_t left = (int64_t)(ps->cfg.worker_timeout_s * 1000) - (now - w->last_seen_ms);
         /* Two live processes asking for one rank: most often several
          * workers started without --rank (each then is rank 0 of 1). */
-        const char *hint = h->world_size <= 1 && gddr_ps_expected_workers(ps) > 1
+        const char *hint = h->world_size <= 1 && ps_expected_workers(ps) > 1
                                ? " (this hello says world 1: did several workers start without "
                                  "--rank and --world?)"
                                : "";
@@ -171,7 +171,7 @@ void ps_worker_left(gddr_ps *ps, uint32_t rank)
         return;
     w->state = PS_W_LEFT;
     gddr_log(GDDR_LOG_INFO, "worker %u left after %llu pushes", rank, (unsigned long long)w->pushes);
-    gddr_ps_snapshot_worker_died(ps, (int)rank);
+    ps_snapshot_worker_died(ps, (int)rank);
     ps_membership_changed(ps);
 }
 
@@ -189,7 +189,7 @@ int ps_workers_check(gddr_ps *ps)
             changed = 1;
             gddr_log(GDDR_LOG_WARN, "worker %d declared dead: silent for %.1f s", r,
                      (double)(now - w->last_seen_ms) / 1000.0);
-            gddr_ps_snapshot_worker_died(ps, r);
+            ps_snapshot_worker_died(ps, r);
         }
     }
     return changed;

@@ -32,7 +32,7 @@
 int gddr__opts_from_ini(const char *path, gddr_client_opts *o, gddr__client_slot *slots, char *err,
                         size_t errlen);
 
-#define TAB gddr_ps_conf_table
+#define TAB ps_conf_table
 #define EXAMPLE_INI "config/gddr-ps.ini"
 #define PS_BIN_DEFAULT "build/bin/gddr-ps"
 
@@ -69,7 +69,7 @@ static void assert_same_config(const gddr_ps_config *a, const gddr_ps_config *b)
     }
 }
 
-/* Loads text as a file through gddr_ps_config_load and expects failure with
+/* Loads text as a file through ps_config_load and expects failure with
  * "path:line:" and each of the needles in the message. */
 static void expect_file_error(const char *text, int line, const char *needle1,
                               const char *needle2)
@@ -77,7 +77,7 @@ static void expect_file_error(const char *text, int line, const char *needle1,
     const char *path = tmp_ini(0, text);
     gddr_ps_config cfg;
     char err[1024] = "";
-    int rc = gddr_ps_config_load(&cfg, path, err, sizeof err);
+    int rc = ps_config_load(&cfg, path, err, sizeof err);
     unlink(path);
     ck_assert_msg(rc == -1, "loading %s succeeded:\n%s", path, text);
     char where[128];
@@ -114,7 +114,7 @@ START_TEST(test_defaults_match_table)
 {
     gddr_ps_config cfg;
     char err[512] = "";
-    ck_assert_msg(gddr_ps_config_load(&cfg, NULL, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ps_config_load(&cfg, NULL, err, sizeof err) == 0, "%s", err);
     int n = 0;
     for (const gddr__conf_key *k = TAB; k->name; k++, n++) {
         gddr_ps_config one;
@@ -135,7 +135,7 @@ START_TEST(test_defaults_literal)
 {
     gddr_ps_config cfg;
     char err[512] = "";
-    ck_assert_msg(gddr_ps_config_load(&cfg, NULL, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ps_config_load(&cfg, NULL, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq(cfg.listen, "tcp://127.0.0.1:5555");
     ck_assert_str_eq(cfg.endpoint_file, "");
     ck_assert_str_eq(cfg.checkpoint_dir, "");
@@ -207,7 +207,7 @@ START_TEST(test_file_read_back)
     const char *path = tmp_ini(0, text);
     gddr_ps_config cfg;
     char err[1024] = "";
-    int rc = gddr_ps_config_load(&cfg, path, err, sizeof err);
+    int rc = ps_config_load(&cfg, path, err, sizeof err);
     unlink(path);
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_str_eq(cfg.listen, "tcp://127.0.0.1:*");
@@ -242,7 +242,7 @@ START_TEST(test_bools_and_string_loader)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         gddr_ps_config cfg;
         char err[512] = "", text[128];
-        ck_assert_int_eq(gddr_ps_config_load(&cfg, NULL, err, sizeof err), 0);
+        ck_assert_int_eq(ps_config_load(&cfg, NULL, err, sizeof err), 0);
         cfg.tau_dynamic = !cases[i].want;
         snprintf(text, sizeof text, "[tau]\ntau_dynamic = %s\n", cases[i].v);
         ck_assert_msg(gddr__conf_load_string(TAB, &cfg, text, "s.ini", err, sizeof err) == 0,
@@ -252,7 +252,7 @@ START_TEST(test_bools_and_string_loader)
     }
     gddr_ps_config cfg;
     char err[512] = "";
-    ck_assert_int_eq(gddr_ps_config_load(&cfg, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_load(&cfg, NULL, err, sizeof err), 0);
     ck_assert_int_eq(gddr__conf_load_string(TAB, &cfg, "[tau]\n\ntau_dynamic = maybe\n",
                                             "s.ini", err, sizeof err), -1);
     ck_assert_msg(strncmp(err, "s.ini:3: ", 9) == 0 && strstr(err, "'tau_dynamic'"), "%s", err);
@@ -354,10 +354,10 @@ START_TEST(test_cross_key)
         const char *path = tmp_ini(0, "[tau]\ntau_min = 3\n");
         gddr_ps_config c;
         char e[512] = "";
-        ck_assert_int_eq(gddr_ps_config_read(&c, path, e, sizeof e), 0);
+        ck_assert_int_eq(ps_config_read(&c, path, e, sizeof e), 0);
         unlink(path);
-        ck_assert_int_eq(gddr_ps_config_apply_override(&c, "tau.tau_max=2", e, sizeof e), 0);
-        ck_assert_int_eq(gddr_ps_config_validate(&c, path, e, sizeof e), -1);
+        ck_assert_int_eq(ps_config_apply_override(&c, "tau.tau_max=2", e, sizeof e), 0);
+        ck_assert_int_eq(ps_config_validate(&c, path, e, sizeof e), -1);
         char want[160];
         snprintf(want, sizeof want, "%s:2: key 'tau_min': 3 is above tau_max 2 (tau_max from --set)", path);
         ck_assert_str_eq(e, want);
@@ -366,13 +366,13 @@ START_TEST(test_cross_key)
     gddr_ps_config cfg;
     char err[512] = "";
     const char *path = tmp_ini(0, "[tau]\ntau_min = 3\ntau_init = 3\ntau_max = 3\n");
-    int rc = gddr_ps_config_load(&cfg, path, err, sizeof err);
+    int rc = ps_config_load(&cfg, path, err, sizeof err);
     unlink(path);
     ck_assert_msg(rc == 0, "%s", err);
     ck_assert_int_eq(cfg.tau_init, 3);
     /* validate() on its own, without a path, still names the key. */
     cfg.tau_init = 99;
-    ck_assert_int_eq(gddr_ps_config_validate(&cfg, NULL, err, sizeof err), -1);
+    ck_assert_int_eq(ps_config_validate(&cfg, NULL, err, sizeof err), -1);
     ck_assert_msg(strstr(err, "'tau_init'"), "%s", err);
 }
 END_TEST
@@ -384,7 +384,7 @@ START_TEST(test_set_one_key_or_name_it)
 {
     gddr_ps_config cfg;
     char err[512] = "";
-    ck_assert_int_eq(gddr_ps_config_load(&cfg, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_load(&cfg, NULL, err, sizeof err), 0);
     ck_assert_msg(gddr__conf_set(TAB, &cfg, NULL, "threads", "7", err, sizeof err) == 0, "%s", err);
     ck_assert_int_eq(cfg.threads, 7);
     ck_assert_msg(gddr__conf_set(TAB, &cfg, NULL, "lr", "0.003", err, sizeof err) == 0, "%s", err);
@@ -406,9 +406,9 @@ START_TEST(test_set_one_key_or_name_it)
     ck_assert_msg(strstr(err, "'nope'"), "%s", err);
     ck_assert_int_eq(gddr__conf_set(TAB, &cfg, "optimizer", "chunk", "8", err, sizeof err), -1);
     ck_assert_str_eq(err, "unknown key 'chunk' in section [optimizer]: it is in [server]");
-    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "optimizer.threads=1", err, sizeof err), -1);
+    ck_assert_int_eq(ps_config_apply_override(&cfg, "optimizer.threads=1", err, sizeof err), -1);
     ck_assert_str_eq(err, "--set: unknown key 'threads' in section [optimizer]: it is in [server]");
-    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "optimizer.nope=1", err, sizeof err), -1);
+    ck_assert_int_eq(ps_config_apply_override(&cfg, "optimizer.nope=1", err, sizeof err), -1);
     ck_assert_str_eq(err, "--set: unknown key 'nope' in section [optimizer]");
     ck_assert_int_eq(cfg.chunk, 64);
     char longv[GDDR_CONF_STRMAX + 10];
@@ -441,7 +441,7 @@ static void round_trip(const gddr_ps_config *cfg)
     unlink(path);
     ck_assert_msg(rc == 0, "dump does not re-parse: %s\n%s", err, buf);
     assert_same_config(cfg, &back);
-    ck_assert_int_eq(gddr_ps_config_validate(&back, "dump", err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_validate(&back, "dump", err, sizeof err), 0);
     free(buf);
 }
 
@@ -449,7 +449,7 @@ START_TEST(test_dump_round_trip_defaults)
 {
     gddr_ps_config cfg;
     char err[512] = "";
-    ck_assert_int_eq(gddr_ps_config_load(&cfg, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_load(&cfg, NULL, err, sizeof err), 0);
     round_trip(&cfg);
 }
 END_TEST
@@ -458,7 +458,7 @@ START_TEST(test_dump_round_trip_changed)
 {
     gddr_ps_config cfg;
     char err[512] = "";
-    ck_assert_int_eq(gddr_ps_config_load(&cfg, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_load(&cfg, NULL, err, sizeof err), 0);
     static const char *const sets[][2] = {
         { "listen", "ipc:///tmp/gddr.sock" }, { "endpoint_file", "/run/gddr/endpoint" },
         { "threads", "13" }, { "max_message_bytes", "9000000000" }, { "log_level", "warn" },
@@ -473,7 +473,7 @@ START_TEST(test_dump_round_trip_changed)
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
         ck_assert_msg(gddr__conf_set(TAB, &cfg, NULL, sets[i][0], sets[i][1], err, sizeof err) == 0,
                       "%s", err);
-    ck_assert_int_eq(gddr_ps_config_validate(&cfg, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_validate(&cfg, NULL, err, sizeof err), 0);
     round_trip(&cfg);
 }
 END_TEST
@@ -483,11 +483,11 @@ START_TEST(test_dump_whole_numbers)
 {
     gddr_ps_config cfg;
     char err[512] = "";
-    ck_assert_int_eq(gddr_ps_config_load(&cfg, NULL, err, sizeof err), 0);
-    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "lr=1e6", err, sizeof err), 0);
-    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "checkpoint_interval_s=2.5e6", err, sizeof err), 0);
-    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "max_grad_norm=1e30", err, sizeof err), 0);
-    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "adadelay=0.00001", err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_load(&cfg, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_apply_override(&cfg, "lr=1e6", err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_apply_override(&cfg, "checkpoint_interval_s=2.5e6", err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_apply_override(&cfg, "max_grad_norm=1e30", err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_apply_override(&cfg, "adadelay=0.00001", err, sizeof err), 0);
     char *buf = NULL;
     size_t len = 0;
     FILE *ms = open_memstream(&buf, &len);
@@ -527,8 +527,8 @@ START_TEST(test_check_paths)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(text, sizeof text, bad[i].body, dir, dir);
         const char *path = tmp_ini(0, text);
-        ck_assert_msg(gddr_ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
-        int rc = gddr_ps_config_check_paths(&cfg, path, err, sizeof err);
+        ck_assert_msg(ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
+        int rc = ps_config_check_paths(&cfg, path, err, sizeof err);
         unlink(path);
         ck_assert_msg(rc == -1, "accepted:\n%s", text);
         snprintf(want, sizeof want, "%s:%d: key '%s': ", path, bad[i].line, bad[i].key);
@@ -541,10 +541,10 @@ START_TEST(test_check_paths)
              "[security]\ncurve_secret_key_file = %s/file\nauthorized_keys = %s/file\n",
              dir, dir, dir, dir);
     const char *path = tmp_ini(0, text);
-    ck_assert_msg(gddr_ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(gddr_ps_config_check_paths(&cfg, path, err, sizeof err) == 0, "%s", err);
-    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "checkpoint_dir=/", err, sizeof err), 0);
-    ck_assert_msg(gddr_ps_config_check_paths(&cfg, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ps_config_check_paths(&cfg, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(ps_config_apply_override(&cfg, "checkpoint_dir=/", err, sizeof err), 0);
+    ck_assert_msg(ps_config_check_paths(&cfg, path, err, sizeof err) == 0, "%s", err);
     unlink(path);
     unlink(file);
     ck_assert_int_eq(rmdir(dir), 0);
@@ -564,20 +564,20 @@ START_TEST(test_curve_credential)
     gddr_ps_config cfg;
     setenv("CREDENTIALS_DIRECTORY", dir, 1);
     /* No such credential: the file's path stands. */
-    ck_assert_msg(gddr_ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq(cfg.curve_secret_key_file, "/etc/gddr/server.key");
     FILE *f = fopen(cred, "w");
     ck_assert_ptr_nonnull(f);
     fclose(f);
-    ck_assert_msg(gddr_ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq(cfg.curve_secret_key_file, cred);
-    ck_assert_str_eq(gddr_ps_config_where(&cfg, path, "curve_secret_key_file", w, sizeof w),
+    ck_assert_str_eq(ps_config_where(&cfg, path, "curve_secret_key_file", w, sizeof w),
                      "credential curve_secret_key_file");
-    ck_assert_int_eq(gddr_ps_config_apply_override(&cfg, "curve_secret_key_file=/k", err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_apply_override(&cfg, "curve_secret_key_file=/k", err, sizeof err), 0);
     ck_assert_str_eq(cfg.curve_secret_key_file, "/k");
-    ck_assert_str_eq(gddr_ps_config_where(&cfg, path, "curve_secret_key_file", w, sizeof w), "--set");
+    ck_assert_str_eq(ps_config_where(&cfg, path, "curve_secret_key_file", w, sizeof w), "--set");
     unsetenv("CREDENTIALS_DIRECTORY");
-    ck_assert_msg(gddr_ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ps_config_load(&cfg, path, err, sizeof err) == 0, "%s", err);
     ck_assert_str_eq(cfg.curve_secret_key_file, "/etc/gddr/server.key");
     unlink(path);
     unlink(cred);
@@ -590,7 +590,7 @@ START_TEST(test_missing_file)
     const char *path = "/tmp/gddr-check-conf-does-not-exist/x.ini";
     gddr_ps_config cfg;
     char err[512] = "";
-    ck_assert_int_eq(gddr_ps_config_load(&cfg, path, err, sizeof err), -1);
+    ck_assert_int_eq(ps_config_load(&cfg, path, err, sizeof err), -1);
     ck_assert_msg(strstr(err, path) && strstr(err, "cannot open"), "%s", err);
 }
 END_TEST
@@ -604,8 +604,8 @@ START_TEST(test_example_ini)
 {
     gddr_ps_config cfg, defaults, only_file;
     char err[1024] = "";
-    ck_assert_msg(gddr_ps_config_load(&cfg, EXAMPLE_INI, err, sizeof err) == 0, "%s", err);
-    ck_assert_int_eq(gddr_ps_config_load(&defaults, NULL, err, sizeof err), 0);
+    ck_assert_msg(ps_config_load(&cfg, EXAMPLE_INI, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(ps_config_load(&defaults, NULL, err, sizeof err), 0);
     assert_same_config(&cfg, &defaults);
 
     memset(&only_file, 0, sizeof only_file);
@@ -995,7 +995,7 @@ START_TEST(test_long_value_round_trip)
 {
     gddr_ps_config cfg;
     char err[1024] = "", v[240];
-    ck_assert_int_eq(gddr_ps_config_load(&cfg, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_load(&cfg, NULL, err, sizeof err), 0);
     snprintf(v, sizeof v, "/var/lib/gddr/");
     memset(v + strlen(v), 'd', sizeof v - 1 - strlen(v));
     v[sizeof v - 1] = 0;
@@ -1032,7 +1032,7 @@ START_TEST(test_leading_zero_is_decimal)
 {
     gddr_ps_config cfg;
     char err[512] = "";
-    ck_assert_int_eq(gddr_ps_config_load(&cfg, NULL, err, sizeof err), 0);
+    ck_assert_int_eq(ps_config_load(&cfg, NULL, err, sizeof err), 0);
     ck_assert_int_eq(gddr__conf_set(TAB, &cfg, NULL, "threads", "010", err, sizeof err), 0);
     ck_assert_int_eq(cfg.threads, 10);
 }
