@@ -12,6 +12,8 @@
 #             is still there.
 #   size      no source file (.c .h .cu .cuh .py .sh) over 700 lines outside
 #             a tests/ folder.
+#   face      in client/src only api.c defines public functions (gddr_*,
+#             not gddr__*): the public face is one file.
 #
 # Known exceptions are listed below, each with its reason. The list may
 # only shrink: an exception that the check no longer needs fails the check
@@ -51,6 +53,19 @@ fi
 [ "$(echo "$client_syms" | grep -c '^gddr_client_open$')" = 1 ] ||
   fail "gddr_client_open is not among the client's symbols: the check would prove nothing"
 [ "$status" -eq 0 ] && echo "$me: gddr-ps holds none of the client's $(echo "$client_syms" | wc -l) global symbols"
+
+# ---- face: only api.c defines gddr_* in client/src ---------------------------
+face=$(for o in "${objs[@]}"; do
+         [ "$(basename "$o")" = api.o ] && continue
+         [ -e "client/src/$(basename "$o" .o).c" ] || continue   # a stale object
+         nm --defined-only "$o" | awk -v o="$(basename "$o" .o).c" '$2 == "T" && $3 ~ /^gddr_[a-z0-9]/ { print o ": " $3 }'
+       done)
+if [ -n "$face" ]; then
+  fail "public functions defined outside client/src/api.c:"
+  echo "$face" | sed 's/^/  /' >&2
+fi
+[ -e "$build/cpu/obj/client/src/api.o" ] && nm --defined-only "$build/cpu/obj/client/src/api.o" | grep -q ' T gddr_client_open$' ||
+  fail "client/src/api.o does not define gddr_client_open: the face check would prove nothing"
 
 # ---- includes, calls, size --------------------------------------------------
 folders=(common kernels client/src client/train server tools)

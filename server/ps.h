@@ -346,6 +346,8 @@ void ps_log_refusal(gddr_ps *ps, const char *fmt, ...) __attribute__((format(pri
 /* Allocates and registers an empty tensor (used by init and restore). */
 ps_tensor *ps_tensor_create(gddr_ps *ps, const char *key, size_t n);
 void ps_tensor_free(ps_tensor *t);
+/* A tensor's or table's key: 1-127 printable characters, no spaces. */
+int ps_valid_key(const char *k);
 ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id);
 /* Waits for t's update in flight, if any, and makes its values current.
  * Call before reading or writing t's values (w, mom, acc, touched). */

@@ -51,24 +51,13 @@ static void send_hello_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id)
     ps_send_reply(ps, ident, &r, NULL, 0);
 }
 
-static int valid_key(const char *k)
-{
-    size_t n = k ? strlen(k) : 0;
-    if (n == 0 || n >= 128)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (k[i] <= ' ' || k[i] > '~')
-            return 0;
-    return 1;
-}
-
 /* Registration; `worker` says whether a worker asks (observers may only
  * look up a tensor that exists). */
 static int on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f,
                    int worker)
 {
     const Gddr__InitTensor *in = rq->init;
-    if (!valid_key(in->key)) {
+    if (!ps_valid_key(in->key)) {
         return ps_reject(ps, ident, rq->req_id, GDDR_EINVAL,
                "tensor key must be 1-127 printable characters without spaces");
     }
@@ -336,21 +325,6 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
                       body_name(body), rq->rank);
         return;
     case GDDR__REQUEST__BODY_PUSH:
-        if (rq->observer)
-            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "an observer cannot push");
-        else if (!owner)
-            ps_reject(ps, ident, rq->req_id, GDDR_EWORKER,
-                      "%s from rank %u, which this session does not hold: say hello first",
-                      body_name(body), rq->rank);
-        else
-            ps_on_push(ps, ident, rq, f);
-        return;
-    case GDDR__REQUEST__BODY_INIT_TABLE:
-        ps_on_init_table(ps, ident, rq, owner && !rq->observer);
-        return;
-    case GDDR__REQUEST__BODY_PULL_ROWS:
-        ps_on_pull_rows(ps, ident, rq, f, owner && !rq->observer);
-        return;
     case GDDR__REQUEST__BODY_PUSH_ROWS:
         if (rq->observer)
             ps_reject(ps, ident, rq->req_id, GDDR_EWORKER, "an observer cannot push");
@@ -358,8 +332,16 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
             ps_reject(ps, ident, rq->req_id, GDDR_EWORKER,
                       "%s from rank %u, which this session does not hold: say hello first",
                       body_name(body), rq->rank);
+        else if (body == GDDR__REQUEST__BODY_PUSH)
+            ps_on_push(ps, ident, rq, f);
         else
             ps_on_push_rows(ps, ident, rq, f);
+        return;
+    case GDDR__REQUEST__BODY_INIT_TABLE:
+        ps_on_init_table(ps, ident, rq, owner && !rq->observer);
+        return;
+    case GDDR__REQUEST__BODY_PULL_ROWS:
+        ps_on_pull_rows(ps, ident, rq, f, owner && !rq->observer);
         return;
     default:
         ps_reject(ps, ident, rq->req_id, GDDR_EPROTO, "request without a body");

@@ -36,17 +36,6 @@ static ps_stable *table_by_id(gddr_ps *ps, uint32_t id)
     return ts && id < ts->n ? ts->t[id] : NULL;
 }
 
-static int valid_key(const char *k)
-{
-    size_t n = k ? strlen(k) : 0;
-    if (n == 0 || n >= 128)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        if (k[i] <= ' ' || k[i] > '~')
-            return 0;
-    return 1;
-}
-
 /* The keys of frame i as uint64 (little-endian on the wire; copied when
  * the frame is not 8-aligned). NULL when out of memory. */
 static const uint64_t *frame_keys(gddr_ps *ps, gddr__frames *f, int i, size_t n)
@@ -235,7 +224,7 @@ int ps_on_init_table(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, int
     struct ps_tables *ts = tables_of(ps);
     if (!ts)
         return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory");
-    if (!valid_key(in->key))
+    if (!ps_valid_key(in->key))
         return ps_reject(ps, ident, id, GDDR_EINVAL, "table key must be 1-127 printable characters without spaces");
     for (size_t i = 0; i < ts->n; i++) {
         ps_stable *s = ts->t[i];

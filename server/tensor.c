@@ -255,3 +255,14 @@ void ps_chunk_offsets(const ps_tensor *t, const uint8_t *bm, int64_t *off)
         }
     }
 }
+
+int ps_valid_key(const char *k)
+{
+    size_t n = k ? strlen(k) : 0;
+    if (n == 0 || n >= 128)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        if (k[i] <= ' ' || k[i] > '~')
+            return 0;
+    return 1;
+}

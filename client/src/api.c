@@ -1,5 +1,5 @@
-/* api.c -- the public face of libgddr-client: the functions of gddr.h
- * (but for options.c's gddr_client_opts_init and gddr_client_open_ini).
+/* api.c -- the public face of libgddr-client: every function of gddr.h
+ * (common/log.c has gddr_strerror, the error list's own).
  * Each checks its arguments as both backends would, then calls the
  * client's backend (backend.h): one server (single.c) or several
  * (shard.c).
@@ -12,18 +12,83 @@
 #include "blas.h"
 #include "client_int.h"
 
+/* This file defines the symbols of the first gddr.h that the header's
+ * macros now map onto the sized calls. */
+#undef gddr_client_open
+#undef gddr_client_opts_init
+#undef gddr_client_open_ini
+
 const char *gddr_client_errmsg(const gddr_client *c)
 {
     return c ? c->errmsg : "no client";
 }
 
+/* ---- options and opening (options.c) -------------------------------------------
+ * The sized calls take the caller's struct size; the unsized symbols are
+ * those of the first gddr.h, whose struct is the frozen prefix (gddr.h maps
+ * the names onto the sized calls for code built now). */
+
+void gddr_client_opts_init(gddr_client_opts *o)
+{
+    gddr__opts_init_sized(o, GDDR_CLIENT_OPTS_V0_SIZE);
+}
+
+int gddr_client_opts_init_sized(gddr_client_opts *o, size_t size)
+{
+    return gddr__opts_init_sized(o, size);
+}
+
+size_t gddr_client_opts_size(void)
+{
+    return gddr__opts_size();
+}
+
+const char *gddr_opts_errmsg(void)
+{
+    return gddr__opts_errmsg();
+}
+
+int gddr_opts_set(gddr_client_opts *o, size_t size, const char *name, const char *value)
+{
+    return gddr__opts_set(o, size, name, value);
+}
+
+int gddr_opts_set_ptr(gddr_client_opts *o, size_t size, const char *name, void *value)
+{
+    return gddr__opts_set_ptr(o, size, name, value);
+}
+
+int gddr_opts_get(const gddr_client_opts *o, size_t size, const char *name, char *buf, size_t len)
+{
+    return gddr__opts_get(o, size, name, buf, len);
+}
+
+const char *gddr_opts_describe(size_t i, const char **type, const char **def, const char **choice,
+                               const char **help)
+{
+    return gddr__opts_describe(i, type, def, choice, help);
+}
+
 int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
 {
-    if (!opts || !out || !opts->server || !opts->server[0])
-        return GDDR_EINVAL;
-    if (gddr__server_count(opts->server) > 1)
-        return gddr__shards_open(opts, out, NULL, 0);
-    return gddr__client_open_shard(opts, 0, 0, out, NULL, 0);
+    return gddr__opts_open_sized(opts, GDDR_CLIENT_OPTS_V0_SIZE, out);
+}
+
+int gddr_client_open_sized(const gddr_client_opts *opts, size_t size, gddr_client **out)
+{
+    return gddr__opts_open_sized(opts, size, out);
+}
+
+int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gddr_client **out,
+                         char *errbuf, size_t errlen)
+{
+    return gddr__opts_open_ini_sized(path, overrides, GDDR_CLIENT_OPTS_V0_SIZE, out, errbuf, errlen);
+}
+
+int gddr_client_open_ini_sized(const char *path, const gddr_client_opts *overrides, size_t size,
+                               gddr_client **out, char *errbuf, size_t errlen)
+{
+    return gddr__opts_open_ini_sized(path, overrides, size, out, errbuf, errlen);
 }
 
 void gddr_client_close(gddr_client **cp)

@@ -346,15 +346,23 @@ int gddr__shards_open(const gddr_client_opts *opts, gddr_client **out, char *why
 int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int shard_count,
                             gddr_client **out, char *err, size_t errlen);
 
-/* ---- options ABI (issue 21, "One row per option"; client/src/options.c) ----
- * gddr.h maps gddr_client_open() onto gddr_client_open_sized() for callers.
- * Inside the library the name gddr_client_open means the full-struct open
- * (whatever defines it): options.c exports the symbol gddr_client_open with
- * the frozen prefix's size for binaries built against the first gddr.h, and
- * every sized entry point ends here with a complete gddr_client_opts. */
-#undef gddr_client_open
-#define gddr_client_open gddr__client_open_full
-int gddr__client_open_full(const gddr_client_opts *opts, gddr_client **out);
+/* ---- options (options.c): what the public option calls of api.c do ----
+ * (docs/client.md, "ABI": a caller's struct of `size` bytes, fields past
+ * it at their defaults; GDDR_CLIENT_OPTS_V0_SIZE for the first gddr.h's
+ * symbols). */
+const char *gddr__opts_errmsg(void);
+size_t gddr__opts_size(void);
+int gddr__opts_init_sized(gddr_client_opts *o, size_t size);
+/* Opens with a complete struct: one server or several. */
+int gddr__opts_open_full(const gddr_client_opts *opts, gddr_client **out);
+int gddr__opts_open_sized(const gddr_client_opts *opts, size_t size, gddr_client **out);
+int gddr__opts_open_ini_sized(const char *path, const gddr_client_opts *overrides, size_t size,
+                              gddr_client **out, char *errbuf, size_t errlen);
+int gddr__opts_set(gddr_client_opts *o, size_t size, const char *name, const char *value);
+int gddr__opts_set_ptr(gddr_client_opts *o, size_t size, const char *name, void *value);
+int gddr__opts_get(const gddr_client_opts *o, size_t size, const char *name, char *buf, size_t len);
+const char *gddr__opts_describe(size_t i, const char **type, const char **def, const char **choice,
+                                const char **help);
 /* The [client] section of an INI file onto *o (a complete struct); string
  * options point into slots (GDDR_CONF_MAXKEYS of them), which must outlive
  * their use. */

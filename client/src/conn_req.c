@@ -43,6 +43,22 @@ int gddr__hello_retryable(int rc, uint32_t retry_ms)
     return rc == GDDR_ETIMEDOUT || rc == GDDR_EIO || retry_ms > 0;
 }
 
+/* The wire's Optimizer for o (NULL when o is not set: the server's). */
+static Gddr__Optimizer *optim_msg(const gddr__optim *o, Gddr__Optimizer *oz)
+{
+    if (!o->set)
+        return NULL;
+    gddr__optimizer__init(oz);
+    oz->kind = (Gddr__OptimizerKind)o->kind;
+    oz->lr = o->lr;
+    oz->momentum = o->momentum;
+    oz->beta1 = o->beta1;
+    oz->beta2 = o->beta2;
+    oz->eps = o->eps;
+    oz->weight_decay = o->weight_decay;
+    return oz;
+}
+
 int gddr__register_one(gddr_client *c, int i, const float *vals, int timeout_ms, op *res)
 {
     ctensor *t = &c->t[i];
@@ -51,17 +67,8 @@ int gddr__register_one(gddr_client *c, int i, const float *vals, int timeout_ms,
     in.key = t->key;
     in.n = t->n;
     in.payload_bytes = t->n * 4;
-    Gddr__Optimizer oz = GDDR__OPTIMIZER__INIT;
-    if (t->opt.set) {
-        oz.kind = (Gddr__OptimizerKind)t->opt.kind;
-        oz.lr = t->opt.lr;
-        oz.momentum = t->opt.momentum;
-        oz.beta1 = t->opt.beta1;
-        oz.beta2 = t->opt.beta2;
-        oz.eps = t->opt.eps;
-        oz.weight_decay = t->opt.weight_decay;
-        in.optimizer = &oz;
-    }
+    Gddr__Optimizer oz;
+    in.optimizer = optim_msg(&t->opt, &oz);
     rq.body_case = GDDR__REQUEST__BODY_INIT;
     rq.init = &in;
     gddr__raw raw = { vals, t->n * 4, NULL, NULL };
@@ -77,7 +84,7 @@ int gddr__register_table_one(gddr_client *c, int i, int timeout_ms, op *res)
     const ctable *tb = &c->tb[i];
     Gddr__Request rq = GDDR__REQUEST__INIT;
     Gddr__InitTable in = GDDR__INIT_TABLE__INIT;
-    Gddr__Optimizer oz = GDDR__OPTIMIZER__INIT;
+    Gddr__Optimizer oz;
     in.key = (char *)tb->key;
     in.dim = tb->dim;
     in.init = (Gddr__TableInit)tb->o.init;
@@ -88,16 +95,7 @@ int gddr__register_table_one(gddr_client *c, int i, int timeout_ms, op *res)
     in.admit_prob = tb->o.admit_prob;
     in.max_rows = tb->o.max_rows;
     in.row_ttl = tb->o.row_ttl;
-    if (tb->opt.set) {
-        oz.kind = (Gddr__OptimizerKind)tb->opt.kind;
-        oz.lr = tb->opt.lr;
-        oz.momentum = tb->opt.momentum;
-        oz.beta1 = tb->opt.beta1;
-        oz.beta2 = tb->opt.beta2;
-        oz.eps = tb->opt.eps;
-        oz.weight_decay = tb->opt.weight_decay;
-        in.optimizer = &oz;
-    }
+    in.optimizer = optim_msg(&tb->opt, &oz);
     rq.body_case = GDDR__REQUEST__BODY_INIT_TABLE;
     rq.init_table = &in;
     uint64_t tk;

@@ -5,7 +5,8 @@
  * extensible (docs/client.md, "ABI"): the caller says how large its struct
  * is, fields past that get their defaults, and the symbols of the first
  * gddr.h (gddr_client_opts_init, gddr_client_open, gddr_client_open_ini)
- * stay, reading the frozen prefix only. */
+ * stay, reading the frozen prefix only. The public functions themselves
+ * are api.c's (the one file defining gddr_*); these are what they call. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,12 +17,6 @@
 #include "client_conf.h"
 #include "client_int.h"
 #include "conf.h"
-
-/* This file defines the exported symbols the header's macros hide, and
- * calls the library's full-struct open by its own name. */
-#undef gddr_client_open
-#undef gddr_client_opts_init
-#undef gddr_client_open_ini
 
 #define FULL sizeof(gddr_client_opts)
 
@@ -36,12 +31,12 @@ static int fail(int rc, const char *fmt, ...)
     return rc;
 }
 
-const char *gddr_opts_errmsg(void)
+const char *gddr__opts_errmsg(void)
 {
     return errmsg;
 }
 
-size_t gddr_client_opts_size(void)
+size_t gddr__opts_size(void)
 {
     return FULL;
 }
@@ -106,7 +101,7 @@ static void fill_defaults(gddr_client_opts *o, size_t size)
     }
 }
 
-int gddr_client_opts_init_sized(gddr_client_opts *o, size_t size)
+int gddr__opts_init_sized(gddr_client_opts *o, size_t size)
 {
     errmsg[0] = 0;
     if (!o)
@@ -118,11 +113,6 @@ int gddr_client_opts_init_sized(gddr_client_opts *o, size_t size)
         memset((char *)o + FULL, 0, size - FULL);
     fill_defaults(o, size < FULL ? size : FULL);
     return rc;
-}
-
-void gddr_client_opts_init(gddr_client_opts *o)
-{
-    gddr_client_opts_init_sized(o, GDDR_CLIENT_OPTS_V0_SIZE);
 }
 
 /* The caller's struct of `size` bytes as a complete one: its fields, the
@@ -140,19 +130,23 @@ static int widen(const char *what, const gddr_client_opts *o, size_t size, gddr_
     return GDDR_OK;
 }
 
-int gddr_client_open_sized(const gddr_client_opts *opts, size_t size, gddr_client **out)
+int gddr__opts_open_full(const gddr_client_opts *opts, gddr_client **out)
+{
+    if (!opts || !out || !opts->server || !opts->server[0])
+        return GDDR_EINVAL;
+    if (gddr__server_count(opts->server) > 1)
+        return gddr__shards_open(opts, out, NULL, 0);
+    return gddr__client_open_shard(opts, 0, 0, out, NULL, 0);
+}
+
+int gddr__opts_open_sized(const gddr_client_opts *opts, size_t size, gddr_client **out)
 {
     errmsg[0] = 0;
     if (!opts || !out)
         return GDDR_EINVAL;
     gddr_client_opts o;
     int rc = widen("gddr_client_open", opts, size, &o);
-    return rc != GDDR_OK ? rc : gddr__client_open_full(&o, out);
-}
-
-int gddr_client_open(const gddr_client_opts *opts, gddr_client **out)
-{
-    return gddr_client_open_sized(opts, GDDR_CLIENT_OPTS_V0_SIZE, out);
+    return rc != GDDR_OK ? rc : gddr__opts_open_full(&o, out);
 }
 
 /* ---- by name ---------------------------------------------------------------- */
@@ -187,7 +181,7 @@ static const gddr__client_opt *named(const gddr_client_opts *o, size_t size, con
     return r;
 }
 
-int gddr_opts_set(gddr_client_opts *o, size_t size, const char *name, const char *value)
+int gddr__opts_set(gddr_client_opts *o, size_t size, const char *name, const char *value)
 {
     const gddr__client_opt *r = named(o, size, name, "gddr_opts_set");
     if (!r)
@@ -207,7 +201,7 @@ int gddr_opts_set(gddr_client_opts *o, size_t size, const char *name, const char
     return GDDR_OK;
 }
 
-int gddr_opts_set_ptr(gddr_client_opts *o, size_t size, const char *name, void *value)
+int gddr__opts_set_ptr(gddr_client_opts *o, size_t size, const char *name, void *value)
 {
     const gddr__client_opt *r = named(o, size, name, "gddr_opts_set_ptr");
     if (!r)
@@ -219,7 +213,7 @@ int gddr_opts_set_ptr(gddr_client_opts *o, size_t size, const char *name, void *
     return GDDR_OK;
 }
 
-int gddr_opts_get(const gddr_client_opts *o, size_t size, const char *name, char *buf, size_t len)
+int gddr__opts_get(const gddr_client_opts *o, size_t size, const char *name, char *buf, size_t len)
 {
     const gddr__client_opt *r = named(o, size, name, "gddr_opts_get");
     if (buf && len)
@@ -251,7 +245,7 @@ static void list_fields(void)
     }
 }
 
-const char *gddr_opts_describe(size_t i, const char **type, const char **def, const char **choice,
+const char *gddr__opts_describe(size_t i, const char **type, const char **def, const char **choice,
                                const char **help)
 {
     pthread_once(&fields_once, list_fields);
@@ -293,7 +287,7 @@ int gddr__opts_from_ini(const char *path, gddr_client_opts *o, gddr__client_slot
     return GDDR_OK;
 }
 
-int gddr_client_open_ini_sized(const char *path, const gddr_client_opts *overrides, size_t size,
+int gddr__opts_open_ini_sized(const char *path, const gddr_client_opts *overrides, size_t size,
                                gddr_client **out, char *errbuf, size_t errlen)
 {
     gddr_client_opts o, ov, d;
@@ -329,9 +323,4 @@ int gddr_client_open_ini_sized(const char *path, const gddr_client_opts *overrid
     return rc;
 }
 
-int gddr_client_open_ini(const char *path, const gddr_client_opts *overrides, gddr_client **out,
-                         char *errbuf, size_t errlen)
-{
-    return gddr_client_open_ini_sized(path, overrides, GDDR_CLIENT_OPTS_V0_SIZE, out, errbuf, errlen);
-}
 
