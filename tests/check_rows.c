@@ -88,6 +88,13 @@ START_TEST(test_rows_values)
     ck_assert_int_eq(gddr_server_metrics_text(c, &text), GDDR_OK);
     ck_assert_msg(strstr(text, "gddr_table_rows{table=\"emb\"} 3\n") != NULL, "%s", text);
     free(text);
+    /* Row traffic is counted like a tensor's: a pull's keys and rows. */
+    gddr_client_counters k;
+    gddr_client_counters_get(c, &k);
+    /* (the push went out with key 7 once: 3 keys, 3 rows) */
+    ck_assert_msg(k.bytes_pulled >= 2 * (4 * 8 + 16 * 4) && k.bytes_pushed >= 3 * 8 + 12 * 4,
+                  "pulled %llu, pushed %llu bytes", (unsigned long long)k.bytes_pulled,
+                  (unsigned long long)k.bytes_pushed);
     /* A bad optimizer text is refused before anything is sent. */
     to.optimizer = "adam momentum=0.9";
     ck_assert_int_eq(gddr_table_register(c, "bad", 4, &to, &t2), GDDR_EINVAL);

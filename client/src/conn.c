@@ -128,7 +128,7 @@ int gddr__send_msg(gddr_client *c, op *o, Gddr__Request *rq, const gddr__raw *ra
         return gddr__set_err(c, GDDR_EIO, "send to %s failed: %s", c->server, zmq_strerror(errno));
     if (o->kind == OP_PUSH)
         c->k.bytes_pushed += (uint64_t)n;
-    else if (o->kind == OP_PULL)
+    else if (o->kind == OP_PULL || o->kind == OP_PULL_ROWS)
         c->k.bytes_pulled += (uint64_t)n;
     return GDDR_OK;
 }

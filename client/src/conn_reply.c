@@ -257,6 +257,7 @@ static void complete(gddr_client *c, gddr__frames *f)
         }
         if (o->nfloats)
             memcpy(o->out, gddr__frame_data(f, 1), o->nfloats * 4);
+        c->k.bytes_pulled += f->bytes;
         o->version = r->pull_rows->version;
         c->k.pulls++;
         break;
