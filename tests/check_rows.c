@@ -63,6 +63,11 @@ START_TEST(test_rows_values)
     for (int i = 0; i < 16; i++)
         ck_assert_msg(w0[i] >= -0.5f && w0[i] < 0.5f, "initial value %g outside [-0.5, 0.5)", w0[i]);
     ck_assert_int_eq(memcmp(w0, w0 + 8, 16), 0); /* key 7 twice: one row */
+    /* ... sent once: the server saw 3 keys of this pull (rows pulled). */
+    char *t0 = NULL;
+    ck_assert_int_eq(gddr_server_metrics_text(c, &t0), GDDR_OK);
+    ck_assert_msg(strstr(t0, "gddr_table_rows_pulled_total{table=\"emb\"} 3\n") != NULL, "%s", t0);
+    free(t0);
     ck_assert_msg(memcmp(w0, w0 + 4, 16) != 0, "two keys read the same initial row");
     /* Key 7 twice in a push: its two gradients are summed (one step). */
     for (int i = 0; i < 16; i++)

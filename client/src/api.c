@@ -6,6 +6,7 @@
  */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
@@ -301,7 +302,27 @@ int gddr_pull_rows(gddr_client *c, int table, const uint64_t *keys, size_t n, fl
 {
     if (!c || (n && (!keys || !out)))
         return GDDR_EINVAL;
-    return c->be->pull_rows(c, table, keys, n, out, flags, min_version, version);
+    /* Each key goes once (docs/protocol.md, "Tables"); repeats are copied
+     * from its row here. */
+    uint64_t *uk;
+    uint32_t *first;
+    long nu = gddr__rows_unique(keys, n, &uk, &first);
+    if (nu < 0)
+        return gddr__set_err(c, GDDR_ENOMEM, "no memory for a pull of %zu rows", n);
+    if (!uk)
+        return c->be->pull_rows(c, table, keys, n, out, flags, min_version, version);
+    /* The unique rows go to the front of out (nu <= n rows), then spread
+     * out back to front, so no row is overwritten before it is read. */
+    int rc = c->be->pull_rows(c, table, uk, (size_t)nu, out, flags, min_version, version);
+    if (rc == GDDR_OK) {
+        size_t dim = (size_t)c->be->table_dim(c, table);
+        for (size_t i = n; i-- > 0;)
+            if (first[i] != i)
+                memcpy(out + i * dim, out + (size_t)first[i] * dim, dim * sizeof *out);
+    }
+    free(uk);
+    free(first);
+    return rc;
 }
 
 int gddr_push_rows(gddr_client *c, int table, const uint64_t *keys, size_t n, const float *grads,

@@ -51,6 +51,7 @@ struct gddr__backend {
                      unsigned flags, uint64_t min_version, uint64_t *version);
     int (*push_rows)(gddr_client *c, int table, const uint64_t *keys, size_t n, const float *grads,
                      uint64_t *version);
+    uint32_t (*table_dim)(const gddr_client *c, int table); /* a registered table */
 };
 
 extern const gddr__backend gddr__single;

@@ -374,6 +374,7 @@ int gddr__opts_from_ini(const char *path, gddr_client_opts *o, union gddr__clien
  * calls, and the pieces the sharded backend drives on each server). */
 int gddr__rows_register(gddr_client *c, const char *key, uint32_t dim, const gddr_table_opts *o,
                         int *table);
+uint32_t gddr__rows_dim(const gddr_client *c, int table);
 int gddr__rows_pull(gddr_client *c, int table, const uint64_t *keys, size_t n, float *out,
                     unsigned flags, uint64_t min_version, uint64_t *version);
 int gddr__rows_push(gddr_client *c, int table, const uint64_t *keys, size_t n, const float *grads,
@@ -391,6 +392,10 @@ int gddr__rows_push_wait(gddr_client *c, int i, uint64_t ticket, uint64_t *versi
 /* A blocking push of n unique keys at step, retried across reconnects. */
 int gddr__rows_push_at(gddr_client *c, int i, const uint64_t *keys, size_t n, const float *g,
                        uint64_t step, uint64_t *version);
+/* The distinct keys (first-seen order) in *uk and, per key, its index
+ * among them in *first (both malloc'd), or both NULL when no key repeats.
+ * Returns the distinct count, or -1 (no memory). */
+long gddr__rows_unique(const uint64_t *keys, size_t n, uint64_t **uk, uint32_t **first);
 /* Sums the gradients of repeated keys: *uk and *ug get the unique keys (in
  * first-seen order) and their sums (malloc'd), or NULL when no key repeats
  * (then use keys and g). Returns the unique count, or -1 (no memory). */

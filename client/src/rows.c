@@ -134,6 +134,11 @@ static int pull_call(gddr_client *c, void *arg)
     return rc == GDDR_OK ? gddr__rows_pull_wait(c, a->i, tk, a->version) : rc;
 }
 
+uint32_t gddr__rows_dim(const gddr_client *c, int table)
+{
+    return c->tb[table].dim;
+}
+
 int gddr__rows_pull(gddr_client *c, int table, const uint64_t *keys, size_t n, float *out,
                     unsigned flags, uint64_t min_version, uint64_t *version)
 {
@@ -147,17 +152,16 @@ int gddr__rows_pull(gddr_client *c, int table, const uint64_t *keys, size_t n, f
 
 /* ---- pushes ------------------------------------------------------------------ */
 
-long gddr__rows_dedup(const uint64_t *keys, size_t n, const float *g, uint32_t dim, uint64_t **uk,
-                      float **ug)
+long gddr__rows_unique(const uint64_t *keys, size_t n, uint64_t **uk, uint32_t **first_out)
 {
     *uk = NULL;
-    *ug = NULL;
+    *first_out = NULL;
     if (n < 2)
         return (long)n;
     size_t cap = 16;
     while (cap < 2 * n)
         cap *= 2;
-    uint32_t *slot = malloc(cap * sizeof *slot); /* index + 1 into the unique list; 0 empty */
+    uint32_t *slot = malloc(cap * sizeof *slot); /* index + 1 into keys; 0 empty */
     uint32_t *first = malloc(n * sizeof *first); /* per key: its unique index */
     if (!slot || !first) {
         free(slot), free(first);
@@ -165,7 +169,6 @@ long gddr__rows_dedup(const uint64_t *keys, size_t n, const float *g, uint32_t d
     }
     memset(slot, 0, cap * sizeof *slot);
     size_t nu = 0;
-    uint64_t *ukeys = NULL;
     for (size_t i = 0; i < n; i++) {
         size_t h = (size_t)gddr_splitmix64(keys[i]) & (cap - 1);
         for (;;) {
@@ -187,23 +190,41 @@ long gddr__rows_dedup(const uint64_t *keys, size_t n, const float *g, uint32_t d
         free(first);
         return (long)n;
     }
-    ukeys = malloc(nu * sizeof *ukeys);
-    float *sums = calloc(nu * (size_t)dim, sizeof *sums);
-    if (!ukeys || !sums) {
-        free(first), free(ukeys), free(sums);
+    uint64_t *ukeys = malloc(nu * sizeof *ukeys);
+    if (!ukeys) {
+        free(first);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        ukeys[first[i]] = keys[i];
+    *uk = ukeys;
+    *first_out = first;
+    return (long)nu;
+}
+
+long gddr__rows_dedup(const uint64_t *keys, size_t n, const float *g, uint32_t dim, uint64_t **uk,
+                      float **ug)
+{
+    uint32_t *first;
+    *ug = NULL;
+    long nu = gddr__rows_unique(keys, n, uk, &first);
+    if (nu < 0 || !*uk)
+        return nu;
+    float *sums = calloc((size_t)nu * dim, sizeof *sums);
+    if (!sums) {
+        free(first), free(*uk);
+        *uk = NULL;
         return -1;
     }
     for (size_t i = 0; i < n; i++) {
-        ukeys[first[i]] = keys[i];
         float *d = sums + (size_t)first[i] * dim;
         const float *s = g + i * dim;
         for (uint32_t j = 0; j < dim; j++)
             d[j] += s[j];
     }
     free(first);
-    *uk = ukeys;
     *ug = sums;
-    return (long)nu;
+    return nu;
 }
 
 int gddr__rows_push_send(gddr_client *c, int i, const uint64_t *keys, size_t n, const float *g,

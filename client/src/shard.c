@@ -547,4 +547,5 @@ const gddr__backend gddr__sharded = {
     .table_register = gddr__shards_table_register,
     .pull_rows = gddr__shards_pull_rows,
     .push_rows = gddr__shards_push_rows,
+    .table_dim = gddr__shards_table_dim,
 };

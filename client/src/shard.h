@@ -85,6 +85,7 @@ int gddr__shards_table_register(gddr_client *c, const char *key, uint32_t dim,
                                 const gddr_table_opts *o, int *table);
 int gddr__shards_pull_rows(gddr_client *c, int table, const uint64_t *keys, size_t n, float *out,
                            unsigned flags, uint64_t min_version, uint64_t *version);
+uint32_t gddr__shards_table_dim(const gddr_client *c, int table);
 int gddr__shards_push_rows(gddr_client *c, int table, const uint64_t *keys, size_t n,
                            const float *grads, uint64_t *version);
 

@@ -84,6 +84,11 @@ static int split_keys(int S, const uint64_t *keys, size_t n, split *p)
     return 0;
 }
 
+uint32_t gddr__shards_table_dim(const gddr_client *c, int table)
+{
+    return c->shards->sub[0]->tb[table].dim;
+}
+
 static int check_table(gddr_client *c, int table)
 {
     gddr_client *s0 = c->shards->sub[0];

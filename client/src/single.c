@@ -475,4 +475,5 @@ const gddr__backend gddr__single = {
     .table_register = gddr__rows_register,
     .pull_rows = gddr__rows_pull,
     .push_rows = gddr__rows_push,
+    .table_dim = gddr__rows_dim,
 };

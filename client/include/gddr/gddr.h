@@ -427,7 +427,7 @@ static inline int gddr_table_register(gddr_client *c, const char *key, uint32_t 
 #define GDDR_ROWS_NOCREATE 1u /* inference: keys without a row read as zeros, nothing is created */
 
 /* Reads n rows into out (n * dim floats, in the order of keys; keys may
- * repeat). A training pull (flags 0) creates rows as the table's admission
+ * repeat: each is sent once and its row copied). A training pull (flags 0) creates rows as the table's admission
  * says; keys not admitted yet read as their initial value. Waits until the
  * table has at least min_version and what this client's last push of the
  * table needs (a sync step completed); *version (may be NULL) gets the
