@@ -433,17 +433,10 @@ static int parse_list(const char *list, size_t *out, int max)
     return n;
 }
 
+/* A byte size ("1M"), a whole number of floats. */
 static size_t parse_size(const char *s)
 {
-    char *end;
-    double v = strtod(s, &end);
-    if (*end == 'K' || *end == 'k')
-        v *= 1024;
-    else if (*end == 'M' || *end == 'm')
-        v *= 1024 * 1024;
-    else if (*end == 'G' || *end == 'g')
-        v *= 1024.0 * 1024 * 1024;
-    return (size_t)v / 4 * 4;
+    return parse_count(s) / 4 * 4;
 }
 
 static int has(const char *list, const char *name)
