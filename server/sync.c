@@ -51,13 +51,21 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
 {
     if (t->npushes == 0)
         return 0;
-    int live = ps_live_workers(ps);
+    /* Every live worker must have pushed (or sync_quorum of them): not a
+     * count of pushes equal to the live workers, which a worker that
+     * pushed and then left would satisfy without the ones still to push
+     * (as for tables, table_wire.c). */
+    int live = 0, missing = 0;
+    for (int r = 0; r < (int)ps->cfg.max_workers; r++)
+        if (ps_rank_live(ps, r)) {
+            live++;
+            missing += !t->contrib[r];
+        }
+    int quorum = ps->cfg.sync_quorum > 0 && ps->cfg.sync_quorum < live ? (int)ps->cfg.sync_quorum : 0;
+    if (!force && (quorum ? live - missing < quorum : missing > 0))
+        return 0;
     if (live < 1)
         live = 1;
-    int need = ps->cfg.sync_quorum > 0 && ps->cfg.sync_quorum < live ? (int)ps->cfg.sync_quorum
-                                                                      : live;
-    if (!force && (int)t->ncontrib < need)
-        return 0;
     ps_tensor_settle(ps, t); /* the step's last push is folded in */
     if (ps_optim_state(ps, t) < 0)
         gddr_log(GDDR_LOG_ERROR, "no memory for the optimizer state of '%s'", t->key);

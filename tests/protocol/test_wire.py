@@ -823,6 +823,28 @@ def test_sync_parked_pull_out_of_order(pb, server, connect):
     assert r.body.duplicate and not r.body.applied and r.body.sync_target == 1
 
 
+def test_sync_step_waits_for_the_live_worker_after_one_left(pb, server, connect):
+    # Worker 0 pushes its step and leaves; the step must wait for worker 1's
+    # push (a count of one push for one live worker would have let it go
+    # alone, and worker 1's push would then have made a second step).
+    srv = server(chunk=4, lr=0.5, mode="sync", workers=2)
+    a = worker(pb, connect, srv, rank=0, world=2)
+    b = worker(pb, connect, srv, rank=1, world=2)
+    tid = register(pb, a, "w", W6).body.id
+    assert register(pb, b, "w", W6).body.id == tid
+    ga = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    gb = [3.0, 2.0, 1.0, 0.0, -1.0, -2.0]
+    assert not push(pb, a, tid, ga, step=1).body.applied
+    assert a.call(pb.Bye()).kind == "ack"
+    version, vals = pull(pb, b, tid)
+    assert version == 0 and vals == f32(W6)
+    r = push(pb, b, tid, gb, step=1)
+    assert r.body.applied and r.body.version == 1
+    version, vals = pull(pb, b, tid, min_version=1)
+    assert version == 1
+    assert vals == f32([w - 0.5 * (x + y) / 2 for w, x, y in zip(W6, ga, gb)])
+
+
 # ---- stats -----------------------------------------------------------------------------------
 
 
