@@ -426,20 +426,42 @@ def validate(quiet=False, unfair=None):
 
 # ---- the sweep for the plot ----------------------------------------------------
 def sweep(out, params, compute_ms, gbits, servers, workers, modes):
+    """dense; GDDR both ways (alpha 0.4 pushes, 8-bit delta pulls) as measured
+    here; GDDR pushes with dense pulls; the same with the client's GDDR
+    passes free (a what-if: the device step on a GPU, not measured)."""
+    dev = dict(CONST, cli_gddr_per_float=0.0)
     with open(out, "w") as f:
-        f.write("# params compute_ms mode gbit S W dense_ms gddr_ms\n")
+        f.write("# params compute_ms mode gbit S W dense_ms gddr_ms gddr_push_ms "
+                "gddr_push_dev_ms bound_dense bound_gddr\n")
         for mode in modes:
             for gb in gbits:
                 for S in servers:
                     for W in workers:
-                        d = simulate(W, S, mode, params, gb, compute_ms=compute_ms, gddr=False,
-                                     steps=3)
-                        g = simulate(W, S, mode, params, gb, compute_ms=compute_ms, gddr=True,
-                                     steps=3)
-                        f.write(f"{params:.0f} {compute_ms} {mode} {gb} {S} {W} "
-                                f"{d * 1e3:.2f} {g * 1e3:.2f}\n")
+                        a = dict(compute_ms=compute_ms, steps=3)
+                        d, ud = simulate(W, S, mode, params, gb, detail=True, **a)
+                        g, ug = simulate(W, S, mode, params, gb, gddr=True, detail=True, **a)
+                        gp = simulate(W, S, mode, params, gb, gddr=True, q8=False, **a)
+                        gv = simulate(W, S, mode, params, gb, gddr=True, q8=False, const=dev, **a)
+                        f.write(f"{params:.0f} {compute_ms} {mode} {gb:g} {S} {W} {d * 1e3:.1f} "
+                                f"{g * 1e3:.1f} {gp * 1e3:.1f} {gv * 1e3:.1f} "
+                                f"{max(ud, key=ud.get)} {max(ug, key=ug.get)}\n")
                         f.flush()
-                    f.write("\n\n" if S == servers[-1] else "\n")
+                    f.write("\n\n")
+
+
+def servers_needed(W, mode, params, gbit, compute_ms, gddr, q8=None, const=CONST):
+    """S = 1, 2, 4, ... 2W: the step time and what bounds it; the fewest
+    servers whose step is within 10% of the best."""
+    rows = []
+    S = 1
+    while S <= 2 * W:
+        t, u = simulate(W, S, mode, params, gbit, compute_ms=compute_ms, gddr=gddr, q8=q8,
+                        steps=3, detail=True, const=const)
+        rows.append((S, t, max(u, key=u.get), u))
+        S *= 2
+    best = min(r[1] for r in rows)
+    need = next(r[0] for r in rows if r[1] <= 1.1 * best)
+    return need, rows
 
 
 # ---- the quick test --------------------------------------------------------------
@@ -501,6 +523,9 @@ def main():
     ap.add_argument("--validate", action="store_true")
     ap.add_argument("--unfair", type=float, help="TCP's unequal sharing (default: tcp_unfair)")
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--servers-needed", action="store_true",
+                    help="for -W: the step time for S = 1, 2, 4, ... 2W and what bounds it")
+    ap.add_argument("--variant", default="dense", choices=("dense", "gddr", "gddr-push"))
     ap.add_argument("--out", default="docs/scale-data/sweep.dat")
     ap.add_argument("-W", "--workers", type=int, default=64)
     ap.add_argument("-S", "--servers", type=int, default=8)
@@ -525,6 +550,18 @@ def main():
         sweep(a.out, a.params, a.compute_ms, [float(x) for x in a.sweep_gbits.split(",")],
               [int(x) for x in a.sweep_servers.split(",")],
               [int(x) for x in a.sweep_workers.split(",")], a.sweep_modes.split(","))
+        return
+    if a.servers_needed:
+        gddr = a.variant != "dense"
+        q8 = {"dense": False, "gddr": True, "gddr-push": False}[a.variant]
+        need, rows = servers_needed(a.workers, a.mode, a.params, a.gbit, a.compute_ms, gddr, q8)
+        print(f"W={a.workers} {a.mode} {a.variant} {a.params / 1e6:g}M floats {a.gbit:g} Gbit/s "
+              f"compute {a.compute_ms:g} ms: {need} servers are within 10% of the best")
+        print("| S | step ms | bound | busy: srv io / srv front / srv NIC in / worker NIC up |")
+        print("|---|---|---|---|")
+        for S, t, b, u in rows:
+            print(f"| {S} | {t * 1e3:.0f} | {b} | {u['srv_io']:.2f} / {u['srv_front']:.2f} / "
+                  f"{u['srv_nic_in']:.2f} / {u['worker_nic_up']:.2f} |")
         return
     for g in (False, True):
         t = simulate(a.workers, a.servers, a.mode, a.params, a.gbit, a.server_gbit, a.compute_ms,
