@@ -26,10 +26,10 @@ cc -O2 -o "$tmp/m" scripts/scale-measure.c -Iclient/include -Lbuild/lib -lgddr-c
 ep=$(build/bin/gddr-ps --listen 'tcp://127.0.0.1:*' --detach --pid-file "$tmp/ps.pid" \
        --set mode="$mode" --set workers=1 --set lr=0.01 2> "$tmp/ps.log")
 pid=$(cat "$tmp/ps.pid")
-for r in $(seq "$reps"); do
-  for cfg in "0 0" "0.4 0" "0 8" "0.4 8"; do
-    set -- $cfg
-    "$tmp/m" "$ep" "$pid" 1024 2000 "$1" "$2"
-    "$tmp/m" "$ep" "$pid" 4194304 20 "$1" "$2"
+for _ in $(seq "$reps"); do
+  for cfg in "0 0" "0.4 0" "0 8" "0.4 8"; do   # alpha, pull delta bits
+    read -r alpha bits <<< "$cfg"
+    "$tmp/m" "$ep" "$pid" 1024 2000 "$alpha" "$bits"
+    "$tmp/m" "$ep" "$pid" 4194304 20 "$alpha" "$bits"
   done
 done

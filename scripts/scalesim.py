@@ -32,7 +32,11 @@ async: compute -> pack -> push -> its update (apply pool) -> pull (waits
 Usage:
   scripts/scalesim.py --validate            model vs the measured step times
   scripts/scalesim.py --check               invariants + validation (< 10 s)
-  scripts/scalesim.py --sweep [--out F]     the grid of docs/scale.md's plot
+  scripts/scalesim.py --sweep --params 340e6 --compute-ms 250 --out F
+                                            the grid of docs/scale.md's plots
+                                            (scripts/scale-plot.sh draws them)
+  scripts/scalesim.py --servers-needed -W 64 --gbit 25 --params 340e6 [--variant gddr]
+                                            S = 1, 2, 4, ... 2W and what bounds each
   scripts/scalesim.py -W 256 -S 16 --gbit 25 --params 340e6 --compute-ms 300 --mode sync
 """
 import argparse
@@ -100,7 +104,7 @@ CONST = {
     # NOT measured: fitted. TCP flows through one bottleneck do not share it
     # equally; each message gets a weight ~ lognormal(0, tcp_unfair) and the
     # NIC is shared in proportion (0 = exact fair share). Chosen from
-    # {0, 0.5, 1, 1.5} as the best fit to the network rows (docs/scale.md).
+    # {0, 0.5, 1, 1.5}: the one that keeps every network row within 20% (docs/scale.md).
     "tcp_unfair": 1.0,
 }
 
