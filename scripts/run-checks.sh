@@ -6,7 +6,8 @@
 # (scripts/test-docs.sh: no citation of a file outside it, every docs/design.md section cited exists), the systemd unit's
 # hardening (scripts/test-unit.sh), the demo's progress
 # loop (scripts/test-lib.sh), the Grafana dashboard's queries
-# (scripts/test-dashboard.sh), the README's
+# (scripts/test-dashboard.sh), the step-time model's invariants and its
+# validation against measured step times (scripts/scalesim.py --check), the README's
 # by-hand block (scripts/test-readme.sh), the install check (with every C
 # block of the docs compiled), the ABI test (tests/abi/run.sh: a program
 # built against the first gddr.h runs on this library), the manual pages (scripts/test-man.sh: man -l
@@ -75,6 +76,9 @@ if [ $# -eq 0 ]; then
   scripts/test-man.sh || status=$?
   scripts/test-wheel.sh || status=$?
   scripts/test-deb.sh || status=$?
+  # the cluster-scale step-time model's invariants and validation (~2 s)
+  out=$(timeout 60 /usr/bin/python3 scripts/scalesim.py --check 2>&1) || { echo "$out"; status=1; }
+  echo "$out" | tail -1
   protocol=1
   python=1
   network=1
