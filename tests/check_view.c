@@ -120,6 +120,80 @@ START_TEST(test_view_delta16_decoder_equals_encoder)
 }
 END_TEST
 
+/* The vectorised encoder and decoder give what the plain loops of the
+ * format's definition give, byte for byte: q = round-half-even((w - m) /
+ * s) clamped to +-qmax, m += q * s; the decoder v += q * s. Values are
+ * drawn to hit ties of the rounding, the clamp and long runs (the
+ * vector loops' bodies and their tails). */
+static void reference_pack(const float *w, float *m, size_t n, int bits, float *scale, uint8_t *out)
+{
+    const float qmax = bits == 8 ? 127.0f : 32767.0f;
+    size_t nch = (n + CHUNK - 1) / CHUNK, o = nch * 4;
+    for (size_t ch = 0; ch < nch; ch++) {
+        size_t lo = ch * CHUNK, len = lo + CHUNK <= n ? CHUNK : n - lo;
+        float a = 0;
+        for (size_t i = lo; i < lo + len; i++)
+            a = fabsf(w[i] - m[i]) > a ? fabsf(w[i] - m[i]) : a;
+        float sc = a / qmax;
+        scale[ch] = sc;
+        memcpy(out + 4 * ch, &sc, 4);
+        for (size_t i = lo; i < lo + len; i++) {
+            volatile float d = w[i] - m[i];
+            float q = sc > 0 ? rintf(d / sc) : 0.0f;
+            q = q > qmax ? qmax : q < -qmax ? -qmax : q;
+            if (bits == 8)
+                out[o++] = (uint8_t)(int8_t)q;
+            else {
+                int16_t x = (int16_t)q;
+                memcpy(out + o, &x, 2);
+                o += 2;
+            }
+            volatile float p = q * sc;
+            m[i] = m[i] + p;
+        }
+    }
+}
+
+static void vector_matches_reference(int bits)
+{
+    enum { VN = 4099 }; /* the last chunk short, odd lengths for the tails */
+    static float w[VN], m0[VN], m1[VN], m2[VN], sc[(VN + CHUNK - 1) / CHUNK], sc2[(VN + CHUNK - 1) / CHUNK];
+    static uint8_t bm[((VN + CHUNK - 1) / CHUNK + 7) / 8], inex[(VN + CHUNK - 1) / CHUNK];
+    static uint8_t a[VN * 2 + 4 * ((VN + CHUNK - 1) / CHUNK)], b[sizeof a];
+    size_t nch = (VN + CHUNK - 1) / CHUNK;
+    for (int round = 0; round < 20; round++) {
+        for (size_t i = 0; i < VN; i++) {
+            m0[i] = (float)(uniform() - 0.5);
+            /* ties: differences of exact multiples of half a step */
+            w[i] = round % 3 == 0 ? m0[i] + (float)((int)(uniform() * 9) - 4) * 0.5f * 0x1p-10f
+                                  : m0[i] + (float)(uniform() - 0.5) * (round % 2 ? 1e-3f : 10.0f);
+        }
+        memset(bm, 0xff, sizeof bm);
+        memcpy(m1, m0, sizeof m0);
+        memcpy(m2, m0, sizeof m0);
+        for (size_t ch = 0; ch < nch; ch++) {
+            size_t lo = ch * CHUNK, len = lo + CHUNK <= VN ? CHUNK : VN - lo;
+            sc[ch] = gddr__view_delta_scale(gddr__view_delta_amax(w + lo, m1 + lo, len), bits);
+        }
+        size_t o = gddr__view_pack(w, VN, CHUNK, bm, bits, sc, m1, inex, a);
+        reference_pack(w, m2, VN, bits, sc2, b);
+        ck_assert_uint_eq(o, nch * 4 + VN * (size_t)(bits / 8));
+        ck_assert_msg(memcmp(a, b, o) == 0, "round %d: the encoder's bytes differ from the reference", round);
+        ck_assert_msg(memcmp(m1, m2, sizeof m1) == 0, "round %d: the mirror differs from the reference", round);
+        /* The decoder moves a copy of the old view to the same values. */
+        memcpy(m2, m0, sizeof m0);
+        gddr__view_apply(m2, VN, CHUNK, bm, bits, a);
+        ck_assert_msg(memcmp(m1, m2, sizeof m1) == 0, "round %d: the decoder differs from the encoder", round);
+    }
+}
+
+START_TEST(test_view_vector_loops_match_the_definition)
+{
+    vector_matches_reference(8);
+    vector_matches_reference(16);
+}
+END_TEST
+
 START_TEST(test_view_check_refuses_bad_layouts)
 {
     uint8_t bm[BM];
@@ -150,6 +224,7 @@ Suite *suite_view(void)
     tcase_add_test(tc, test_view_delta8_decoder_equals_encoder);
     tcase_add_test(tc, test_view_delta16_decoder_equals_encoder);
     tcase_add_test(tc, test_view_check_refuses_bad_layouts);
+    tcase_add_test(tc, test_view_vector_loops_match_the_definition);
     suite_add_tcase(s, tc);
     return s;
 }
