@@ -130,24 +130,33 @@ static void assert_same_tables(const ps_table *a, const ps_table *b, const char 
     ck_assert_msg(memcmp(&s, &t, sizeof s) == 0, "%s: versions, cursors or counters differ", what);
 }
 
-START_TEST(test_engine_round_trip)
+/* An Adam table of ED floats a row (lr 0.01) for the engine cases. */
+static ps_table_conf adam_conf(ps_tinit init, float scale, uint64_t seed, ps_tadmit admit,
+                               uint32_t admit_count, uint64_t max_rows, uint64_t row_ttl)
 {
     ps_table_conf c;
     memset(&c, 0, sizeof c);
     c.dim = ED;
-    c.init = PS_TINIT_NORMAL;
-    c.init_scale = 0.1f;
-    c.init_seed = 77;
-    c.admit = PS_TADMIT_COUNT;
-    c.admit_count = 2;
+    c.init = init;
+    c.init_scale = scale;
+    c.init_seed = seed;
+    c.admit = admit;
+    c.admit_count = admit_count;
     c.admit_prob = 1.0f;
     c.opt = PS_TOPT_ADAM;
     c.lr = 0.01f;
     c.beta1 = 0.9f;
     c.beta2 = 0.999f;
     c.eps = 1e-8f;
-    c.max_rows = 150; /* LRU evictions */
-    c.row_ttl = 12;   /* and ttl ones */
+    c.max_rows = max_rows;
+    c.row_ttl = row_ttl;
+    return c;
+}
+
+START_TEST(test_engine_round_trip)
+{
+    /* LRU evictions (max_rows 150) and ttl ones (12) */
+    ps_table_conf c = adam_conf(PS_TINIT_NORMAL, 0.1f, 77, PS_TADMIT_COUNT, 2, 150, 12);
     char why[256];
     ck_assert_msg(ps_table_conf_check(&c, why, sizeof why) == 0, "%s", why);
     uint64_t ra = 0, rb = 0;
@@ -182,19 +191,7 @@ END_TEST
  * slots) and new rows. */
 START_TEST(test_engine_dirty)
 {
-    ps_table_conf c;
-    memset(&c, 0, sizeof c);
-    c.dim = ED;
-    c.init = PS_TINIT_UNIFORM;
-    c.init_scale = 0.5f;
-    c.init_seed = 3;
-    c.admit = PS_TADMIT_ALWAYS;
-    c.admit_count = 1;
-    c.admit_prob = 1.0f;
-    c.opt = PS_TOPT_ADAM;
-    c.lr = 0.01f, c.beta1 = 0.9f, c.beta2 = 0.999f, c.eps = 1e-8f;
-    c.max_rows = 300;
-    c.row_ttl = 30;
+    ps_table_conf c = adam_conf(PS_TINIT_UNIFORM, 0.5f, 3, PS_TADMIT_ALWAYS, 1, 300, 30);
     uint64_t ra = 0, rb = 0;
     ps_table *a = NULL;
     ck_assert_int_eq(ps_table_new(&c, &ra, 0, &a), 0);
