@@ -55,32 +55,19 @@ static const uint64_t *frame_keys(gddr_ps *ps, gddr__frames *f, int i, size_t n)
     return ts->kbuf;
 }
 
-/* The mode tables run in: the server's, async during a hybrid warm-up
- * (which the dense tensors end: ps_tensor_mode). */
-static int tables_mode(const gddr_ps *ps)
-{
-    if (ps->cfg.mode == GDDR_PS_MODE_SYNC && ps->cfg.async_warmup_steps > 0 && !ps->warmup_over)
-        return GDDR_PS_MODE_ASYNC;
-    return (int)ps->cfg.mode;
-}
-
 /* On one of several servers, a key whose row lives elsewhere is a client's
- * routing bug: refused rather than quietly kept twice. Returns the index
- * of the first such key, or n. */
-static size_t misrouted(const gddr_ps *ps, const uint64_t *keys, size_t n)
+ * routing bug: refused (E_INVAL, naming the key) rather than quietly kept
+ * twice. Returns GDDR_OK when every key is this server's. */
+static int refuse_misrouted(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, const uint64_t *keys,
+                            size_t n)
 {
     uint32_t S = (uint32_t)ps->cfg.shard_count, me = (uint32_t)ps->cfg.shard_index;
-    if (S <= 1)
-        return n;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; S > 1 && i < n; i++)
         if (gddr_row_shard(keys[i], S) != me)
-            return i;
-    return n;
-}
-
-static void reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id)
-{
-    ps_reply_init(ps, r, req_id, NULL);
+            return ps_reject(ps, ident, req_id, GDDR_EINVAL,
+                             "key %llu belongs to shard %u, not to this server (shard %u of %u)",
+                             (unsigned long long)keys[i], gddr_row_shard(keys[i], S), me, S);
+    return GDDR_OK;
 }
 
 static void fill_optimizer(const ps_stable *s, const gddr_ps *ps, Gddr__Optimizer *o)
@@ -129,21 +116,15 @@ static int conf_from_request(gddr_ps *ps, const Gddr__InitTable *in, ps_table_co
     to->beta2 = o ? o->beta2 : 0;
     to->eps = o ? o->eps : 0;
     if (o) {
-        if (!isfinite(o->lr) || o->lr < 0 || !isfinite(o->eps) || o->eps < 0 ||
-            !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1)) {
-            snprintf(why, wl, "optimizer: lr and eps must be finite and >= 0, beta1 and beta2 in [0, 1)");
+        /* The checks of a tensor's optimizer, then what rows do not offer. */
+        ps_optim po = { (int)o->kind, 1, o->lr, o->momentum, o->beta1, o->beta2, o->eps, o->weight_decay };
+        char msg[200];
+        if (ps_optim_check(&po, msg, sizeof msg) < 0) {
+            snprintf(why, wl, "optimizer: %s", msg);
             return -1;
         }
-        if (o->momentum != 0 || o->weight_decay != 0) {
-            snprintf(why, wl, "optimizer: momentum and weight_decay are not offered for table rows");
-            return -1;
-        }
-        if (o->kind == GDDR__OPTIMIZER_KIND__OPT_ADAMW) {
-            snprintf(why, wl, "optimizer: adamw is not offered for table rows (sgd, adam, adagrad)");
-            return -1;
-        }
-        if (o->kind != GDDR__OPTIMIZER_KIND__OPT_SGD && o->eps == 0) {
-            snprintf(why, wl, "optimizer: eps must be > 0 with adam and adagrad");
+        if (o->momentum != 0 || o->weight_decay != 0 || o->kind == GDDR__OPTIMIZER_KIND__OPT_ADAMW) {
+            snprintf(why, wl, "optimizer: rows offer sgd (no momentum), adam and adagrad, without weight_decay");
             return -1;
         }
     }
@@ -165,7 +146,7 @@ static void send_init_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, ps_s
     Gddr__Optimizer o;
     ps_table_counts k;
     ps_table_counts_get(s->tab, &k);
-    reply_init(ps, &r, req_id);
+    ps_reply_init(ps, &r, req_id, NULL);
     ir.id = s->id;
     ir.dim = ps_table_config(s->tab)->dim;
     ir.version = ps_table_version(s->tab);
@@ -260,12 +241,6 @@ int ps_on_init_table(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, int
 
 /* ---- pulls ------------------------------------------------------------------- */
 
-static void free_vals(void *data, void *hint)
-{
-    (void)hint;
-    free(data);
-}
-
 static int serve_pull(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, ps_stable *s,
                       const uint64_t *keys, size_t n, int create)
 {
@@ -279,7 +254,7 @@ static int serve_pull(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, ps_stable 
     }
     Gddr__Reply r;
     Gddr__PullRowsReply pr = GDDR__PULL_ROWS_REPLY__INIT;
-    reply_init(ps, &r, req_id);
+    ps_reply_init(ps, &r, req_id, NULL);
     pr.table = s->id;
     pr.version = ps_table_version(s->tab);
     pr.nkeys = n;
@@ -287,7 +262,7 @@ static int serve_pull(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, ps_stable 
     pr.created = created;
     r.body_case = GDDR__REPLY__BODY_PULL_ROWS;
     r.pull_rows = &pr;
-    gddr__raw raw = { out, bytes, free_vals, NULL };
+    gddr__raw raw = { out, bytes, gddr__zfree, NULL };
     ps_send_reply(ps, ident, &r, &raw, 1);
     s->pulls++;
     s->rows_pulled += n;
@@ -316,12 +291,8 @@ int ps_on_pull_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     const uint64_t *keys = frame_keys(ps, f, 2, p->nkeys);
     if (!keys)
         return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory");
-    size_t bad = misrouted(ps, keys, p->nkeys);
-    if (bad < p->nkeys)
-        return ps_reject(ps, ident, id, GDDR_EINVAL,
-                         "key %llu belongs to shard %u, not to this server (shard %lld of %lld)",
-                         (unsigned long long)keys[bad], gddr_row_shard(keys[bad], (uint32_t)ps->cfg.shard_count),
-                         ps->cfg.shard_index, ps->cfg.shard_count);
+    if (refuse_misrouted(ps, ident, id, keys, p->nkeys) != GDDR_OK)
+        return GDDR_EINVAL;
     int create = worker && p->create;
     uint64_t v = ps_table_version(s->tab);
     if (v >= p->min_version)
@@ -407,7 +378,7 @@ static void send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, cons
 {
     Gddr__Reply r;
     Gddr__PushReply pr = GDDR__PUSH_REPLY__INIT;
-    reply_init(ps, &r, req_id);
+    ps_reply_init(ps, &r, req_id, NULL);
     pr.id = s->id;
     pr.version = o->version;
     pr.applied = o->applied;
@@ -449,10 +420,13 @@ static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
     int divisor = (int)s->ncontrib > live ? (int)s->ncontrib : live;
     ps_rowsum_clear(s->sum);
     int oom = 0;
+    double lr = 0; /* the first push (in rank order) that brought its own lr, as for tensors */
     for (int r = 0; r < (int)ps->cfg.max_workers; r++) {
         tw_push *p = &s->step[r];
         if (!p->have)
             continue;
+        if (lr == 0)
+            lr = p->lr;
         if (ps_rowsum_add(s->sum, p->keys, p->n, p->vals) < 0)
             oom = 1;
         free(p->keys), free(p->vals);
@@ -462,7 +436,7 @@ static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
     const uint64_t *keys;
     const float *sums;
     size_t n = ps_rowsum_get(s->sum, &keys, &sums);
-    if (oom || ps_table_apply(s->tab, keys, n, sums, 1.0f / (float)divisor, table_lr(ps, s, 0)) < 0)
+    if (oom || ps_table_apply(s->tab, keys, n, sums, 1.0f / (float)divisor, table_lr(ps, s, lr)) < 0)
         gddr_log(GDDR_LOG_ERROR, "table '%s': out of memory in a sync step: some rows were not stepped", s->key);
     s->rows_pushed += n;
     ps_table_advance(s->tab);
@@ -510,19 +484,15 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     char why[256];
     if (!keys)
         return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory");
-    size_t bad = misrouted(ps, keys, n);
-    if (bad < n)
-        return ps_reject(ps, ident, id, GDDR_EINVAL,
-                         "key %llu belongs to shard %u, not to this server (shard %lld of %lld)",
-                         (unsigned long long)keys[bad], gddr_row_shard(keys[bad], (uint32_t)ps->cfg.shard_count),
-                         ps->cfg.shard_index, ps->cfg.shard_count);
+    if (refuse_misrouted(ps, ident, id, keys, n) != GDDR_OK)
+        return GDDR_EINVAL;
     int rc = ps_table_push_check(s->tab, keys, n, g, why, sizeof why);
     if (rc < 0)
         return ps_reject(ps, ident, id, rc == PS_TABLE_NONFINITE ? GDDR_ENONFINITE : GDDR_EINVAL,
                          "row push to table '%s': %s", s->key, why);
     uint64_t tau = v - p->base_version;
     double fac = 1.0 / (1.0 + ps->cfg.adadelay * (double)tau);
-    int mode = tables_mode(ps);
+    int mode = ps_tensor_mode(ps, NULL) /* the server's; async in a warm-up */;
     tw_rec out = { session, p->step, 0, 0, tau, 1, 0, (uint8_t)mode };
     if (mode == GDDR_PS_MODE_SYNC) {
         tw_push *sp = &s->step[rank];
@@ -544,6 +514,7 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
         for (size_t i = 0; i < n * dim; i++)
             sp->vals[i] = (float)fac * g[i];
         sp->n = n;
+        sp->lr = p->lr;
         sp->have = 1;
         s->ncontrib++;
         out.sync_target = v + 1;
@@ -574,7 +545,7 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
 void ps_tables_membership_changed(gddr_ps *ps)
 {
     struct ps_tables *ts = ps->tables;
-    if (!ts || tables_mode(ps) != GDDR_PS_MODE_SYNC)
+    if (!ts || ps_tensor_mode(ps, NULL) != GDDR_PS_MODE_SYNC)
         return;
     for (size_t i = 0; i < ts->n; i++)
         sync_try_complete(ps, ts->t[i], 0);
@@ -583,60 +554,64 @@ void ps_tables_membership_changed(gddr_ps *ps)
 
 /* ---- metrics and life cycle ------------------------------------------------- */
 
+/* A table's metric values, in the order of the families below. */
+enum { TM_ROWS, TM_CREATED, TM_EVICTED_TTL, TM_EVICTED_CAP, TM_DROPPED, TM_PULLS, TM_ROWS_PULLED,
+       TM_PUSHES, TM_ROWS_PUSHED, TM_DUPLICATES, TM_VERSION, TM_N };
+
+static const struct {
+    const char *name, *type, *help, *label; /* label: an extra one, or "" */
+} tm_family[TM_N] = {
+    { "gddr_table_rows", "gauge", "Live rows of a sparse table.", "" },
+    { "gddr_table_rows_created_total", "counter", "Rows created.", "" },
+    { "gddr_table_rows_evicted_total", "counter",
+      "Rows evicted, by reason (ttl: row_ttl; cap: max_rows, max_table_rows or max_table_bytes).",
+      ",reason=\"ttl\"" },
+    { "gddr_table_rows_evicted_total", NULL, NULL, ",reason=\"cap\"" },
+    { "gddr_table_gradients_dropped_total", "counter", "Gradient rows dropped: key not admitted (yet).", "" },
+    { "gddr_table_pulls_total", "counter", "Row pulls served.", "" },
+    { "gddr_table_rows_pulled_total", "counter", "Rows served by pulls.", "" },
+    { "gddr_table_pushes_total", "counter", "Row pushes taken (resends not counted).", "" },
+    { "gddr_table_rows_pushed_total", "counter", "Rows stepped by pushes (a sync step counts each row once).", "" },
+    { "gddr_table_duplicates_total", "counter", "Row pushes answered as resends (exactly once).", "" },
+    { "gddr_table_version", "gauge", "Version of a table.", "" },
+};
+
+static void table_metrics(const ps_stable *s, uint64_t *v)
+{
+    ps_table_counts k;
+    ps_table_counts_get(s->tab, &k);
+    v[TM_ROWS] = k.rows, v[TM_CREATED] = k.created;
+    v[TM_EVICTED_TTL] = k.evicted_ttl, v[TM_EVICTED_CAP] = k.evicted_cap, v[TM_DROPPED] = k.dropped;
+    v[TM_PULLS] = s->pulls, v[TM_ROWS_PULLED] = s->rows_pulled;
+    v[TM_PUSHES] = s->pushes, v[TM_ROWS_PUSHED] = s->rows_pushed, v[TM_DUPLICATES] = s->duplicates;
+    v[TM_VERSION] = ps_table_version(s->tab);
+}
+
 char *ps_tables_metrics_text(gddr_ps *ps)
 {
     struct ps_tables *ts = ps->tables;
-    size_t n = ts ? ts->n : 0, cap = 4096 + n * 2048, len = 0; /* a table: 8 lines of at most 250 bytes */
+    size_t n = ts ? ts->n : 0;
+    /* a sample line is at most 250 bytes (a key is under 128) */
+    size_t cap = 4096 + n * TM_N * 250, len = 0;
     char *b = malloc(cap);
-    if (!b)
+    uint64_t (*v)[TM_N] = calloc(n ? n : 1, sizeof *v);
+    if (!b || !v) {
+        free(b), free(v);
         return NULL;
+    }
     b[0] = 0;
-    if (n == 0)
-        return b; /* no families without a table: each family has a sample */
-#define OUT(...) (len += (size_t)snprintf(b + len, cap - len, __VA_ARGS__))
-    OUT("# HELP gddr_table_rows Live rows of a sparse table.\n# TYPE gddr_table_rows gauge\n");
-    for (size_t i = 0; i < n; i++) {
-        ps_table_counts k;
-        ps_table_counts_get(ts->t[i]->tab, &k);
-        OUT("gddr_table_rows{table=\"%s\"} %llu\n", ts->t[i]->key, (unsigned long long)k.rows);
-    }
-    OUT("# HELP gddr_table_rows_created_total Rows created.\n# TYPE gddr_table_rows_created_total counter\n");
-    for (size_t i = 0; i < n; i++) {
-        ps_table_counts k;
-        ps_table_counts_get(ts->t[i]->tab, &k);
-        OUT("gddr_table_rows_created_total{table=\"%s\"} %llu\n", ts->t[i]->key, (unsigned long long)k.created);
-    }
-    OUT("# HELP gddr_table_rows_evicted_total Rows evicted, by reason (ttl: row_ttl; cap: max_rows or max_table_rows).\n"
-        "# TYPE gddr_table_rows_evicted_total counter\n");
-    for (size_t i = 0; i < n; i++) {
-        ps_table_counts k;
-        ps_table_counts_get(ts->t[i]->tab, &k);
-        OUT("gddr_table_rows_evicted_total{table=\"%s\",reason=\"ttl\"} %llu\n", ts->t[i]->key,
-            (unsigned long long)k.evicted_ttl);
-        OUT("gddr_table_rows_evicted_total{table=\"%s\",reason=\"cap\"} %llu\n", ts->t[i]->key,
-            (unsigned long long)k.evicted_cap);
-    }
-    OUT("# HELP gddr_table_gradients_dropped_total Gradient rows dropped: key not admitted (yet).\n"
-        "# TYPE gddr_table_gradients_dropped_total counter\n");
-    for (size_t i = 0; i < n; i++) {
-        ps_table_counts k;
-        ps_table_counts_get(ts->t[i]->tab, &k);
-        OUT("gddr_table_gradients_dropped_total{table=\"%s\"} %llu\n", ts->t[i]->key, (unsigned long long)k.dropped);
-    }
-    OUT("# HELP gddr_table_rows_pulled_total Rows served by pulls.\n# TYPE gddr_table_rows_pulled_total counter\n");
     for (size_t i = 0; i < n; i++)
-        OUT("gddr_table_rows_pulled_total{table=\"%s\"} %llu\n", ts->t[i]->key,
-            (unsigned long long)ts->t[i]->rows_pulled);
-    OUT("# HELP gddr_table_rows_pushed_total Rows stepped by pushes (a sync step counts each row once).\n"
-        "# TYPE gddr_table_rows_pushed_total counter\n");
-    for (size_t i = 0; i < n; i++)
-        OUT("gddr_table_rows_pushed_total{table=\"%s\"} %llu\n", ts->t[i]->key,
-            (unsigned long long)ts->t[i]->rows_pushed);
-    OUT("# HELP gddr_table_version Version of a table.\n# TYPE gddr_table_version gauge\n");
-    for (size_t i = 0; i < n; i++)
-        OUT("gddr_table_version{table=\"%s\"} %llu\n", ts->t[i]->key,
-            (unsigned long long)ps_table_version(ts->t[i]->tab));
-#undef OUT
+        table_metrics(ts->t[i], v[i]);
+    /* No family without a table: each family has a sample. */
+    for (int f = 0; n && f < TM_N; f++) {
+        if (tm_family[f].help)
+            len += (size_t)snprintf(b + len, cap - len, "# HELP %s %s\n# TYPE %s %s\n", tm_family[f].name,
+                                    tm_family[f].help, tm_family[f].name, tm_family[f].type);
+        for (size_t i = 0; i < n; i++)
+            len += (size_t)snprintf(b + len, cap - len, "%s{table=\"%s\"%s} %llu\n", tm_family[f].name,
+                                    ts->t[i]->key, tm_family[f].label, (unsigned long long)v[i][f]);
+    }
+    free(v);
     return b;
 }
 

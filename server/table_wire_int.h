@@ -19,6 +19,7 @@ typedef struct tw_push {
     uint64_t *keys;
     float *vals;
     size_t n;
+    double lr;          /* the push's own lr (0: the table's); not in checkpoints */
     int have;
 } tw_push;
 
@@ -45,7 +46,7 @@ typedef struct ps_stable {
     uint32_t ncontrib;
     tw_rec *rec;        /* per rank */
     ps_rowsum *sum;
-    uint64_t pushes, pulls, rows_pulled, rows_pushed, duplicates;
+    uint64_t pushes, pulls, rows_pulled, rows_pushed, duplicates; /* metrics, checkpointed */
 } ps_stable;
 
 /* A row pull waiting for a table version. */

@@ -513,3 +513,22 @@ def test_sync_step_waits_for_live_workers_not_for_a_count(pb, server, connect):
     assert r.body.applied and r.body.version == 1
     _, v = pull_rows(pb, w1, tid, [1], min_version=1)
     assert v.tolist() == [-1.0]  # the mean of both pushes: one step, not two
+
+
+def test_sync_step_takes_the_pushes_lr(pb, server, connect):
+    # A worker's lr schedule reaches a sync step of rows as it reaches a
+    # tensor's: the step runs at the lr its pushes carried (first in rank
+    # order), not the table's.
+    srv = server(lr=1.0, mode="sync", workers=2)
+    w0 = worker(pb, connect, srv, rank=0, world=2)
+    w1 = worker(pb, connect, srv, rank=1, world=2)
+    tid = init_table(pb, w0, "s", 1).body.id
+    init_table(pb, w1, "s", 1)
+    push_rows(pb, w0, tid, [1], [[2.0]], step=1, lr=0.25)
+    assert push_rows(pb, w1, tid, [1], [[2.0]], step=1, lr=0.25).body.applied
+    _, v = pull_rows(pb, w1, tid, [1], min_version=1)
+    assert v.tolist() == [-0.5]  # 0.25 x the mean 2
+    # The resend of a push is answered and counted as one.
+    assert push_rows(pb, w0, tid, [1], [[2.0]], step=1, lr=0.25).body.duplicate
+    assert metric(pb, w0, "gddr_table_duplicates_total", "s") == 1
+    assert metric(pb, w0, "gddr_table_pushes_total", "s") == 2
