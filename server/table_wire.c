@@ -124,7 +124,7 @@ static int conf_from_request(gddr_ps *ps, const Gddr__InitTable *in, ps_table_co
             return -1;
         }
         if (o->momentum != 0 || o->weight_decay != 0 || o->kind == GDDR__OPTIMIZER_KIND__OPT_ADAMW) {
-            snprintf(why, wl, "optimizer: rows offer sgd (no momentum), adam and adagrad, without weight_decay");
+            snprintf(why, wl, "optimizer: momentum, weight_decay and adamw are not offered for table rows (sgd, adam, adagrad)");
             return -1;
         }
     }

@@ -315,7 +315,7 @@ int gddr_pull_rows(gddr_client *c, int table, const uint64_t *keys, size_t n, fl
      * out back to front, so no row is overwritten before it is read. */
     int rc = c->be->pull_rows(c, table, uk, (size_t)nu, out, flags, min_version, version);
     if (rc == GDDR_OK) {
-        size_t dim = (size_t)c->be->table_dim(c, table);
+        size_t dim = c->be->table_dim(c, table);
         for (size_t i = n; i-- > 0;)
             if (first[i] != i)
                 memcpy(out + i * dim, out + (size_t)first[i] * dim, dim * sizeof *out);
@@ -332,5 +332,17 @@ int gddr_push_rows(gddr_client *c, int table, const uint64_t *keys, size_t n, co
         return GDDR_EINVAL;
     if (c->o.observer)
         return gddr__set_err(c, GDDR_EWORKER, "an observer cannot push");
-    return c->be->push_rows(c, table, keys, n, grads, version);
+    uint32_t dim = c->be->table_dim(c, table);
+    if (!dim) /* not a table: the backend says so */
+        return c->be->push_rows(c, table, keys, n, grads, version);
+    /* Each key goes once: the gradients of a repeated key are summed. */
+    uint64_t *uk;
+    float *ug;
+    long nu = gddr__rows_dedup(keys, n, grads, dim, &uk, &ug);
+    if (nu < 0)
+        return gddr__set_err(c, GDDR_ENOMEM, "no memory to sum %zu rows", n);
+    int rc = c->be->push_rows(c, table, uk ? uk : keys, (size_t)nu, ug ? ug : grads, version);
+    free(uk);
+    free(ug);
+    return rc;
 }

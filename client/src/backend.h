@@ -44,14 +44,15 @@ struct gddr__backend {
      * info.epoch is 0). */
     void (*close)(gddr_client *c);
     /* sparse tables (gddr_table_register, gddr_pull_rows, gddr_push_rows;
-     * opts complete, optimizer text not parsed yet) */
+     * opts complete, optimizer text not parsed yet; api.c hands the row
+     * calls each key once, a push's repeats summed) */
     int (*table_register)(gddr_client *c, const char *key, uint32_t dim, const gddr_table_opts *o,
                           int *table);
     int (*pull_rows)(gddr_client *c, int table, const uint64_t *keys, size_t n, float *out,
                      unsigned flags, uint64_t min_version, uint64_t *version);
     int (*push_rows)(gddr_client *c, int table, const uint64_t *keys, size_t n, const float *grads,
                      uint64_t *version);
-    uint32_t (*table_dim)(const gddr_client *c, int table); /* a registered table */
+    uint32_t (*table_dim)(const gddr_client *c, int table); /* 0: no such table */
 };
 
 extern const gddr__backend gddr__single;

@@ -95,8 +95,7 @@ typedef struct ctable {
     char key[128];
     uint32_t dim;
     uint32_t sid;          /* id on the server */
-    gddr_table_opts o;     /* as registered (o.optimizer points into opt_text) */
-    char opt_text[256];
+    gddr_table_opts o;     /* as registered (o.optimizer NULL: see opt) */
     gddr__optim opt;
     uint64_t pulled;       /* table version of the last pull (a push's base) */
     uint64_t need;         /* a pull waits for this (the sync step of the last push) */

@@ -52,21 +52,15 @@ int gddr__rows_register(gddr_client *c, const char *key, uint32_t dim, const gdd
     snprintf(tb.key, sizeof tb.key, "%s", key);
     tb.dim = dim;
     tb.o = *o;
-    if (o->optimizer) {
-        char err[256];
-        if (strlen(o->optimizer) >= sizeof tb.opt_text)
-            return gddr__set_err(c, GDDR_EINVAL, "table '%s': optimizer text too long", key);
-        if (gddr__optim_parse(o->optimizer, &tb.opt, err, sizeof err) < 0)
-            return gddr__set_err(c, GDDR_EINVAL, "table '%s': %s", key, err);
-        snprintf(tb.opt_text, sizeof tb.opt_text, "%s", o->optimizer);
-    }
-    tb.o.optimizer = NULL; /* (the text is kept in opt_text; opt is what is sent) */
+    char err[256];
+    if (gddr__optim_parse(o->optimizer, &tb.opt, err, sizeof err) < 0)
+        return gddr__set_err(c, GDDR_EINVAL, "table '%s': %s", key, err);
+    tb.o.optimizer = NULL; /* the caller's text: parsed into tb.opt, which is what is sent */
     ctable *nb = realloc(c->tb, (size_t)(c->ntb + 1) * sizeof *nb);
     if (!nb)
         return gddr__set_err(c, GDDR_ENOMEM, "no memory for table '%s'", key);
     c->tb = nb;
     c->tb[c->ntb] = tb;
-    c->tb[c->ntb].o.optimizer = tb.opt.set ? c->tb[c->ntb].opt_text : NULL;
     struct treg_call a = { c->ntb, { 0 } };
     int rc = gddr__with_reconnect(c, treg_call, &a);
     if (rc != GDDR_OK)
@@ -136,7 +130,7 @@ static int pull_call(gddr_client *c, void *arg)
 
 uint32_t gddr__rows_dim(const gddr_client *c, int table)
 {
-    return c->tb[table].dim;
+    return table >= 0 && table < c->ntb ? c->tb[table].dim : 0;
 }
 
 int gddr__rows_pull(gddr_client *c, int table, const uint64_t *keys, size_t n, float *out,
@@ -291,15 +285,6 @@ int gddr__rows_push(gddr_client *c, int table, const uint64_t *keys, size_t n, c
 {
     if (table < 0 || table >= c->ntb)
         return gddr__set_err(c, GDDR_ENOKEY, "no table %d (%d registered)", table, c->ntb);
-    uint64_t *uk;
-    float *ug;
-    long nu = gddr__rows_dedup(keys, n, grads, c->tb[table].dim, &uk, &ug);
-    if (nu < 0)
-        return gddr__set_err(c, GDDR_ENOMEM, "no memory to sum %zu rows", n);
     /* One step per push, the same for its resends (exactly once). */
-    uint64_t step = ++c->tb[table].step;
-    int rc = gddr__rows_push_at(c, table, uk ? uk : keys, (size_t)nu, ug ? ug : grads, step, version);
-    free(uk);
-    free(ug);
-    return rc;
+    return gddr__rows_push_at(c, table, keys, n, grads, ++c->tb[table].step, version);
 }

@@ -86,7 +86,7 @@ static int split_keys(int S, const uint64_t *keys, size_t n, split *p)
 
 uint32_t gddr__shards_table_dim(const gddr_client *c, int table)
 {
-    return c->shards->sub[0]->tb[table].dim;
+    return gddr__rows_dim(c->shards->sub[0], table);
 }
 
 static int check_table(gddr_client *c, int table)
@@ -156,23 +156,16 @@ int gddr__shards_push_rows(gddr_client *c, int table, const uint64_t *keys, size
     if (rc != GDDR_OK)
         return rc;
     uint32_t dim = h->sub[0]->tb[table].dim;
-    uint64_t *uk;
-    float *ug;
-    long nu = gddr__rows_dedup(keys, n, grads, dim, &uk, &ug);
-    if (nu < 0)
-        return gddr__set_err(c, GDDR_ENOMEM, "no memory to sum %zu rows", n);
-    const uint64_t *k = uk ? uk : keys;
-    const float *g = ug ? ug : grads;
     split p;
-    float *gbuf = malloc(((size_t)nu ? (size_t)nu : 1) * dim * sizeof *gbuf);
+    float *gbuf = malloc((n ? n : 1) * dim * sizeof *gbuf);
     uint64_t *tk = calloc((size_t)h->S, sizeof *tk), *step = calloc((size_t)h->S, sizeof *step);
     int *st = calloc((size_t)h->S, sizeof *st), *sent = calloc((size_t)h->S, sizeof *sent);
-    if (!gbuf || !tk || !step || !st || !sent || split_keys(h->S, k, (size_t)nu, &p) < 0) {
-        free(gbuf), free(tk), free(step), free(st), free(sent), free(uk), free(ug);
+    if (!gbuf || !tk || !step || !st || !sent || split_keys(h->S, keys, n, &p) < 0) {
+        free(gbuf), free(tk), free(step), free(st), free(sent);
         return gddr__set_err(c, GDDR_ENOMEM, "no memory for a push of %zu rows", n);
     }
-    for (size_t j = 0; j < (size_t)nu; j++)
-        memcpy(gbuf + j * dim, g + p.perm[j] * dim, dim * sizeof *gbuf);
+    for (size_t j = 0; j < n; j++)
+        memcpy(gbuf + j * dim, grads + p.perm[j] * dim, dim * sizeof *gbuf);
     for (int s = 0; s < h->S; s++) {
         gddr_client *sub = h->sub[s];
         /* A sync step needs a push of every worker on every server, an
@@ -206,6 +199,6 @@ int gddr__shards_push_rows(gddr_client *c, int table, const uint64_t *keys, size
     for (int s = 0; s < h->S; s++) /* keys and gradients were lent to ZeroMQ (rows.c) */
         gddr__lent_wait(h->sub[s]);
     split_free(&p);
-    free(gbuf), free(tk), free(step), free(st), free(sent), free(uk), free(ug);
+    free(gbuf), free(tk), free(step), free(st), free(sent);
     return rc;
 }
