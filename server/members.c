@@ -47,20 +47,35 @@ static int rank_live(gddr_ps *ps, int r, int64_t now)
     return 0;
 }
 
-int ps_rank_live(gddr_ps *ps, int r)
+/* The live workers, and how many of them pushed() says nothing for yet
+ * (pushed NULL: none counted). */
+static int count_live(gddr_ps *ps, int (*pushed)(const void *arg, int r), const void *arg,
+                      int *missing)
 {
-    int exp = ps_expected_workers(ps);
-    return r < exp ? rank_live(ps, r, gddr__now_ms()) : ps->workers[r].state == PS_W_LIVE;
+    int64_t now = gddr__now_ms();
+    int exp = ps_expected_workers(ps), live = 0;
+    *missing = 0;
+    for (int r = 0; r < ps->cfg.max_workers; r++)
+        if ((r < exp && rank_live(ps, r, now)) || (r >= exp && ps->workers[r].state == PS_W_LIVE)) {
+            live++;
+            *missing += pushed && !pushed(arg, r);
+        }
+    return live;
 }
 
 int ps_live_workers(gddr_ps *ps)
 {
-    int64_t now = gddr__now_ms();
-    int exp = ps_expected_workers(ps), live = 0;
-    for (int r = 0; r < ps->cfg.max_workers; r++)
-        if ((r < exp && rank_live(ps, r, now)) || (r >= exp && ps->workers[r].state == PS_W_LIVE))
-            live++;
-    return live;
+    int missing;
+    return count_live(ps, NULL, NULL, &missing);
+}
+
+int ps_sync_ready(gddr_ps *ps, int (*pushed)(const void *arg, int r), const void *arg, int *live)
+{
+    int missing, n = count_live(ps, pushed, arg, &missing);
+    *live = n < 1 ? 1 : n;
+    if (ps->cfg.sync_quorum > 0 && ps->cfg.sync_quorum < n)
+        return n - missing >= ps->cfg.sync_quorum;
+    return missing == 0;
 }
 
 uint64_t ps_min_live_clock(gddr_ps *ps)

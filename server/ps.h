@@ -404,8 +404,12 @@ int ps_expected_workers(const gddr_ps *ps);
 uint64_t ps_per_worker_bound(const gddr_ps *ps, uint64_t per_value, uint64_t per_chunk,
                              uint64_t per_bitmap);
 int ps_live_workers(gddr_ps *ps);
-/* Whether rank r counts among ps_live_workers() now. */
-int ps_rank_live(gddr_ps *ps, int r);
+/* Whether a sync step may complete: every live worker has pushed to it
+ * (pushed(arg, r) nonzero), or sync_quorum of them when that is fewer --
+ * not a count of pushes equal to the live workers, which a worker that
+ * pushed and then left would satisfy without the ones still to push.
+ * *live gets the live workers (at least 1). */
+int ps_sync_ready(gddr_ps *ps, int (*pushed)(const void *arg, int r), const void *arg, int *live);
 /* The slowest live worker's clock (steps pushed), UINT64_MAX when none. */
 uint64_t ps_min_live_clock(gddr_ps *ps);
 

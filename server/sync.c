@@ -47,25 +47,18 @@ void ps_flush_apply(gddr_ps *ps, ps_tensor *t, const float *vals, const uint8_t 
  * and a late push folded into a later step counts with the same weight:
  * over a run, N * (sum of applied gradients) = sum of pushed gradients
  * (fill credits included: fill.c). */
+static int contributed(const void *t, int r)
+{
+    return ((const ps_tensor *)t)->contrib[r];
+}
+
 int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
 {
     if (t->npushes == 0)
         return 0;
-    /* Every live worker must have pushed (or sync_quorum of them): not a
-     * count of pushes equal to the live workers, which a worker that
-     * pushed and then left would satisfy without the ones still to push
-     * (as for tables, table_wire.c). */
-    int live = 0, missing = 0;
-    for (int r = 0; r < (int)ps->cfg.max_workers; r++)
-        if (ps_rank_live(ps, r)) {
-            live++;
-            missing += !t->contrib[r];
-        }
-    int quorum = ps->cfg.sync_quorum > 0 && ps->cfg.sync_quorum < live ? (int)ps->cfg.sync_quorum : 0;
-    if (!force && (quorum ? live - missing < quorum : missing > 0))
+    int live;
+    if (!ps_sync_ready(ps, contributed, t, &live) && !force)
         return 0;
-    if (live < 1)
-        live = 1;
     ps_tensor_settle(ps, t); /* the step's last push is folded in */
     if (ps_optim_state(ps, t) < 0)
         gddr_log(GDDR_LOG_ERROR, "no memory for the optimizer state of '%s'", t->key);

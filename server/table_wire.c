@@ -399,24 +399,18 @@ static float table_lr(const gddr_ps *ps, const ps_stable *s, double push_lr)
 /* Completes the sync step being collected when every live worker pushed
  * (or force: membership changed and fewer are left). The pushes are
  * summed in rank order and applied as their mean. Returns 1 if applied. */
+static int step_pushed(const void *s, int r)
+{
+    return ((const ps_stable *)s)->step[r].have;
+}
+
 static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
 {
     if (s->ncontrib == 0)
         return 0;
-    /* Complete when every live worker pushed (not when as many pushes as
-     * live workers are in: a worker that pushed and then left must not let
-     * the step go without one that is still to push). */
-    int live = 0, missing = 0;
-    for (int r = 0; r < (int)ps->cfg.max_workers; r++)
-        if (ps_rank_live(ps, r)) {
-            live++;
-            missing += !s->step[r].have;
-        }
-    int quorum = ps->cfg.sync_quorum > 0 && ps->cfg.sync_quorum < live ? (int)ps->cfg.sync_quorum : 0;
-    if (!force && (quorum ? live - missing < quorum : missing > 0))
+    int live;
+    if (!ps_sync_ready(ps, step_pushed, s, &live) && !force)
         return 0;
-    if (live < 1)
-        live = 1;
     int divisor = (int)s->ncontrib > live ? (int)s->ncontrib : live;
     ps_rowsum_clear(s->sum);
     int oom = 0;
