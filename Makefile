@@ -64,7 +64,10 @@ WARN      := -Wall -Wextra -Wno-unused-parameter -Wshadow -Wstrict-prototypes
 CFLAGS    ?= -O2 -g
 # -ffp-contract=off: a*b+c is never fused into an FMA, so a result does not
 # depend on which instruction set the compiler or target_clones picked.
-ALL_CFLAGS := $(CFLAGS) $(WARN) -std=gnu11 -pthread -fPIC -MMD -MP -ffp-contract=off \
+# -fno-math-errno: sqrtf and friends never set errno (nothing reads it after
+# a math call), so loops that take square roots vectorise (common/vec.h);
+# no value changes.
+ALL_CFLAGS := $(CFLAGS) $(WARN) -std=gnu11 -pthread -fPIC -MMD -MP -ffp-contract=off -fno-math-errno \
               -Iclient/include -Icommon -Ikernels -Iserver -Iclient/train -I$(BUILD)/proto $(PKG_CFLAGS) \
               -DGDDR_VERSION=\"$(VERSION)\"
 LDLIBS    := $(PKG_LIBS) -lz -lm -pthread -ldl

@@ -5,15 +5,8 @@
 #include <math.h>
 #include <string.h>
 
-/* The per-value loops below are built twice (AVX2 and baseline x86-64) and
- * vectorised with GCC's dynamic cost model: -O2 alone leaves them scalar.
- * Only exact operations (sums, products, divisions, rint, compares) are
- * vectorised, so either build gives the scalar results bit for bit. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define VIEW_CLONES __attribute__((target_clones("avx2", "default"), optimize("vect-cost-model=dynamic")))
-#else
-#define VIEW_CLONES
-#endif
+#include "vec.h"
+
 
 static size_t chunk_len(size_t n, size_t chunk, size_t ch)
 {
@@ -26,7 +19,7 @@ static int selected(const uint8_t *bm, size_t ch)
     return bm[ch / 8] >> (ch % 8) & 1;
 }
 
-VIEW_CLONES float gddr__view_delta_amax(const float *w, const float *m, size_t len)
+GDDR_VEC float gddr__view_delta_amax(const float *w, const float *m, size_t len)
 {
     float a = 0;
     for (size_t i = 0; i < len; i++) {
@@ -43,7 +36,7 @@ VIEW_CLONES float gddr__view_delta_amax(const float *w, const float *m, size_t l
  * vectorises it (rint, the division and the clamp are exact operations:
  * the vector code gives the scalar code's results bit for bit). */
 #define DELTA_ENCODE(name, type, qmax_)                                                \
-    VIEW_CLONES static int name(const float *restrict w, float *restrict m, size_t len, \
+    GDDR_VEC static int name(const float *restrict w, float *restrict m, size_t len, \
                                 float s, type *restrict q)                             \
     {                                                                                  \
         const float qmax = (qmax_);                                                    \
@@ -77,7 +70,7 @@ static int delta_encode(const float *w, float *m, size_t len, float s, int bits,
 
 /* Adds a delta reply's chunk into the view: v += q * s, in float32 (a
  * product, then a sum), exactly as delta_encode did to its copy. */
-VIEW_CLONES static void delta_add(float *restrict v, const uint8_t *restrict q, size_t len, float s,
+GDDR_VEC static void delta_add(float *restrict v, const uint8_t *restrict q, size_t len, float s,
                                   int bits)
 {
     if (bits == 8) {

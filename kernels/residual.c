@@ -15,6 +15,7 @@
 #include "gddr_base.h"
 #include "gddr_hash.h"
 #include "log.h"
+#include "vec.h"
 
 /* The hash takes the chunk index as 32 bits; longer tensors would repeat
  * masks, so they are refused rather than silently aliased. */
@@ -88,17 +89,8 @@ static inline int bit_is_set(const uint8_t *bitmap, size_t c)
     return (bitmap[c >> 3] >> (c & 7)) & 1;
 }
 
-/* Built for AVX2 and baseline x86-64, its per-value loops vectorised with
- * GCC's dynamic cost model (-O2 alone leaves them scalar): sums and copies
- * only, so the results are the scalar ones bit for bit (and the CUDA
- * kernel's, tests/check_kernels.c). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define RESIDUAL_CLONES __attribute__((target_clones("avx2", "default"), optimize("vect-cost-model=dynamic")))
-#else
-#define RESIDUAL_CLONES
-#endif
 
-RESIDUAL_CLONES
+GDDR_VEC
 int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r, uint32_t *age,
                            float *packed, uint8_t *bitmap, size_t *npacked, size_t *nsent)
 {

@@ -30,22 +30,18 @@
 #include <string.h>
 
 #include "ps.h"
+#include "vec.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define PS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define PS_CLONES
-#endif
 
 /* a += s * g */
-PS_CLONES static void acc_add(float *restrict a, const float *restrict g, float s, size_t n)
+GDDR_VEC static void acc_add(float *restrict a, const float *restrict g, float s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         a[i] += s * g[i];
 }
 
 /* a += s * g - cr; cr = 0 (a worker's credit taken off what it sends) */
-PS_CLONES static void acc_add_credit(float *restrict a, const float *restrict g, float s,
+GDDR_VEC static void acc_add_credit(float *restrict a, const float *restrict g, float s,
                                      float *restrict cr, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
@@ -56,7 +52,7 @@ PS_CLONES static void acc_add_credit(float *restrict a, const float *restrict g,
 
 /* cr = s * g - cr: the net mass of what a worker sends now (in its credit
  * buffer, which it frees), for APPLY and JOIN */
-PS_CLONES static void net_of_credit(float *restrict cr, const float *restrict g, float s, size_t n)
+GDDR_VEC static void net_of_credit(float *restrict cr, const float *restrict g, float s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         cr[i] = s * g[i] - cr[i];

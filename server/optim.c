@@ -40,12 +40,8 @@
 #include <string.h>
 
 #include "ps.h"
+#include "vec.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
-#define PS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define PS_CLONES
-#endif
 
 static const char *const kind_names[] = { "sgd", "adam", "adamw", "adagrad" };
 
@@ -174,62 +170,79 @@ void ps_upd_for(const gddr_ps *ps, const ps_tensor *t, double lr, ps_upd *u)
 
 /* ---- the loops (restrict, so that the compiler vectorises them) ---------- */
 
-PS_CLONES static void sgd_plain(float *out, const float *w, const float *restrict g, float gs, float lr,
+GDDR_VEC static void sgd_plain(float *out, const float *w, const float *restrict g, float gs, float lr,
                                 float wd, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        float d = gs * g[i];
-        if (wd != 0)
-            d += wd * w[i];
-        out[i] = w[i] - lr * d;
+    if (wd == 0) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = w[i] - lr * (gs * g[i]);
+        return;
     }
+    for (size_t i = 0; i < n; i++)
+        out[i] = w[i] - lr * (gs * g[i] + wd * w[i]);
 }
 
-PS_CLONES static void sgd_momentum(float *out, const float *w, float *restrict v, const float *restrict g,
+GDDR_VEC static void sgd_momentum(float *out, const float *w, float *restrict v, const float *restrict g,
                                    float gs, float lr, float mu, float wd, size_t n)
 {
+    if (wd == 0) {
+        for (size_t i = 0; i < n; i++) {
+            v[i] = mu * v[i] + lr * (gs * g[i]);
+            out[i] = w[i] - v[i];
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
-        float d = gs * g[i];
-        if (wd != 0)
-            d += wd * w[i];
-        v[i] = mu * v[i] + lr * d;
+        v[i] = mu * v[i] + lr * (gs * g[i] + wd * w[i]);
         out[i] = w[i] - v[i];
     }
 }
 
 /* One element's Adam step with gradient d (weight decay already in d for
  * adam): the moments move, the new weight is returned. Shared by the
- * update and by async fill, so the two are the same arithmetic. */
-static inline float adam_el(float w, float d, float *m, float *v, const ps_upd *u, int decoupled)
+ * update and by async fill, so the two are the same arithmetic. wdec
+ * (adamw's decoupled decay) is a constant at each call, so the loops that
+ * inline it have no branch and vectorise. */
+static inline __attribute__((always_inline)) float adam_el(float w, float d, float *m, float *v,
+                                                           const ps_upd *u, int wdec)
 {
     *m = u->b1 * *m + (1.0f - u->b1) * d;
     *v = u->b2 * *v + (1.0f - u->b2) * (d * d);
     float step = (*m * u->bc1) / (sqrtf(*v * u->bc2) + u->eps);
-    if (decoupled && u->wd != 0)
+    if (wdec)
         step += u->wd * w;
     return w - u->lr * step;
 }
 
-PS_CLONES static void adam(float *out, const float *w, float *restrict m, float *restrict v,
-                           const float *restrict g, float gs, const ps_upd *u, int decoupled, size_t n)
+GDDR_VEC static void adam(float *out, const float *w, float *restrict m, float *restrict v,
+                          const float *restrict g, float gs, const ps_upd *u, int decoupled, size_t n)
 {
     const ps_upd k = *u; /* a local: the loop keeps it in registers (m, v cannot alias it) */
-    const float wd = decoupled ? 0.0f : k.wd; /* adam: L2 in the gradient */
-    for (size_t i = 0; i < n; i++) {
-        float d = gs * g[i];
-        if (wd != 0)
-            d += wd * w[i];
-        out[i] = adam_el(w[i], d, &m[i], &v[i], &k, decoupled);
+    if (decoupled && k.wd != 0) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = adam_el(w[i], gs * g[i], &m[i], &v[i], &k, 1);
+    } else if (decoupled || k.wd == 0) {
+        for (size_t i = 0; i < n; i++)
+            out[i] = adam_el(w[i], gs * g[i], &m[i], &v[i], &k, 0);
+    } else { /* adam: L2 in the gradient */
+        for (size_t i = 0; i < n; i++)
+            out[i] = adam_el(w[i], gs * g[i] + k.wd * w[i], &m[i], &v[i], &k, 0);
     }
 }
 
-PS_CLONES static void adagrad(float *out, const float *w, float *restrict G, const float *restrict g,
-                              float gs, float lr, float eps, float wd, size_t n)
+GDDR_VEC static void adagrad(float *out, const float *w, float *restrict G, const float *restrict g,
+                             float gs, float lr, float eps, float wd, size_t n)
 {
+    if (wd == 0) {
+        for (size_t i = 0; i < n; i++) {
+            float d = gs * g[i];
+            G[i] += d * d;
+            out[i] = w[i] - lr * d / (sqrtf(G[i]) + eps);
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
-        float d = gs * g[i];
-        if (wd != 0)
-            d += wd * w[i];
+        float d = gs * g[i] + wd * w[i];
         G[i] += d * d;
         out[i] = w[i] - lr * d / (sqrtf(G[i]) + eps);
     }
@@ -265,14 +278,22 @@ int ps_upd_fills(const ps_upd *u)
     return u->kind == PS_OPT_ADAM || u->kind == PS_OPT_ADAMW;
 }
 
-PS_CLONES static void adam_fill(float *out, const float *w, float *restrict m, float *restrict v,
-                                float *restrict cr, const ps_upd *u, int decoupled, size_t n)
+GDDR_VEC static void adam_fill(float *out, const float *w, float *restrict m, float *restrict v,
+                              float *restrict cr, const ps_upd *u, int decoupled, size_t n)
 {
     const ps_upd k = *u;
+    if (decoupled && k.wd != 0) {
+        for (size_t i = 0; i < n; i++) {
+            float d = m[i] * k.mh; /* m-hat: weight decay is in it already */
+            cr[i] += d;
+            out[i] = adam_el(w[i], d, &m[i], &v[i], &k, 1);
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
-        float d = m[i] * k.mh; /* m-hat: weight decay is in it already */
+        float d = m[i] * k.mh;
         cr[i] += d;
-        out[i] = adam_el(w[i], d, &m[i], &v[i], &k, decoupled);
+        out[i] = adam_el(w[i], d, &m[i], &v[i], &k, 0);
     }
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "table_int.h"
+#include "vec.h"
 
 #define GOLDEN 0x9e3779b97f4a7c15ull
 #define ADMIT_SALT 0x61646d6974ull /* "admit" */
@@ -113,7 +114,7 @@ void ps_trow_init_state(const ps_table_conf *c, float *s)
 
 /* The arithmetic of server/optim.c (float, no fused multiply-add), with
  * Adam's bias correction by the row's own step count. */
-void ps_trow_step(const ps_table_conf *c, float *w, float *s, uint32_t *steps, const float *g,
+GDDR_VEC void ps_trow_step(const ps_table_conf *c, float *w, float *s, uint32_t *steps, const float *g,
                   float scale, float lr)
 {
     uint32_t d = c->dim;

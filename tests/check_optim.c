@@ -36,6 +36,8 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "ps.h"
+#include "table_int.h"
 #include "files.h"
 #include "harness.h"
 #include "wirekit.h"
@@ -781,6 +783,90 @@ START_TEST(test_async_adam_fill)
 }
 END_TEST
 
+/* The optimizer loops are vectorised (common/vec.h): the whole array in one
+ * call (vector body) must give what one element per call gives (the scalar
+ * tail), bit for bit, for every optimizer form, in place and into a copy,
+ * and for the rows' step (server/table_row.c) too. */
+static void rnd_fill(float *x, size_t n, uint32_t *seed, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++) {
+        *seed = *seed * 1664525u + 1013904223u;
+        x[i] = lo + (hi - lo) * (float)(*seed >> 8) / 16777216.0f;
+    }
+}
+
+START_TEST(test_loops_vector_equals_scalar)
+{
+    enum { VN = 1029 };
+    static const struct { int kind; float mu, wd; } forms[] = {
+        { PS_OPT_SGD, 0, 0 },      { PS_OPT_SGD, 0, 0.01f },  { PS_OPT_SGD, 0.9f, 0 },
+        { PS_OPT_SGD, 0.9f, 0.01f }, { PS_OPT_ADAM, 0, 0 },   { PS_OPT_ADAM, 0, 0.01f },
+        { PS_OPT_ADAMW, 0, 0.01f }, { PS_OPT_ADAMW, 0, 0 },   { PS_OPT_ADAGRAD, 0, 0 },
+        { PS_OPT_ADAGRAD, 0, 0.01f },
+    };
+    static float w0[VN], g[VN], s10[VN], s20[VN], cr0[VN];
+    static float wa[VN], oa[VN], s1a[VN], s2a[VN], cra[VN], wb[VN], ob[VN], s1b[VN], s2b[VN], crb[VN];
+    uint32_t seed = 7;
+    rnd_fill(w0, VN, &seed, -1, 1);
+    rnd_fill(g, VN, &seed, -2, 2);
+    rnd_fill(s10, VN, &seed, -0.1f, 0.1f);
+    rnd_fill(s20, VN, &seed, 0, 0.01f);
+    rnd_fill(cr0, VN, &seed, -1, 1);
+    for (size_t f = 0; f < sizeof forms / sizeof *forms; f++)
+        for (int inplace = 0; inplace < 2; inplace++)
+            for (int fill = 0; fill < 2; fill++) {
+                ps_upd u = { .kind = forms[f].kind, .lr = 0.05f, .mu = forms[f].mu, .b1 = 0.9f,
+                             .b2 = 0.999f, .eps = 1e-8f, .wd = forms[f].wd, .bc1 = 1.9f,
+                             .bc2 = 1.3f, .mh = 2.1f };
+                if (forms[f].kind == PS_OPT_ADAGRAD)
+                    for (size_t i = 0; i < VN; i++)
+                        s10[i] = fabsf(s10[i]);
+                memcpy(wa, w0, sizeof wa), memcpy(wb, w0, sizeof wb);
+                memcpy(s1a, s10, sizeof s1a), memcpy(s1b, s10, sizeof s1b);
+                memcpy(s2a, s20, sizeof s2a), memcpy(s2b, s20, sizeof s2b);
+                memcpy(cra, cr0, sizeof cra), memcpy(crb, cr0, sizeof crb);
+                float *outa = inplace ? wa : oa, *outb = inplace ? wb : ob;
+                if (fill)
+                    ps_upd_fill(&u, outa, wa, s1a, s2a, cra, VN);
+                else
+                    ps_upd_run(&u, outa, wa, s1a, s2a, g, 0.7f, VN);
+                for (size_t i = 0; i < VN; i++) {
+                    if (fill)
+                        ps_upd_fill(&u, outb + i, wb + i, s1b + i, s2b + i, crb + i, 1);
+                    else
+                        ps_upd_run(&u, outb + i, wb + i, s1b + i, s2b + i, g + i, 0.7f, 1);
+                }
+                ck_assert_msg(memcmp(outa, outb, sizeof oa) == 0 && memcmp(s1a, s1b, sizeof s1a) == 0 &&
+                              memcmp(s2a, s2b, sizeof s2a) == 0 && memcmp(cra, crb, sizeof cra) == 0,
+                              "form %zu (kind %d), in place %d, fill %d: vector and scalar differ", f,
+                              forms[f].kind, inplace, fill);
+            }
+    /* rows: a row of dim VN against VN rows of dim 1 */
+    static const ps_topt topts[] = { PS_TOPT_SGD, PS_TOPT_ADAGRAD, PS_TOPT_ADAM };
+    static float sa[2 * VN], sb[2];
+    for (size_t k = 0; k < 3; k++) {
+        ps_table_conf c = { .dim = VN, .opt = topts[k], .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8 };
+        ps_table_conf c1 = c;
+        c1.dim = 1;
+        memcpy(wa, w0, sizeof wa), memcpy(wb, w0, sizeof wb);
+        for (size_t i = 0; i < VN; i++)
+            sa[i] = fabsf(s10[i]), sa[VN + i] = s20[i];
+        uint32_t sta = 3;
+        for (int rep = 0; rep < 3; rep++)
+            ps_trow_step(&c, wa, sa, &sta, g, 0.7f, 0.05f);
+        for (size_t i = 0; i < VN; i++) {
+            uint32_t stb = 3;
+            sb[0] = fabsf(s10[i]), sb[1] = s20[i];
+            for (int rep = 0; rep < 3; rep++)
+                ps_trow_step(&c1, wb + i, sb, &stb, g + i, 0.7f, 0.05f);
+            ck_assert_msg(memcmp(wb + i, wa + i, 4) == 0 && memcmp(&sb[0], &sa[i], 4) == 0 &&
+                              (topts[k] != PS_TOPT_ADAM || memcmp(&sb[1], &sa[VN + i], 4) == 0),
+                          "rows, optimizer %d, element %zu: vector and scalar differ", (int)topts[k], i);
+        }
+    }
+}
+END_TEST
+
 Suite *suite_optim(void)
 {
     Suite *s = suite_create("optim");
@@ -794,5 +880,6 @@ Suite *suite_optim(void)
     GT_ADD_CASE(s, "fresh_fill_normalising", test_fresh_fill_normalising, 60);
     GT_ADD_CASE(s, "fill_bound_fits_workers", test_fill_bound_fits_workers, 60);
     GT_ADD_CASE(s, "async_adam_fill", test_async_adam_fill, 60);
+    GT_ADD_CASE(s, "loops_vector_equals_scalar", test_loops_vector_equals_scalar, 60);
     return s;
 }
