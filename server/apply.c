@@ -29,6 +29,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <math.h>
+
+#include "blas.h"
 #include "ps.h"
 #include "vec.h"
 
@@ -127,9 +130,16 @@ static void apply_chunk(const ps_job *j, size_t c)
     float *out = j->dst ? j->dst + lo : t->w + lo;
     float *s1 = t->s1 ? t->s1 + lo : NULL, *s2 = t->s2 ? t->s2 + lo : NULL;
     switch (j->kind) {
+    case PS_JOB_NORM: {
+        const float *g = job_values(j, c, lo);
+        j->sq[c] = g ? gddr_sumsq_cpu(g, len) : 0.0;
+        return;
+    }
     case PS_JOB_APPLY:
     case PS_JOB_JOIN: {
         const float *g = job_values(j, c, lo);
+        if (j->sq) /* validated as it is applied: the chunk is read once (push.c) */
+            j->sq[c] = g ? gddr_sumsq_cpu(g, len) : 0.0;
         if (!g && j->held && j->fw && j->kind == PS_JOB_APPLY) {
             /* Held by the pusher (async fill, adam): m-hat stands in. */
             ps_upd_fill(&j->upd, out, w, s1, s2, j->fw->cred + lo, len);
@@ -317,7 +327,9 @@ int ps_pool_start(ps_pool **out, int threads)
     return GDDR_OK;
 }
 
-ps_task *ps_pool_submit(ps_pool *p, const ps_job *job, zmq_msg_t *msgs, int nmsgs, void *owned)
+/* extra: threads beside the pool's that will take parts (the caller, when
+ * it waits for the job at once). */
+static ps_task *submit(ps_pool *p, const ps_job *job, zmq_msg_t *msgs, int nmsgs, void *owned, int extra)
 {
     ps_task *k = NULL;
     if (job->t->n >= INLINE_MAX && p->n > 0)
@@ -329,7 +341,7 @@ ps_task *ps_pool_submit(ps_pool *p, const ps_job *job, zmq_msg_t *msgs, int nmsg
     }
     k->job = *job;
     size_t nc = job->t->nchunks;
-    k->parts = nc < (size_t)p->n ? (int)nc : p->n;
+    k->parts = nc < (size_t)(p->n + extra) ? (int)nc : p->n + extra;
     if (k->parts < 1)
         k->parts = 1;
     k->next = 0;
@@ -363,6 +375,11 @@ ps_task *ps_pool_submit(ps_pool *p, const ps_job *job, zmq_msg_t *msgs, int nmsg
     return k;
 }
 
+ps_task *ps_pool_submit(ps_pool *p, const ps_job *job, zmq_msg_t *msgs, int nmsgs, void *owned)
+{
+    return submit(p, job, msgs, nmsgs, owned, 0);
+}
+
 void ps_pool_wait(ps_pool *p, ps_task *k)
 {
     if (!k)
@@ -393,7 +410,23 @@ void ps_pool_wait(ps_pool *p, ps_task *k)
 
 void ps_pool_run(ps_pool *p, const ps_job *job)
 {
-    ps_pool_wait(p, ps_pool_submit(p, job, NULL, 0, NULL));
+    ps_pool_wait(p, submit(p, job, NULL, 0, NULL, 1)); /* the caller takes parts too */
+}
+
+double ps_job_norm(const ps_job *j)
+{
+    double s = 0.0;
+    for (size_t c = 0; c < j->t->nchunks; c++)
+        s += j->sq[c];
+    return sqrt(s);
+}
+
+double ps_payload_norm(ps_pool *p, ps_job *job, double *sq)
+{
+    job->kind = PS_JOB_NORM;
+    job->sq = sq;
+    ps_pool_run(p, job);
+    return ps_job_norm(job);
 }
 
 void ps_pool_stop(ps_pool **pp)

@@ -266,11 +266,14 @@ typedef struct gddr_ps {
     struct ps_partial *partials; /* pushes in parts still arriving (parts.c) */
     int64_t *offbuf;      /* per-chunk offsets of the push being applied */
     size_t offcap;
+    double *sqbuf;        /* per-chunk sums of squares of the push being validated */
+    size_t sqcap;
 
     /* metrics */
     uint64_t pushes, pulls_served, inits, bytes_in, bytes_out, versions_total;
     uint64_t duplicates;
     uint64_t push_chunks_sent, push_chunks_held; /* chunks of taken pushes, by presence */
+    uint64_t validated_in_apply; /* pushes whose payload was checked in the read that applied it */
     int momentum_warned;                         /* sync + momentum + GDDR pushes: said once */
     uint64_t push_parts, pull_parts; /* messages of pushes and pulls in parts */
     uint64_t lazy_pulls, lazy_chunks_held, lazy_chunks_sent, lazy_chunks_same; /* lazy pulls */
@@ -362,6 +365,14 @@ struct ps_job;
 /* Hands t's next update to the pool (t settled); see tensor.c. */
 void ps_tensor_submit(gddr_ps *ps, ps_tensor *t, struct ps_job *job, ps_vbuf *fresh,
                       zmq_msg_t *msgs, int nmsgs, void *owned);
+/* Validate while applying (push.c): runs an update of t (settled; an
+ * APPLY job whose state, if any, is not written in place) into a fresh
+ * buffer, taking the payload's norm in the same read (*norm, from the
+ * per-chunk sums job->sq, t->nchunks of them). Returns the buffer, to be made current by
+ * ps_tensor_commit_aside() or dropped with ps_vbuf_unref() if the norm
+ * says the push is bad (t is then as it was); NULL: no memory. */
+ps_vbuf *ps_tensor_apply_aside(gddr_ps *ps, ps_tensor *t, struct ps_job *job, double *norm);
+void ps_tensor_commit_aside(ps_tensor *t, const struct ps_job *job, ps_vbuf *fresh);
 void ps_vbuf_unref(ps_vbuf *b);
 /* A buffer of n floats (recycled when one of that size is spare); refs 1. */
 ps_vbuf *ps_vbuf_new(size_t n);
@@ -459,8 +470,9 @@ long long ps_conns_queued_bytes(gddr_ps *ps);
 /* apply.c: the apply pool. */
 /* APPLY: one push is an optimizer step (async, ssp). ACC: a push joins
  * the sync step being collected. SYNC: the collected step is applied.
- * JOIN: a flush is added to the step just applied (optim.c). */
-typedef enum { PS_JOB_APPLY, PS_JOB_ACC, PS_JOB_SYNC, PS_JOB_JOIN } ps_job_kind;
+ * JOIN: a flush is added to the step just applied (optim.c). NORM: the
+ * payload's sum of squares per chunk, nothing written (validation). */
+typedef enum { PS_JOB_APPLY, PS_JOB_ACC, PS_JOB_SYNC, PS_JOB_JOIN, PS_JOB_NORM } ps_job_kind;
 typedef struct ps_job {
     ps_job_kind kind;
     ps_tensor *t;
@@ -481,6 +493,8 @@ typedef struct ps_job {
                              * carriers' mean is the fill, see fill.c) */
     ps_fillw **holders;     /* SYNC: the workers that held chunks in the step */
     uint32_t nholders;
+    double *sq;             /* NORM, APPLY (when set): per chunk, the sum of squares of the
+                             * payload's values (0 absent), taken as each chunk is read */
 } ps_job;
 typedef struct ps_task ps_task;
 int ps_pool_start(ps_pool **out, int threads);
@@ -493,6 +507,14 @@ ps_task *ps_pool_submit(ps_pool *p, const ps_job *job, zmq_msg_t *msgs, int nmsg
 /* Waits for a task (helping with its parts) and frees it; NULL is done. */
 void ps_pool_wait(ps_pool *p, ps_task *k);
 void ps_pool_run(ps_pool *p, const ps_job *job); /* submit + wait */
+/* The payload's L2 norm from a job's per-chunk sums (j->sq), added in chunk
+ * order: the same figure however the chunks were spread over threads. NaN
+ * or Inf when a value is not finite. */
+double ps_job_norm(const ps_job *j);
+/* The L2 norm of a push's payload (job: t, vals and off, or src), its
+ * chunks read by the pool's threads and the caller together; sq holds
+ * t->nchunks sums. */
+double ps_payload_norm(ps_pool *p, ps_job *job, double *sq);
 void ps_pool_stop(ps_pool **p);
 
 /* parts.c: pushes in parts. */

@@ -24,11 +24,20 @@
 #include "residual.h"
 #include "snapshot.h"
 
-/* One read of the payload gives its L2 norm, and with it whether every
- * value is finite (a NaN or Inf makes the sum of squares NaN or Inf). */
-static double payload_norm(const float *v, size_t n)
+/* The per-chunk sums of squares of the push being validated, grown to t's
+ * chunks like the offsets below. One read of the payload gives its L2 norm,
+ * and with it whether every value is finite (a NaN or Inf makes the sum of
+ * squares NaN or Inf). */
+static double *sums_for(gddr_ps *ps, const ps_tensor *t)
 {
-    return gddr_nrm2_cpu(v, n);
+    if (ps->sqcap < t->nchunks) {
+        double *nb = realloc(ps->sqbuf, t->nchunks * sizeof *nb);
+        if (!nb)
+            return NULL;
+        ps->sqbuf = nb;
+        ps->sqcap = t->nchunks;
+    }
+    return ps->sqbuf;
 }
 
 /* The offset buffer, grown to t's chunks; kept across pushes, so the hot
@@ -185,6 +194,50 @@ static int push_holds(const gddr_ps *ps, const Gddr__Push *p, const push_src *sr
     return 0;
 }
 
+/* Whether a push's payload can be validated in the read that applies it
+ * (ps_tensor_apply_aside): an async or ssp step of one message whose
+ * update must write a fresh buffer anyway -- a pull reply still holds the
+ * tensor's (copy on write), and no update is in flight that could change
+ * that -- and writes nothing else in place: SGD without momentum, no
+ * fill credits. A bad push then leaves the fresh buffer unused.
+ *
+ * Elsewhere the payload is read once to validate it (over the pool's
+ * threads) and once to apply it, in place. Writing every update into a
+ * second buffer just to validate in the same read was measured and does
+ * not pay: the second buffer's write-allocate reads as many bytes as the
+ * validation read it saves (1 MiB, 2 threads: 50 us against 30 us of
+ * validation + 31 us of apply in place; docs/performance.md), and it
+ * needs the tensor's memory twice. Momentum, Adam and Adagrad move their
+ * state in place, so a bad push could not be undone without a copy of
+ * that state. */
+static int fusable(gddr_ps *ps, ps_tensor *t, const Gddr__Request *rq, const push_src *src)
+{
+    ps_optim otmp;
+    const ps_optim *o = ps_optim_of(ps, t, &otmp);
+    return !src->whole.src && !t->pending && atomic_load(&t->cur->refs) > 1 &&
+           ps_tensor_mode(ps, t) != GDDR_PS_MODE_SYNC && o->kind == PS_OPT_SGD && o->momentum == 0 &&
+           !ps_fill_find(ps, rq->rank, t->id);
+}
+
+/* The checks of the payload's norm: NaN or Inf anywhere, max_grad_norm. */
+static int norm_refused(gddr_ps *ps, zmq_msg_t *ident, uint64_t id, const ps_tensor *t,
+                        const Gddr__Push *p, double measured)
+{
+    if (!isfinite(measured))
+        return ps_reject(ps, ident, id, GDDR_ENONFINITE, "push to tensor '%s' holds NaN or Inf", t->key);
+    /* The guard judges what would be applied. The reported norm is the
+     * fresh gradient's, before any client-side clipping (it feeds the tau
+     * controller), so it must not veto a clipped push. */
+    if (ps->cfg.max_grad_norm > 0 && measured > ps->cfg.max_grad_norm) {
+        return ps_reject(ps, ident, id, GDDR_EGRADNORM,
+               "push to tensor '%s': gradient norm %.6g (reported %.6g) exceeds max_grad_norm %g",
+               t->key, measured, (double)p->grad_norm, ps->cfg.max_grad_norm);
+    }
+    return GDDR_OK;
+}
+
+/* measured: the payload's norm, or NAN when it is still to be taken (a
+ * push of one message: here, over the pool, or while it is applied). */
 static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f,
                      ps_tensor *t, ps_wtensor *wt, push_src *src, size_t nfloats, double measured)
 {
@@ -199,10 +252,8 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
                (unsigned long long)t->version, (unsigned long long)p->birth_version,
                (unsigned long long)p->base_version);
     }
-    if (!isfinite(measured) || !isfinite(p->grad_norm) || p->grad_norm < 0 ||
-        !isfinite(p->residual_l1) || p->residual_l1 < 0) {
+    if (!isfinite(p->grad_norm) || p->grad_norm < 0 || !isfinite(p->residual_l1) || p->residual_l1 < 0)
         return ps_reject(ps, ident, id, GDDR_ENONFINITE, "push to tensor '%s' holds NaN or Inf", t->key);
-    }
     if (!isfinite(p->lr) || p->lr < 0 || p->lr > 1e6)
         return ps_reject(ps, ident, id, GDDR_EINVAL, "push to tensor '%s': lr %g is not in [0, 1e6]",
                          t->key, p->lr);
@@ -211,15 +262,19 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
                          "push to tensor '%s': norm_from_payload needs a dense push that is not a flush",
                          t->key);
     }
-    double fresh_norm = p->norm_from_payload ? measured : (double)p->grad_norm;
-    /* The guard judges what would be applied. The reported norm is the
-     * fresh gradient's, before any client-side clipping (it feeds the tau
-     * controller), so it must not veto a clipped push. */
-    if (ps->cfg.max_grad_norm > 0 && measured > ps->cfg.max_grad_norm) {
-        return ps_reject(ps, ident, id, GDDR_EGRADNORM,
-               "push to tensor '%s': gradient norm %.6g (reported %.6g) exceeds max_grad_norm %g",
-               t->key, measured, (double)p->grad_norm, ps->cfg.max_grad_norm);
+    double *sq = src->whole.src ? NULL : sums_for(ps, t);
+    if (!src->whole.src && !sq)
+        return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory");
+    int fuse = isnan(measured) && fusable(ps, t, rq, src);
+    if (isnan(measured) && !fuse) {
+        /* Validated before anything changes, the chunks spread over the
+         * pool's threads (which may still be applying t's last push: this
+         * reads only the payload). */
+        ps_job nj = { .t = t, .vals = src->vals, .off = src->off };
+        measured = ps_payload_norm(ps->pool, &nj, sq);
     }
+    if (!fuse && (rc = norm_refused(ps, ident, id, t, p, measured)) != GDDR_OK)
+        return rc;
     if (p->residual_snapshot) {
         rc = ps_snapshot_check(ps, t, rq->rank, p, f, msg, sizeof msg);
         if (rc != GDDR_OK)
@@ -281,6 +336,24 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
             t->step_lr = p->lr;
         out.sync_target = t->version + 1;
         out.applied = (uint8_t)ps_sync_try_complete(ps, t, 0);
+    } else if (fuse) {
+        /* Validate while applying: into a fresh buffer, made current only
+         * if the norm read on the way says the push is good. */
+        ps_job job = { .kind = PS_JOB_APPLY, .t = t, .vscale = 1.0f, .scale = 1.0f,
+                       .vals = src->vals, .off = src->off, .sq = sq };
+        ps_upd_for(ps, t, lr * fac, &job.upd);
+        ps_vbuf *fresh = ps_tensor_apply_aside(ps, t, &job, &measured);
+        if (!fresh)
+            return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for a copy of tensor '%s'", t->key);
+        ps->validated_in_apply++;
+        if ((rc = norm_refused(ps, ident, id, t, p, measured)) != GDDR_OK) {
+            ps_vbuf_unref(fresh);
+            return rc;
+        }
+        ps_tensor_commit_aside(t, &job, fresh);
+        t->version++;
+        ps->versions_total++;
+        out.applied = 1;
     } else {
         ps_vbuf *fresh;
         if (ps_tensor_begin_write(t, &fresh) < 0)
@@ -296,6 +369,7 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         ps->versions_total++;
         out.applied = 1;
     }
+    double fresh_norm = p->norm_from_payload ? measured : (double)p->grad_norm;
     out.version = t->version;
     out.mode = (uint8_t)ps_tensor_mode(ps, t); /* may end the warm-up */
     out.set = 1;
@@ -376,7 +450,7 @@ int ps_on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__fra
         src.vals = gddr__frame_data(f, 2);
         src.off = p->bitmap.len ? off : NULL;
         src.frame = &f->part[2];
-        measured = payload_norm(src.vals, nfloats);
+        measured = NAN; /* taken by push_take */
     }
     count_held(ps, t, &src);
     int rc = push_take(ps, ident, rq, f, t, wt, &src, nfloats, measured);

@@ -527,6 +527,7 @@ void ps_close(gddr_ps **pp)
         gddr__ckpt_writer_stop(&ps->ckw);
     ps_pulls_free(ps);
     free(ps->offbuf);
+    free(ps->sqbuf);
     if (ps->router)
         zmq_close(ps->router);
     if (ps->metrics)

@@ -75,6 +75,9 @@ char *ps_metrics_text(gddr_ps *ps)
                   "gddr_bytes_sent_total %llu\n", (unsigned long long)ps->bytes_out);
     sb_printf(&b, "# HELP gddr_versions_total Updates applied over all tensors.\n# TYPE gddr_versions_total counter\n"
                   "gddr_versions_total %llu\n", (unsigned long long)ps->versions_total);
+    sb_printf(&b, "# HELP gddr_pushes_validated_in_apply_total Pushes whose payload was checked (finite, norm) in the read that applied it, not in a read before, refused ones included (server/push.c says when).\n"
+                  "# TYPE gddr_pushes_validated_in_apply_total counter\n"
+                  "gddr_pushes_validated_in_apply_total %llu\n", (unsigned long long)ps->validated_in_apply);
     /* Every reason from the start, at 0 until it happens: a series that
      * appears only at the first rejection shows "No data" on a healthy
      * server's dashboard, and rate() misses its first increase. OTHER

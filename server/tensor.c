@@ -122,11 +122,10 @@ ps_tensor *ps_tensor_by_id(gddr_ps *ps, uint32_t id)
  * goes on while it runs. msgs are the messages the payload lives in and
  * owned what else the job reads: the pool takes both unless the update was
  * small and is done already (t->pending stays NULL; they stay the caller's). */
-void ps_tensor_submit(gddr_ps *ps, ps_tensor *t, ps_job *job, ps_vbuf *fresh, zmq_msg_t *msgs,
-                      int nmsgs, void *owned)
+/* Which chunks an update changes, at the version it makes (lazy pulls
+ * send a worker only what changed since it last got a chunk). */
+static void mark_modified(ps_tensor *t, const ps_job *job)
 {
-    /* Which chunks this update changes, at the version it makes (lazy
-     * pulls send a worker only what changed since it last got a chunk). */
     for (size_t c = 0; job->kind != PS_JOB_ACC && c < t->nchunks; c++) {
         int hit = job->kind == PS_JOB_SYNC ? t->touched[c]
                   : job->src               ? job->src[c] != NULL
@@ -135,6 +134,12 @@ void ps_tensor_submit(gddr_ps *ps, ps_tensor *t, ps_job *job, ps_vbuf *fresh, zm
         if (hit)
             t->mod[c] = t->version + 1;
     }
+}
+
+void ps_tensor_submit(gddr_ps *ps, ps_tensor *t, ps_job *job, ps_vbuf *fresh, zmq_msg_t *msgs,
+                      int nmsgs, void *owned)
+{
+    mark_modified(t, job);
     job->dst = fresh ? fresh->data : NULL;
     ps_task *k = ps_pool_submit(ps->pool, job, msgs, nmsgs, owned);
     if (!k) {
@@ -153,6 +158,23 @@ void ps_tensor_settle(gddr_ps *ps, ps_tensor *t)
     t->pending = NULL;
     ps_tensor_commit(t, t->pending_fresh);
     t->pending_fresh = NULL;
+}
+
+ps_vbuf *ps_tensor_apply_aside(gddr_ps *ps, ps_tensor *t, ps_job *job, double *norm)
+{
+    ps_vbuf *fresh = ps_vbuf_new(t->n);
+    if (!fresh)
+        return NULL;
+    job->dst = fresh->data;
+    ps_pool_run(ps->pool, job);
+    *norm = ps_job_norm(job);
+    return fresh;
+}
+
+void ps_tensor_commit_aside(ps_tensor *t, const ps_job *job, ps_vbuf *fresh)
+{
+    mark_modified(t, job);
+    ps_tensor_commit(t, fresh);
 }
 
 void ps_settle_all(gddr_ps *ps)

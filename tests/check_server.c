@@ -19,6 +19,7 @@
 #include <zmq.h>
 
 #include "gddr/gddr.h"
+#include "files.h"
 #include "harness.h"
 #include "wirekit.h"
 #include "suites.h"
@@ -1127,6 +1128,142 @@ START_TEST(test_max_grad_norm)
 }
 END_TEST
 
+/* A bad push changes nothing, whichever way its payload is validated
+ * (server/push.c): in the read that applies it (async SGD while a pull
+ * reply holds the tensor's buffer: the update goes to a fresh buffer, made
+ * current only if the push is good), or first, over the apply threads
+ * (no reply holding it; momentum always). NaN or Inf in the last element
+ * of the last chunk and in the first, dense and sparse, and a norm over
+ * max_grad_norm, each between good pushes whose results must be exact;
+ * gddr_pushes_validated_in_apply_total says which way ran. */
+static void bad_large_case(const char *mom) /* NULL: plain SGD */
+{
+    gt_server s;
+    START_SERVER(s, "max_grad_norm=4000", "lr=0.5", mom);
+    enum { N = (1 << 20) + 3 }; /* 4 MiB: replies held unread do not fit the socket buffers */
+    float *init = malloc(N * sizeof(float)), *g = malloc(N * sizeof(float));
+    float *want = malloc(N * sizeof(float)), *vel = calloc(N, sizeof(float));
+    float *bad = malloc(N * sizeof(float));
+    ck_assert(init && g && want && vel && bad);
+    for (int i = 0; i < N; i++) {
+        init[i] = 0.001f * (float)(i % 977);
+        g[i] = 0.002f * (float)(i % 13) - 0.01f;
+        want[i] = init[i];
+    }
+    float mu = mom ? 0.9f : 0.0f;
+    gddr_client *c = open_client(s.endpoint, 0, 1);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "big", init, N, &id, NULL), GDDR_OK);
+    raw_conn r;
+    raw_open(&r, s.endpoint);
+    raw_hello(&r, 1, 2);
+    uint64_t version = 0, rid;
+    size_t nch = (N + 1023) / 1024, last = N - (nch - 1) * 1024;
+    uint8_t bm[1025] = { 0 };
+    bm[0] = 1;
+    bm[(nch - 1) / 8] |= (uint8_t)(1u << ((nch - 1) % 8));
+    float *sp = calloc(1024 + last, sizeof(float));
+    ck_assert_ptr_nonnull(sp);
+    sp[1024 + last - 1] = INFINITY;
+    for (int held = 0; held < 2; held++) {
+        raw_conn slow;
+        if (held) {
+            /* Pull replies left unread hold the tensor's buffer. */
+            raw_open(&slow, s.endpoint);
+            int one = 1, small = 65536;
+            zmq_setsockopt(slow.sock, ZMQ_RCVHWM, &one, sizeof one);
+            zmq_setsockopt(slow.sock, ZMQ_RCVBUF, &small, sizeof small);
+        }
+        /* Before each push (held phase): a pull whose reply stays unread,
+         * answered before the push is sent. */
+#define HOLD()                                                                              \
+    do {                                                                                    \
+        if (!held)                                                                          \
+            break;                                                                          \
+        double pulls0_ = gt_server_metric(c, "gddr_pulls_total");                           \
+        Gddr__Request rq_;                                                                  \
+        Gddr__Pull p_ = GDDR__PULL__INIT;                                                   \
+        raw_req(&slow, &rq_);                                                               \
+        p_.id = (uint32_t)id;                                                               \
+        rq_.body_case = GDDR__REQUEST__BODY_PULL;                                           \
+        rq_.pull = &p_;                                                                     \
+        raw_send(&slow, &rq_, NULL, 0);                                                     \
+        int64_t end_ = gt_now_ms() + 30000;                                                 \
+        while (gt_server_metric(c, "gddr_pulls_total") < pulls0_ + 1 && gt_now_ms() < end_) \
+            usleep(1000);                                                                   \
+    } while (0)
+        HOLD(); /* two replies fill the socket buffers: from here on every one is held */
+        HOLD();
+        double fused0 = gt_server_metric(c, "gddr_pushes_validated_in_apply_total");
+        /* one good dense push: w -= 0.5 g (momentum: v = mu v + 0.5 g, w -= v) */
+#define GOOD_PUSH(what)                                                                      \
+    do {                                                                                     \
+        HOLD();                                                                              \
+        rid = raw_push(&r, (uint32_t)id, g, N, (uint64_t)N * 4, NULL, 0, version, version,   \
+                       1.0f);                                                                \
+        raw_expect_push_ok(&r, rid, what);                                                   \
+        for (int i = 0; i < N; i++) {                                                        \
+            vel[i] = mu * vel[i] + 0.5f * (1.0f * g[i]);                                     \
+            want[i] = mom ? want[i] - vel[i] : want[i] - 0.5f * (1.0f * g[i]);               \
+        }                                                                                    \
+        version++;                                                                           \
+        assert_state(c, id, want, N, version, what);                                         \
+    } while (0)
+        GOOD_PUSH("a good push");
+        memcpy(bad, g, N * sizeof(float));
+        bad[N - 1] = NAN;
+        HOLD();
+        rid = raw_push(&r, (uint32_t)id, bad, N, (uint64_t)N * 4, NULL, 0, version, version, 1.0f);
+        raw_expect_error(&r, rid, GDDR_ENONFINITE, "a dense push with NaN in its last element");
+        assert_state(c, id, want, N, version, "after a dense push with NaN in its last element");
+        bad[N - 1] = g[N - 1];
+        bad[0] = INFINITY;
+        HOLD();
+        rid = raw_push(&r, (uint32_t)id, bad, N, (uint64_t)N * 4, NULL, 0, version, version, 1.0f);
+        raw_expect_error(&r, rid, GDDR_ENONFINITE, "a dense push with Inf in its first element");
+        assert_state(c, id, want, N, version, "after a dense push with Inf in its first element");
+        /* sparse: chunk 0 and the last (short), +Inf in the last value */
+        HOLD();
+        rid = raw_push(&r, (uint32_t)id, sp, 1024 + last, (1024 + last) * 4, bm, (nch + 7) / 8,
+                       version, version, 1.0f);
+        raw_expect_error(&r, rid, GDDR_ENONFINITE, "a sparse push with +Inf in its last value");
+        assert_state(c, id, want, N, version, "after a sparse push with +Inf in its last value");
+        /* norm 4 * sqrt(N) = 4096 > 4000 */
+        for (int i = 0; i < N; i++)
+            bad[i] = 4.0f;
+        HOLD();
+        rid = raw_push(&r, (uint32_t)id, bad, N, (uint64_t)N * 4, NULL, 0, version, version, 1.0f);
+        raw_expect_error(&r, rid, GDDR_EGRADNORM, "a push of norm 4096 with max_grad_norm=4000");
+        assert_state(c, id, want, N, version, "after a push over max_grad_norm");
+        GOOD_PUSH("a good push after the refused ones");
+#undef GOOD_PUSH
+#undef HOLD
+        double fused = gt_server_metric(c, "gddr_pushes_validated_in_apply_total") - fused0;
+        if (held && !mom)
+            ck_assert_msg(fused == 6, "with a pull reply holding the buffer %g of 6 pushes of async "
+                          "SGD were validated in the read that applied them", fused);
+        else
+            ck_assert_msg(fused == 0, "%g pushes validated while applied (%s, reply held %d): "
+                          "that needs a fresh buffer anyway and no state", fused, mom ? mom : "sgd", held);
+        if (held)
+            raw_close(&slow);
+    }
+    gddr_server_stats st = get_stats(c);
+    ck_assert_uint_eq(st.rejected, 8);
+    ck_assert_uint_eq(st.pushes, 4);
+    raw_close(&r);
+    gddr_client_close(&c);
+    stop_server(&s);
+    free(init), free(g), free(want), free(vel), free(bad), free(sp);
+}
+
+START_TEST(test_bad_large_push_changes_nothing)
+{
+    bad_large_case(NULL);
+    bad_large_case("momentum=0.9");
+}
+END_TEST
+
 /* ---- 7. the trainer ------------------------------------------------------------- */
 
 START_TEST(test_trainer_softmax)
@@ -1353,8 +1490,11 @@ START_TEST(test_bench_reports)
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gddr-bench failed:\n%s", out);
     static const char *const want[] = { "BENCH section=pushpull bytes=4096 ",
                                         "BENCH section=pushpull bytes=65536 ",
-                                        "BENCH section=gddr ", "BENCH section=apply ",
-                                        "BENCH section=validate ", "BENCH section=servers " };
+                                        "BENCH section=gddr ", "BENCH section=apply way=serial ",
+                                        "BENCH section=apply way=pool ",
+                                        "BENCH section=apply way=pool_cow ",
+                                        "BENCH section=apply way=fused_cow ",
+                                        "BENCH section=servers " };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const char *line = strstr(out, want[i]);
         ck_assert_msg(line, "no '%s' line in:\n%s", want[i], out);
@@ -1849,6 +1989,7 @@ Suite *suite_server(void)
     ADD_CASE(s, "oversized_message", test_oversized_message);
     ADD_CASE(s, "rejected_stranger", test_rejected_stranger_is_not_a_worker);
     ADD_CASE(s, "no_server", test_no_server_times_out);
+    ADD_CASE(s, "bad_large_push_changes_nothing", test_bad_large_push_changes_nothing);
     ADD_CASE(s, "max_grad_norm", test_max_grad_norm);
     ADD_CASE(s, "trainer", test_trainer_softmax);
     ADD_CASE(s, "staleness_histogram", test_staleness_histogram);

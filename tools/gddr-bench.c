@@ -18,10 +18,12 @@
  *              many DEALERs.
  *   gddr       gddr_step (push + pull in the server's mode) with dense
  *              pushes and with GDDR alpha 0.4: time per step and the ratio.
- *   apply      the server's apply pool on one large push, GB/s of payload
- *              with 1, 2 and all threads, and the validation pass (norm and
- *              finiteness in one read) -- beside memcpy of the same bytes in
- *              the same process.
+ *   apply      the server's validation (norm and finiteness) and apply of
+ *              one dense SGD push of 1 MiB and of a large one, GB/s of
+ *              payload with 1, 2 and all threads: the way before (norm on
+ *              one thread), now in place, and under copy on write with two
+ *              reads and with one (server/push.c) -- beside memcpy of the
+ *              same bytes in the same process.
  *   threads    push+pull of a large tensor against gddr-ps started with
  *              threads = 1, 2 and all cores.
  *   servers    one tensor over one server and split over two.
@@ -326,6 +328,81 @@ static int thread_counts(int threads[3])
     return threads[2] > 2 ? 3 : 2;
 }
 
+/* Seconds per run of fn(arg), repeated until 20 ms have passed. */
+static double per_run(void (*fn)(void *), void *arg)
+{
+    int n = 0;
+    double t0 = bench_now(), t;
+    do {
+        fn(arg);
+        n++;
+    } while ((t = bench_now() - t0) < 0.02);
+    return t / n;
+}
+
+typedef struct apply_arg {
+    ps_pool *pool;
+    ps_job job;
+    double *sq;
+    const float *g;
+    float *dst;
+    size_t n, bytes;
+} apply_arg;
+
+static void run_memcpy(void *p)
+{
+    apply_arg *a = p;
+    memcpy(a->dst, a->g, a->bytes);
+}
+
+/* Before: the front thread's norm (one thread), then the apply over the pool. */
+static void run_serial_then_apply(void *p)
+{
+    apply_arg *a = p;
+    volatile double x = gddr_nrm2_cpu(a->g, a->n);
+    (void)x;
+    ps_job j = a->job;
+    ps_pool_run(a->pool, &j);
+}
+
+/* Now, when no reply holds the tensor's buffer: the norm over the pool,
+ * then the apply in place. */
+static void run_pool_then_apply(void *p)
+{
+    apply_arg *a = p;
+    ps_job v = { .t = a->job.t, .vals = a->g };
+    volatile double x = ps_payload_norm(a->pool, &v, a->sq);
+    (void)x;
+    ps_job j = a->job;
+    ps_pool_run(a->pool, &j);
+}
+
+/* Copy on write (a reply holds the buffer) with two reads: momentum, Adam. */
+static void run_pool_then_cow(void *p)
+{
+    apply_arg *a = p;
+    ps_job v = { .t = a->job.t, .vals = a->g };
+    volatile double x = ps_payload_norm(a->pool, &v, a->sq);
+    (void)x;
+    ps_job j = a->job;
+    j.dst = a->dst;
+    ps_pool_run(a->pool, &j);
+}
+
+/* Copy on write, plain SGD now: the norm taken in the read that applies. */
+static void run_fused(void *p)
+{
+    apply_arg *a = p;
+    ps_job j = a->job;
+    j.sq = a->sq;
+    j.dst = a->dst;
+    ps_pool_run(a->pool, &j);
+    volatile double x = ps_job_norm(&j);
+    (void)x;
+}
+
+/* The server's validate + apply of one dense SGD push, three ways, against
+ * memcpy of the payload (GB/s of payload). */
 static void section_apply(size_t bytes)
 {
     size_t n = bytes / 4;
@@ -336,6 +413,7 @@ static void section_apply(size_t bytes)
     t.nchunks = (n + t.chunk - 1) / t.chunk;
     t.w = malloc(bytes);
     float *g = malloc(bytes), *dst = malloc(bytes);
+    double *sq = malloc(t.nchunks * sizeof *sq);
     for (size_t i = 0; i < n; i++) {
         t.w[i] = 1.0f;
         g[i] = 1e-3f * (float)(i % 101);
@@ -343,36 +421,35 @@ static void section_apply(size_t bytes)
     memcpy(dst, g, bytes);
     int threads[3], nth = thread_counts(threads);
     char h[32];
-    printf("\n## apply and validate one push of %s (GB/s of payload; median of %d; memcpy of the same bytes beside)\n\n",
+    printf("\n## validate and apply one push of %s (GB/s of payload; median of %d; memcpy of the same bytes beside)\n\n",
            human(bytes, h, sizeof h), reps);
     printf("| pass | threads | GB/s | memcpy GB/s | ratio |\n|---|---|---|---|---|\n");
+    static const struct {
+        const char *name, *tag;
+        void (*fn)(void *);
+    } ways[] = {
+        { "norm on one thread, then apply in place (before)", "serial", run_serial_then_apply },
+        { "norm over the pool, then apply in place (now)", "pool", run_pool_then_apply },
+        { "copy on write: norm over the pool, then apply (momentum, adam)", "pool_cow", run_pool_then_cow },
+        { "copy on write: validate while applying (plain sgd)", "fused_cow", run_fused },
+    };
     for (int ti = 0; ti < nth; ti++) {
         ps_pool *pool = NULL;
         ps_pool_start(&pool, threads[ti]);
-        ps_job job = { .kind = PS_JOB_APPLY, .t = &t, .vals = g, .vscale = 1.0f, .scale = 1.0f,
-                       .upd = { .kind = PS_OPT_SGD, .lr = 1e-6f } };
-        double a[MAXV], m[MAXV], q[MAXV], v[MAXV];
-        for (int k = 0; k < reps; k++) {
-            double t0 = bench_now();
-            ps_pool_run(pool, &job);
-            a[k] = (double)bytes / (bench_now() - t0) / 1e9;
-            t0 = bench_now();
-            memcpy(dst, g, bytes);
-            m[k] = (double)bytes / (bench_now() - t0) / 1e9;
-            q[k] = a[k] / m[k];
-            t0 = bench_now();
-            volatile double x = gddr_nrm2_cpu(g, n);
-            (void)x;
-            v[k] = (double)bytes / (bench_now() - t0) / 1e9;
-        }
-        double am = bench_median(a, reps), mm = bench_median(m, reps), qm = bench_median(q, reps), vm = bench_median(v, reps);
-        printf("| apply | %d | %.2f | %.2f | %.2f |\n", threads[ti], am, mm, qm);
-        fprintf(stderr, "BENCH section=apply bytes=%zu threads=%d apply_gbps=%.2f memcpy_gbps=%.2f ratio=%.3f\n",
-                bytes, threads[ti], am, mm, qm);
-        if (ti == 0) {
-            printf("| validate (norm + finiteness, one read) | 1 | %.2f | %.2f | %.2f |\n", vm, mm, vm / mm);
-            fprintf(stderr, "BENCH section=validate bytes=%zu threads=1 gbps=%.2f memcpy_gbps=%.2f ratio=%.3f\n",
-                    bytes, vm, mm, vm / mm);
+        apply_arg a = { pool, { .kind = PS_JOB_APPLY, .t = &t, .vals = g, .vscale = 1.0f, .scale = 1.0f,
+                                .upd = { .kind = PS_OPT_SGD, .lr = 1e-6f } },
+                        sq, g, dst, n, bytes };
+        for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
+            double r[MAXV], m[MAXV], q[MAXV];
+            for (int k = 0; k < reps; k++) {
+                m[k] = (double)bytes / per_run(run_memcpy, &a) / 1e9;
+                r[k] = (double)bytes / per_run(ways[w].fn, &a) / 1e9;
+                q[k] = r[k] / m[k];
+            }
+            double rm = bench_median(r, reps), mm = bench_median(m, reps), qm = bench_median(q, reps);
+            printf("| %s | %d | %.2f | %.2f | %.2f |\n", ways[w].name, threads[ti], rm, mm, qm);
+            fprintf(stderr, "BENCH section=apply way=%s bytes=%zu threads=%d gbps=%.2f memcpy_gbps=%.2f ratio=%.3f\n",
+                    ways[w].tag, bytes, threads[ti], rm, mm, qm);
         }
         ps_pool_stop(&pool);
         fflush(stdout);
@@ -380,6 +457,7 @@ static void section_apply(size_t bytes)
     free(t.w);
     free(g);
     free(dst);
+    free(sq);
 }
 
 static void section_threads(size_t bytes)
@@ -529,7 +607,10 @@ int main(int argc, char **argv)
     if (has(sections, "gddr"))
         section_gddr(one_mib);
     if (has(sections, "apply"))
+    {
+        section_apply((size_t)1 << 20);
         section_apply(budget_mb < 64 ? (size_t)16 << 20 : big);
+    }
     if (has(sections, "threads"))
         section_threads(budget_mb < 64 ? (size_t)16 << 20 : big);
     if (has(sections, "servers"))
