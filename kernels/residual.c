@@ -90,10 +90,18 @@ static inline int bit_is_set(const uint8_t *bitmap, size_t c)
 }
 
 
-GDDR_VEC
 int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r, uint32_t *age,
                            float *packed, uint8_t *bitmap, size_t *npacked, size_t *nsent)
 {
+    return gddr_residual_step_l1_cpu(a, g, r, age, packed, bitmap, npacked, nsent, NULL);
+}
+
+GDDR_VEC
+int gddr_residual_step_l1_cpu(const gddr_residual_args *a, const float *g, float *r, uint32_t *age,
+                              float *packed, uint8_t *bitmap, size_t *npacked, size_t *nsent,
+                              double *l1)
+{
+    double held_l1 = 0.0;
     uint64_t prefix;
     if (mask_begin(a, bitmap, npacked, nsent, r && age && packed, "residual step", &prefix) !=
         GDDR_OK)
@@ -110,6 +118,8 @@ int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r
             if (gc)
                 for (size_t i = 0; i < len; i++)
                     rc[i] = rc[i] + gc[i];
+            if (l1) /* the chunk is in L1 cache now: its share of the residual's mass */
+                held_l1 += gddr_asum_cpu(rc, len);
             age[c] += 1;
         } else {
             float *pc = packed + out;
@@ -127,6 +137,8 @@ int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r
     }
     *npacked = out;
     *nsent = sent;
+    if (l1)
+        *l1 = held_l1;
     return GDDR_OK;
 }
 

@@ -133,10 +133,11 @@ static int residual_pack(gddr_client *c, int i, const float *g, payload *p)
     gddr__orphan_replay(c, i, r->r);
     gddr_residual_args a = gddr__residual_args(c, i);
     size_t npacked = 0, nsent = 0;
-    rc = gddr_residual_step_cpu(&a, g, r->r, r->age, r->packed, r->bitmap, &npacked, &nsent);
+    double l1 = 0;
+    rc = gddr_residual_step_l1_cpu(&a, g, r->r, r->age, r->packed, r->bitmap, &npacked, &nsent, &l1);
     if (rc != GDDR_OK)
         return gddr__set_err(c, rc, "residual step of '%s' failed", t->key);
-    p->residual_l1 = (float)gddr_asum_cpu(r->r, t->n); /* what a crash now would lose */
+    p->residual_l1 = (float)l1; /* what a crash now would lose (taken in the step's pass) */
     p->vals = r->packed;
     p->nvals = npacked;
     if (nsent == r->nchunks) {
