@@ -49,8 +49,15 @@ int raw_server(const char *file)
             memcpy(&n, (char *)zmq_msg_data(&hdr) + 1, 8);
             if (n > cap) {
                 free(buf);
-                buf = calloc(n, 1);
+                buf = malloc(n);
                 cap = n;
+                /* Real pages: a calloc'd buffer never written is the one
+                 * shared zero page over and over, always in cache, and
+                 * sending it cost a fraction of sending values (measured:
+                 * the kernel's copy of a 1 MiB reply was 5x cheaper). */
+                if (buf)
+                    for (uint64_t i = 0; i < n; i++)
+                        buf[i] = (char)(i * 131 + 7);
             }
             zmq_send(s, "g", 1, ZMQ_SNDMORE);
             zmq_msg_t out;
