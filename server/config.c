@@ -14,6 +14,8 @@
 
 static const char *const mode_names[] = { "async", "sync", "ssp", NULL };
 static const char *const level_names[] = { "error", "warn", "info", "debug", NULL };
+/* In the order of PS_PLOG_* (pushlog.h). */
+static const char *const plog_names[] = { "off", "batch", "always", NULL };
 /* In the order of PS_OPT_* (ps.h). */
 static const char *const opt_names[] = { "sgd", "adam", "adamw", "adagrad", NULL };
 
@@ -131,6 +133,12 @@ const gddr__conf_key ps_conf_table[] = {
       0, 0, NULL, 0,
       "start empty when checkpoint_dir holds checkpoints but none is readable (they are moved aside)" },
 
+    { "durability", "push_log", GDDR_CONF_ENUM, OFF(push_log), "off", 0, 0, plog_names, 0,
+      "pushes logged in checkpoint_dir, replayed at a restart: off; batch (synced every "
+      "push_log_window_ms); always (a reply waits for its push on disk). async, ssp only" },
+    { "durability", "push_log_window_ms", GDDR_CONF_INT, OFF(push_log_window_ms), "20", 1, 60000,
+      NULL, 0, "batch: the longest a push waits in memory before it is written and synced" },
+
     { "security", "curve_secret_key_file", GDDR_CONF_STRING, OFF(curve_secret_key_file), "", 0, 0,
       NULL, 0, "the server's CURVE key file (gddr-keygen); set = encrypt and authenticate every connection; "
       "under systemd, the credential curve_secret_key_file wins (LoadCredential=)" },
@@ -209,6 +217,18 @@ int ps_config_validate(const gddr_ps_config *cfg, const char *path, char *err, s
     if (cfg->curve_secret_key_file[0] && !cfg->authorized_keys[0]) {
         snprintf(err, errlen, "%s: key 'curve_secret_key_file': set authorized_keys too (CURVE without an allowlist lets any key in)",
                  WHERE("curve_secret_key_file"));
+        return -1;
+    }
+    if (cfg->push_log && !cfg->checkpoint_dir[0]) {
+        snprintf(err, errlen, "%s: key 'push_log': the log lives in checkpoint_dir, which is not set",
+                 WHERE("push_log"));
+        return -1;
+    }
+    if (cfg->push_log && cfg->mode == 1) {
+        snprintf(err, errlen, "%s: key 'push_log': covers async and ssp; a sync step (which completes "
+                 "on the workers' pushes and on their deaths) is not replayed yet, so mode = sync "
+                 "cannot have it (docs/operations.md, \"What a crash can lose\")%s",
+                 WHERE("push_log"), ALSO("mode"));
         return -1;
     }
     if (cfg->shard_index >= cfg->shard_count) {

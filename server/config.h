@@ -57,6 +57,9 @@ typedef struct gddr_ps_config {
     double checkpoint_interval_s;
     long long checkpoint_keep;
     int checkpoint_allow_empty;
+    /* [durability] */
+    int push_log;              /* PS_PLOG_OFF, _BATCH, _ALWAYS */
+    long long push_log_window_ms;
     /* [security] */
     char curve_secret_key_file[GDDR_CONF_STRMAX];
     char authorized_keys[GDDR_CONF_STRMAX];

@@ -437,7 +437,7 @@ void ps_snapshot_worker_died(gddr_ps *ps, int rank)
 static void offer_orphans(gddr_ps *ps, zmq_msg_t *ident, uint32_t rank)
 {
     struct ps_orphans *o = ps->orphans;
-    if (!o)
+    if (!o || ps->replaying) /* the push log's replay answers nobody (pushlog.c) */
         return;
     for (orphan *x = o->orphans; x; x = x->next) {
         if (x->delivered || (x->withdraw ? x->to_rank != rank : x->from_rank == rank))

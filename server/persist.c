@@ -21,6 +21,8 @@
  *                   is not applied again when its worker resends it
  *   "snap/..." "orphan/..."  residual snapshots and orphans (orphan.c)
  *   "table/<i>" "trows/<i>" (or "tdelta/<i>", "tbase")  tables (table_persist.c)
+ *   "plog"          u64: the push log's LSN this state holds (pushlog.c);
+ *                   absent (older files): 0
  * A crash loses the pushes applied after the newest checkpoint: at most
  * checkpoint_interval_s seconds of updates (docs/operations.md). Format 1
  * files (before exactly-once), 2 (before optimizers and fill) and 3
@@ -37,6 +39,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "pushlog.h"
 #include "crc32c.h"
 #include "log.h"
 #include "residual.h"
@@ -119,6 +122,16 @@ static int collect(gddr_ps *ps, gddr_ckpt_section **out, size_t *nout)
     meta[3] = ps_tables_count(ps);
     if (add_section(&s, &n, &cap, "meta", meta, 4 * sizeof *meta) < 0) {
         free(meta);
+        goto fail;
+    }
+    /* The push log's LSN this state holds: a restart replays the records
+     * after it (pushlog.c); the log goes on in a new segment. */
+    uint64_t *lsn = malloc(sizeof *lsn);
+    if (!lsn)
+        goto fail;
+    *lsn = ps_plog_rotate(ps);
+    if (add_section(&s, &n, &cap, "plog", lsn, sizeof *lsn) < 0) {
+        free(lsn);
         goto fail;
     }
     ps_settle_all(ps); /* the copy is of whole versions */
@@ -510,6 +523,9 @@ int ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
         return GDDR_EIO;
     }
     uint64_t nt = ((uint64_t *)meta->data)[2];
+    const gddr_ckpt_section *plog = gddr__ckpt_find(&c, "plog");
+    if (plog && plog->len == sizeof(uint64_t))
+        memcpy(&ps->plog_lsn0, plog->data, sizeof ps->plog_lsn0);
     for (uint64_t i = 0; i < nt; i++) {
         char name[64];
         snprintf(name, sizeof name, "tensor/%llu", (unsigned long long)i);
@@ -595,6 +611,7 @@ void ps_checkpoint_tick(gddr_ps *ps, int final)
         if (rc == GDDR_OK) {
             ps->ckpt_count++;
             ps->ckpt_last_ms = st.total_ms;
+            ps_plog_prune(ps); /* the segments before the oldest kept checkpoint */
             /* The writer logged the write itself; add what the front thread paid. */
             gddr_log(GDDR_LOG_DEBUG, "checkpoint %llu: state copy took %.1f ms (write %.1f MiB, %.1f ms)",
                      (unsigned long long)seq, ps->ckpt_copy_ms, (double)st.bytes / (1024.0 * 1024.0), st.total_ms);
@@ -660,6 +677,7 @@ void ps_checkpoint_tick(gddr_ps *ps, int final)
             ps->ckpt_done_ms = gddr__now_ms();
         if (rc == GDDR_OK) {
             ps->ckpt_count++;
+            ps_plog_prune(ps);
             gddr_log(GDDR_LOG_INFO, "final checkpoint %llu written: %.1f MiB in %.1f ms",
                      (unsigned long long)ps->ckpt_seq, (double)st.bytes / (1024.0 * 1024.0), st.total_ms);
         } else {

@@ -27,6 +27,7 @@
 #include "checkpoint.h"
 #include "log.h"
 #include "ps.h"
+#include "pushlog.h"
 #include "push.h"
 #include "snapshot.h"
 #include "table_wire.h"
@@ -247,6 +248,40 @@ static int shard_layout_ok(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *r
 }
 
 /* One well-formed request of the right protocol version. */
+/* push_log = always: the replies to the request logged as lsn wait for
+ * its record to be on disk (reply.c, pushlog.c). */
+static void hold_for(gddr_ps *ps, uint64_t lsn)
+{
+    ps->hold_lsn = ps->cfg.push_log == PS_PLOG_ALWAYS ? lsn : 0;
+}
+
+void ps_replay_request(gddr_ps *ps, gddr__frames *f, const Gddr__Request *rq, uint64_t session)
+{
+    zmq_msg_t *ident = &f->part[0];
+    switch (rq->body_case) {
+    case GDDR__REQUEST__BODY_HELLO:
+        ps_worker_hello(ps, ident, rq, session, NULL);
+        return;
+    case GDDR__REQUEST__BODY_BYE:
+        ps_worker_left(ps, rq->rank);
+        return;
+    case GDDR__REQUEST__BODY_INIT:
+        on_init(ps, ident, rq, f, !rq->observer);
+        return;
+    case GDDR__REQUEST__BODY_PUSH:
+        ps_on_push(ps, ident, rq, f);
+        return;
+    case GDDR__REQUEST__BODY_PUSH_ROWS:
+        ps_on_push_rows(ps, ident, rq, f);
+        return;
+    case GDDR__REQUEST__BODY_INIT_TABLE:
+        ps_on_init_table(ps, ident, rq, !rq->observer);
+        return;
+    default:
+        return;
+    }
+}
+
 static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Request *rq)
 {
     zmq_msg_t *ident = &f->part[0];
@@ -273,7 +308,12 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
         }
         if (rq->observer)
             gddr_log(GDDR_LOG_DEBUG, "hello from an observer");
+        /* An accepted hello decides whose pushes a rank's exactly-once
+         * records are: logged (a refusal depends on the clock, so only
+         * what was accepted is). */
+        hold_for(ps, rq->observer ? 0 : ps_plog_append(ps, f, session));
         send_hello_reply(ps, ident, rq->req_id);
+        ps->hold_lsn = 0;
         return;
     }
     /* From here on, the worker's own requests keep it alive; nobody else's. */
@@ -307,8 +347,10 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
     }
     case GDDR__REQUEST__BODY_BYE:
         if (owner) {
+            hold_for(ps, ps_plog_append(ps, f, session));
             ps_worker_left(ps, rq->rank);
             send_ack(ps, ident, rq->req_id, "bye");
+            ps->hold_lsn = 0;
         } else if (rq->observer) {
             send_ack(ps, ident, rq->req_id, "bye");
         } else {
@@ -317,9 +359,11 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
         }
         return;
     case GDDR__REQUEST__BODY_INIT:
-        if (rq->observer || owner)
+        if (rq->observer || owner) {
+            hold_for(ps, ps_plog_append(ps, f, session));
             on_init(ps, ident, rq, f, owner && !rq->observer);
-        else
+            ps->hold_lsn = 0;
+        } else
             ps_reject(ps, ident, rq->req_id, GDDR_EWORKER,
                       "%s from rank %u, which this session does not hold: say hello first",
                       body_name(body), rq->rank);
@@ -332,13 +376,19 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
             ps_reject(ps, ident, rq->req_id, GDDR_EWORKER,
                       "%s from rank %u, which this session does not hold: say hello first",
                       body_name(body), rq->rank);
-        else if (body == GDDR__REQUEST__BODY_PUSH)
-            ps_on_push(ps, ident, rq, f);
-        else
-            ps_on_push_rows(ps, ident, rq, f);
+        else {
+            hold_for(ps, ps_plog_append(ps, f, session));
+            if (body == GDDR__REQUEST__BODY_PUSH)
+                ps_on_push(ps, ident, rq, f);
+            else
+                ps_on_push_rows(ps, ident, rq, f);
+            ps->hold_lsn = 0;
+        }
         return;
     case GDDR__REQUEST__BODY_INIT_TABLE:
+        hold_for(ps, ps_plog_append(ps, f, session));
         ps_on_init_table(ps, ident, rq, owner && !rq->observer);
+        ps->hold_lsn = 0;
         return;
     case GDDR__REQUEST__BODY_PULL_ROWS:
         ps_on_pull_rows(ps, ident, rq, f, owner && !rq->observer);
@@ -437,6 +487,8 @@ int ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path, char
     int rc = ps_metrics_open(ps, err, errlen);
     if (rc == GDDR_OK)
         rc = ps_snapshot_restore(ps, err, errlen);
+    if (rc == GDDR_OK)
+        rc = ps_plog_open(ps, ps->plog_lsn0, err, errlen);
     if (rc != GDDR_OK) {
         ps_close(&ps);
         return rc;
@@ -458,8 +510,10 @@ int ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
         ready(ps);
     int64_t last_check = gddr__now_ms(), last_sweep = last_check;
     while (!ps->stop) {
-        zmq_pollitem_t items[4] = { { ps->router, 0, ZMQ_POLLIN, 0 } };
+        zmq_pollitem_t items[5] = { { ps->router, 0, ZMQ_POLLIN, 0 } };
         int nitems = 1;
+        if (ps_plog_fd(ps) >= 0)
+            items[nitems++] = (zmq_pollitem_t){ NULL, ps_plog_fd(ps), ZMQ_POLLIN, 0 };
         if (ps->zap)
             items[nitems++] = (zmq_pollitem_t){ ps->zap, 0, ZMQ_POLLIN, 0 };
         if (ps->monitor)
@@ -477,6 +531,7 @@ int ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
             handle_message(ps, &f);
             gddr__frames_close(&f);
         }
+        ps_plog_poll(ps); /* always: replies whose records are now on disk */
         if (ps->zap)
             ps_auth_poll(ps);
         if (ps->monitor)
@@ -510,6 +565,7 @@ int ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
     ps_tables_release_pulls(ps);
     ps_settle_all(ps);
     ps_checkpoint_tick(ps, 1);
+    ps_plog_close(ps); /* syncs what is buffered, sends the held replies */
     return GDDR_OK;
 }
 
@@ -520,6 +576,7 @@ void ps_close(gddr_ps **pp)
         return;
     if (ps->pool)
         ps_settle_all(ps);
+    ps_plog_close(ps);
     ps_parts_free(ps);
     ps_tables_free(ps);
     ps_snapshot_free(ps);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ps.h"
+#include "pushlog.h"
 #include "snapshot.h"
 
 void ps_stale_add(ps_stale *s, uint64_t tau, double decay)
@@ -161,6 +162,29 @@ char *ps_metrics_text(gddr_ps *ps)
     for (size_t i = 0; i < ps->ntensors; i++)
         sb_printf(&b, "gddr_tensor_version{tensor=\"%s\"} %llu\n", ps->tensors[i]->key,
                   (unsigned long long)ps->tensors[i]->version);
+    if (ps->plog) {
+        ps_plog_stats pst;
+        ps_plog_stats_get(ps, &pst);
+        sb_printf(&b, "# HELP gddr_push_log_records_total Requests appended to the push log.\n# TYPE gddr_push_log_records_total counter\n"
+                      "gddr_push_log_records_total %llu\n", (unsigned long long)pst.records);
+        sb_printf(&b, "# HELP gddr_push_log_bytes_total Bytes written to the push log.\n# TYPE gddr_push_log_bytes_total counter\n"
+                      "gddr_push_log_bytes_total %llu\n", (unsigned long long)pst.bytes);
+        sb_printf(&b, "# HELP gddr_push_log_syncs_total Writes of the push log synced to disk (group commits).\n# TYPE gddr_push_log_syncs_total counter\n"
+                      "gddr_push_log_syncs_total %llu\n", (unsigned long long)pst.syncs);
+        sb_printf(&b, "# HELP gddr_push_log_unsynced_records Records appended but not yet on disk.\n# TYPE gddr_push_log_unsynced_records gauge\n"
+                      "gddr_push_log_unsynced_records %llu\n",
+                  (unsigned long long)(pst.appended_lsn - pst.durable_lsn));
+        sb_printf(&b, "# HELP gddr_push_log_held_replies Replies waiting for their record to be on disk (push_log = always).\n# TYPE gddr_push_log_held_replies gauge\n"
+                      "gddr_push_log_held_replies %llu\n", (unsigned long long)pst.held_replies);
+        sb_printf(&b, "# HELP gddr_push_log_replayed_records Records replayed at this start.\n# TYPE gddr_push_log_replayed_records gauge\n"
+                      "gddr_push_log_replayed_records %llu\n", (unsigned long long)pst.replayed);
+        sb_printf(&b, "# HELP gddr_push_log_replay_ms Milliseconds the replay at this start took.\n# TYPE gddr_push_log_replay_ms gauge\n"
+                      "gddr_push_log_replay_ms %llu\n", (unsigned long long)pst.replay_ms);
+        sb_printf(&b, "# HELP gddr_push_log_torn_bytes Bytes of a torn record cut from the log at this start.\n# TYPE gddr_push_log_torn_bytes gauge\n"
+                      "gddr_push_log_torn_bytes %llu\n", (unsigned long long)pst.torn_bytes);
+        sb_printf(&b, "# HELP gddr_push_log_write_errors Whether writing the push log failed (1) since the start.\n# TYPE gddr_push_log_write_errors gauge\n"
+                      "gddr_push_log_write_errors %d\n", pst.write_error ? 1 : 0);
+    }
     sb_printf(&b, "# HELP gddr_checkpoints_total Checkpoints written.\n# TYPE gddr_checkpoints_total counter\n"
                   "gddr_checkpoints_total %llu\n", (unsigned long long)ps->ckpt_count);
     sb_printf(&b, "# HELP gddr_checkpoints_skipped_total Periodic checkpoints not written: the state was the one the last checkpoint holds.\n"

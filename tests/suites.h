@@ -23,7 +23,8 @@
     X(view)            \
     X(table)           \
     X(table_ckpt)      \
-    X(rows)
+    X(rows)            \
+    X(pushlog)
 
 #define GDDR__SUITE_DECL(name) Suite *suite_##name(void);
 GDDR_SUITES(GDDR__SUITE_DECL)

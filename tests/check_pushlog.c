@@ -1,0 +1,391 @@
+/* check_pushlog.c -- the push log ([durability] push_log, server/pushlog.c):
+ * what a kill -9 keeps.
+ *
+ * always: every acknowledged push survives a kill -9 with no checkpoint at
+ * all, values and versions exact, and a resend of the last push after the
+ * restart is answered as a duplicate (the exactly-once records replay
+ * too); a torn tail is cut and counted and the rest replays; a checkpoint
+ * starts a new segment, the restart replays only what came after it, and
+ * the segments no kept checkpoint needs are deleted. batch: what is on disk
+ * (no unsynced record left) survives. sync mode is refused.
+ */
+#define _GNU_SOURCE
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gddr/gddr.h"
+#include "files.h"
+#include "harness.h"
+#include "suites.h"
+#include "wirekit.h"
+
+#define WAIT_MS 30000
+#define BIG 70000 /* floats: above the apply pool's inline size */
+
+typedef struct plrun {
+    char dir[64], log[128], ckpt[160];
+    char sets[8][300];
+    const char *setv[9];
+    gt_server s;
+} plrun;
+
+static void pl_start(plrun *p, const char *mode, const char *extra)
+{
+    int n = 0;
+    snprintf(p->sets[n++], sizeof p->sets[0], "checkpoint_dir=%s", p->ckpt);
+    snprintf(p->sets[n++], sizeof p->sets[0], "push_log=%s", mode);
+    snprintf(p->sets[n++], sizeof p->sets[0], "checkpoint_interval_s=0");
+    snprintf(p->sets[n++], sizeof p->sets[0], "mode=async");
+    if (p->s.endpoint[0])
+        snprintf(p->sets[n++], sizeof p->sets[0], "listen=%s", p->s.endpoint);
+    if (extra)
+        snprintf(p->sets[n++], sizeof p->sets[0], "%s", extra);
+    for (int i = 0; i < n; i++)
+        p->setv[i] = p->sets[i];
+    p->setv[n] = NULL;
+    char ep[256];
+    snprintf(ep, sizeof ep, "%s", p->s.endpoint);
+    gt_start_logged(&p->s, p->log, p->setv);
+    if (ep[0])
+        ck_assert_str_eq(p->s.endpoint, ep);
+}
+
+static void pl_init(plrun *p, const char *mode, const char *extra)
+{
+    memset(p, 0, sizeof *p);
+    gt_scratch_log(p->dir, sizeof p->dir, p->log, sizeof p->log);
+    snprintf(p->ckpt, sizeof p->ckpt, "%s/ckpt", p->dir);
+    ck_assert_int_eq(mkdir(p->ckpt, 0700), 0);
+    pl_start(p, mode, extra);
+}
+
+static void pl_kill9(plrun *p)
+{
+    ck_assert_int_gt(p->s.pid, 0);
+    kill(p->s.pid, SIGKILL);
+    int st = 0;
+    ck_assert_int_eq(gt_wait_pid(p->s.pid, WAIT_MS, &st), 1);
+    ck_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    p->s.pid = 0;
+}
+
+static gddr_client *pl_client(const char *ep, int rank, int world)
+{
+    gddr_client_opts o;
+    gddr_client_opts_init(&o);
+    o.server = ep;
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout_ms = 2000;
+    o.reconnect_timeout_ms = WAIT_MS;
+    gddr_client *c = NULL;
+    int rc = gddr_client_open(&o, &c);
+    ck_assert_msg(rc == GDDR_OK, "gddr_client_open(%s): %s", ep, gddr_strerror(rc));
+    return c;
+}
+
+/* Pulls tensor id (reconnecting to a restarted server as needed) and
+ * checks every value is `want` and the version is `version`. */
+static void expect_counted(gddr_client *c, int id, size_t n, float want, uint64_t version,
+                           const char *what)
+{
+    float *v = malloc(n * sizeof *v);
+    ck_assert_ptr_nonnull(v);
+    uint64_t ver = 0;
+    int rc = gddr_pull(c, id, v, 0, &ver);
+    ck_assert_msg(rc == GDDR_OK, "%s: pull: %s (%s)", what, gddr_strerror(rc), gddr_client_errmsg(c));
+    ck_assert_msg(ver == version, "%s: version %" PRIu64 ", expected %" PRIu64, what, ver, version);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(v[i] == want, "%s: element %zu is %g, expected %g", what, i, (double)v[i],
+                      (double)want);
+    free(v);
+}
+
+/* n pushes of -1 (lr 1: each adds 1) to tensor id. */
+static void push_ones(gddr_client *c, int id, size_t n, int count)
+{
+    float *g = malloc(n * sizeof *g);
+    ck_assert_ptr_nonnull(g);
+    for (size_t i = 0; i < n; i++)
+        g[i] = -1.0f;
+    for (int k = 0; k < count; k++) {
+        int rc = gddr_push(c, id, g, NULL);
+        ck_assert_msg(rc == GDDR_OK, "push %d: %s (%s)", k, gddr_strerror(rc), gddr_client_errmsg(c));
+    }
+    free(g);
+}
+
+static int register_counter(gddr_client *c, const char *key, size_t n)
+{
+    float *z = calloc(n, sizeof *z);
+    ck_assert_ptr_nonnull(z);
+    int id = -1;
+    int rc = gddr_register_opt(c, key, z, n, "sgd lr=1", &id, NULL);
+    ck_assert_msg(rc == GDDR_OK, "register %s: %s (%s)", key, gddr_strerror(rc), gddr_client_errmsg(c));
+    free(z);
+    return id;
+}
+
+/* A raw push of step `step` (values -1) to tensor id as r's rank; returns
+ * the reply (the caller frees it). */
+static Gddr__Reply *raw_push_step(raw_conn *r, uint32_t id, size_t n, uint64_t step, uint64_t base)
+{
+    float *g = malloc(n * sizeof *g);
+    ck_assert_ptr_nonnull(g);
+    for (size_t i = 0; i < n; i++)
+        g[i] = -1.0f;
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Push p = GDDR__PUSH__INIT;
+    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq.req_id = ++r->next_id;
+    rq.rank = r->rank;
+    rq.session = r->session;
+    p.id = id;
+    p.step = step;
+    p.birth_version = base;
+    p.base_version = base;
+    p.grad_norm = 1.0f;
+    p.payload_bytes = n * 4;
+    rq.body_case = GDDR__REQUEST__BODY_PUSH;
+    rq.push = &p;
+    gddr__raw raw = { g, n * 4, NULL, NULL };
+    ck_assert(gddr__send(r->sock, NULL, &rq.base, &raw, 1) >= 0);
+    free(g);
+    Gddr__Reply *rep = NULL;
+    int64_t end = gt_now_ms() + WAIT_MS;
+    while (!rep && gt_now_ms() < end) {
+        rep = raw_recv(r, 1000, NULL);
+        if (rep && rep->req_id != rq.req_id) {
+            gddr__reply__free_unpacked(rep, NULL);
+            rep = NULL;
+        }
+    }
+    ck_assert_msg(rep != NULL, "raw push of step %" PRIu64 ": no reply", step);
+    return rep;
+}
+
+static size_t count_segments(const char *dir)
+{
+    DIR *d = opendir(dir);
+    size_t n = 0;
+    if (!d)
+        return 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, "pushlog-", 8) == 0 && strstr(e->d_name, ".log") &&
+            !strstr(e->d_name, ".unused"))
+            n++;
+    closedir(d);
+    return n;
+}
+
+/* The newest segment's path. */
+static void newest_segment(const char *dir, char *out, size_t len)
+{
+    DIR *d = opendir(dir);
+    ck_assert_ptr_nonnull(d);
+    char best[256] = "";
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, "pushlog-", 8) == 0 && !strstr(e->d_name, ".unused") &&
+            strcmp(e->d_name, best) > 0)
+            snprintf(best, sizeof best, "%s", e->d_name);
+    closedir(d);
+    ck_assert_msg(best[0], "no push log segment in %s", dir);
+    snprintf(out, len, "%s/%s", dir, best);
+}
+
+static off_t file_size(const char *p)
+{
+    struct stat sb;
+    return stat(p, &sb) == 0 ? sb.st_size : -1;
+}
+
+START_TEST(test_always_kill9_loses_nothing)
+{
+    plrun p;
+    pl_init(&p, "always", NULL);
+    gddr_client *c = pl_client(p.s.endpoint, 0, 2);
+    int big = register_counter(c, "big", BIG);
+    int small = register_counter(c, "small", 10);
+    push_ones(c, big, BIG, 30);
+    push_ones(c, small, 10, 45);
+    /* A second worker speaking the wire itself, with steps of its own. */
+    raw_conn r;
+    raw_open(&r, p.s.endpoint);
+    r.session = 0x5eed;
+    raw_hello(&r, 1, 2);
+    Gddr__Reply *rep = raw_push_step(&r, (uint32_t)small, 10, 7, 45);
+    ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_PUSH);
+    ck_assert(!rep->push->duplicate);
+    ck_assert_uint_eq(rep->push->version, 46);
+    gddr__reply__free_unpacked(rep, NULL);
+    raw_close(&r);
+    /* No checkpoint was ever written: only the log holds this. */
+    pl_kill9(&p);
+    pl_start(&p, "always", NULL);
+    expect_counted(c, big, BIG, 30.0f, 30, "big after kill -9 and restart");
+    expect_counted(c, small, 10, 46.0f, 46, "small after kill -9 and restart");
+    /* The raw worker's resend of step 7 (same session) is a duplicate:
+     * its exactly-once record came back with the log. */
+    raw_open(&r, p.s.endpoint);
+    r.session = 0x5eed;
+    raw_hello(&r, 1, 2);
+    rep = raw_push_step(&r, (uint32_t)small, 10, 7, 46);
+    ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_PUSH);
+    ck_assert_msg(rep->push->duplicate, "the resend of an acknowledged push was applied again");
+    gddr__reply__free_unpacked(rep, NULL);
+    raw_close(&r);
+    expect_counted(c, small, 10, 46.0f, 46, "small after the resend");
+    double replayed = gt_server_metric(c, "gddr_push_log_replayed_records");
+    ck_assert_msg(replayed >= 30 + 45 + 1, "replayed %g records, expected at least 76", replayed);
+    /* Training goes on from there. */
+    push_ones(c, big, BIG, 1);
+    expect_counted(c, big, BIG, 31.0f, 31, "big after one more push");
+    gddr_client_close(&c);
+    gt_server_stop(&p.s, WAIT_MS, NULL);
+    gt_rm_rf(p.dir);
+}
+END_TEST
+
+START_TEST(test_torn_tail_cut)
+{
+    plrun p;
+    pl_init(&p, "always", NULL);
+    gddr_client *c = pl_client(p.s.endpoint, 0, 1);
+    int id = register_counter(c, "t", 1000);
+    push_ones(c, id, 1000, 12);
+    pl_kill9(&p);
+    /* A write the crash tore: half a record's header, then junk. */
+    char seg[300];
+    newest_segment(p.ckpt, seg, sizeof seg);
+    off_t was = file_size(seg);
+    int fd = open(seg, O_WRONLY | O_APPEND);
+    ck_assert_int_ge(fd, 0);
+    const char junk[77] = "GLP1 not a record: a write the crash interrupted, padding padding pad";
+    ck_assert_int_eq(write(fd, junk, sizeof junk), (ssize_t)sizeof junk);
+    close(fd);
+    pl_start(&p, "always", NULL);
+    expect_counted(c, id, 1000, 12.0f, 12, "after the torn tail was cut");
+    ck_assert_double_eq(gt_server_metric(c, "gddr_push_log_torn_bytes"), (double)sizeof junk);
+    ck_assert_msg(file_size(seg) == was, "the torn tail was not cut from %s (%lld bytes, was %lld)",
+                  seg, (long long)file_size(seg), (long long)was);
+    /* And the log goes on: more pushes, another kill, all there. */
+    push_ones(c, id, 1000, 5);
+    pl_kill9(&p);
+    pl_start(&p, "always", NULL);
+    expect_counted(c, id, 1000, 17.0f, 17, "after a second kill -9");
+    gddr_client_close(&c);
+    gt_server_stop(&p.s, WAIT_MS, NULL);
+    gt_rm_rf(p.dir);
+}
+END_TEST
+
+START_TEST(test_checkpoint_starts_segment)
+{
+    plrun p;
+    pl_init(&p, "always", "checkpoint_keep=1");
+    gddr_client *c = pl_client(p.s.endpoint, 0, 1);
+    int id = register_counter(c, "t", BIG);
+    push_ones(c, id, BIG, 10);
+    ck_assert_int_eq(count_segments(p.ckpt), 1);
+    /* A checkpoint: the records so far are in it; a new segment starts
+     * and, once it is written, the old one goes (checkpoint_keep = 1). */
+    double n0 = gt_server_metric(c, "gddr_checkpoints_total");
+    ck_assert_int_eq(gddr_request_checkpoint(c), GDDR_OK);
+    int64_t end = gt_now_ms() + WAIT_MS;
+    while (gt_server_metric(c, "gddr_checkpoints_total") < n0 + 1 && gt_now_ms() < end)
+        gt_sleep_ms(20);
+    ck_assert_msg(gt_server_metric(c, "gddr_checkpoints_total") >= n0 + 1, "no checkpoint written");
+    push_ones(c, id, BIG, 4); /* these only in the new segment */
+    end = gt_now_ms() + WAIT_MS;
+    while (count_segments(p.ckpt) != 1 && gt_now_ms() < end)
+        gt_sleep_ms(20);
+    ck_assert_msg(count_segments(p.ckpt) == 1, "%zu segments after a checkpoint with checkpoint_keep = 1",
+                  count_segments(p.ckpt));
+    pl_kill9(&p);
+    pl_start(&p, "always", "checkpoint_keep=1");
+    expect_counted(c, id, BIG, 14.0f, 14, "checkpoint + replay after kill -9");
+    double replayed = gt_server_metric(c, "gddr_push_log_replayed_records");
+    ck_assert_msg(replayed == 4, "replayed %g records after the checkpoint, expected the 4 pushes", replayed);
+    gddr_client_close(&c);
+    gt_server_stop(&p.s, WAIT_MS, NULL);
+    gt_rm_rf(p.dir);
+}
+END_TEST
+
+START_TEST(test_batch_synced_survives)
+{
+    plrun p;
+    pl_init(&p, "batch", "push_log_window_ms=5");
+    gddr_client *c = pl_client(p.s.endpoint, 0, 1);
+    int id = register_counter(c, "t", BIG);
+    push_ones(c, id, BIG, 20);
+    /* batch answers at once; once nothing is left unsynced, a kill keeps it all */
+    int64_t end = gt_now_ms() + WAIT_MS;
+    while (gt_server_metric(c, "gddr_push_log_unsynced_records") != 0 && gt_now_ms() < end)
+        gt_sleep_ms(10);
+    ck_assert_double_eq(gt_server_metric(c, "gddr_push_log_unsynced_records"), 0);
+    ck_assert_msg(gt_server_metric(c, "gddr_push_log_syncs_total") >= 1, "nothing was synced");
+    pl_kill9(&p);
+    pl_start(&p, "batch", "push_log_window_ms=5");
+    expect_counted(c, id, BIG, 20.0f, 20, "batch: synced pushes after kill -9");
+    gddr_client_close(&c);
+    gt_server_stop(&p.s, WAIT_MS, NULL);
+    /* Started again with the log off, the segments are moved aside: a later
+     * start with it on must not replay pushes older than its checkpoints. */
+    pl_start(&p, "off", NULL);
+    ck_assert_int_eq(count_segments(p.ckpt), 0);
+    gt_server_stop(&p.s, WAIT_MS, NULL);
+    gt_rm_rf(p.dir);
+}
+END_TEST
+
+/* sync steps are not in the log: refused with a reason, not run without it. */
+START_TEST(test_sync_refused)
+{
+    char dir[64], log[128];
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
+    char bin[512], cmd[1200];
+    gt_bin_path(bin, sizeof bin, "gddr-ps");
+    /* stderr is where the reason goes: merged through a shell */
+    snprintf(cmd, sizeof cmd, "'%s' --check-config --set checkpoint_dir='%s' --set push_log=always "
+             "--set mode=sync 2>&1", bin, dir);
+    char *sh[] = { "/bin/sh", "-c", cmd, NULL };
+    char *out = NULL, err[256];
+    int st = 0;
+    ck_assert_int_eq(gt_run_capture(sh, WAIT_MS, 0, &out, &st, err, sizeof err), 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0, "mode = sync with push_log was accepted:\n%s", out);
+    ck_assert_msg(strstr(out, "push_log") && strstr(out, "sync"), "no reason given:\n%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s' --check-config --set push_log=batch 2>&1", bin);
+    ck_assert_int_eq(gt_run_capture(sh, WAIT_MS, 0, &out, &st, err, sizeof err), 0);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(out, "checkpoint_dir"),
+                  "push_log without checkpoint_dir was accepted:\n%s", out);
+    free(out);
+    gt_rm_rf(dir);
+}
+END_TEST
+
+Suite *suite_pushlog(void)
+{
+    Suite *s = suite_create("pushlog");
+    GT_ADD_CASE(s, "always_kill9_loses_nothing", test_always_kill9_loses_nothing, 120);
+    GT_ADD_CASE(s, "torn_tail_cut", test_torn_tail_cut, 120);
+    GT_ADD_CASE(s, "checkpoint_starts_segment", test_checkpoint_starts_segment, 120);
+    GT_ADD_CASE(s, "batch_synced_survives", test_batch_synced_survives, 120);
+    GT_ADD_CASE(s, "sync_refused", test_sync_refused, 60);
+    return s;
+}
