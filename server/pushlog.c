@@ -19,10 +19,13 @@
  * the first record that is short or fails its CRC (a write torn by the
  * crash), cuts the file there and counts what it cut.
  *
- * The front thread copies each record into a buffer; a writer thread takes
- * the buffer, writes it through io_uring and syncs it (fdatasync linked
- * behind the write: group commit, one sync for every record that arrived
- * meanwhile). batch: the writer waits up to push_log_window_ms for more
+ * The front thread only takes a reference to each frame of the request
+ * (zmq_msg_copy shares a large frame's buffer: no byte is copied or read
+ * on the front thread); a writer thread takes the records gathered so far,
+ * lays out their headers, takes their CRCs, writes them through io_uring
+ * (small frames copied together, large ones straight from the received
+ * buffers) and syncs them: group commit, one fdatasync for every record
+ * that arrived meanwhile. batch: the writer waits up to push_log_window_ms for more
  * records, and replies go at once (a kill -9 loses at most the window and
  * one write). always: the writer starts at once, and a reply to a logged
  * request waits in a queue here until its record is on disk
@@ -41,6 +44,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "crc32c.h"
@@ -57,6 +61,13 @@ typedef struct rec_head {
     uint64_t lsn, session;
 } rec_head;
 
+/* A record waiting for the writer: references to the request's frames. */
+typedef struct prec {
+    uint64_t lsn, session;
+    int n;
+    zmq_msg_t f[GDDR_MAX_FRAMES];
+} prec;
+
 typedef struct held {
     uint64_t lsn;
     zmq_msg_t ident, hdr;
@@ -72,16 +83,20 @@ struct ps_plog {
     uint64_t off;         /* its length (writer) */
     uint64_t next_lsn;    /* front thread */
     uint64_t rotated_lsn; /* the LSN of the last rotation */
-    /* the buffer the front thread fills, under mu */
+    /* the records the front thread gathers, under mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_cond_t written; /* the writer finished a write */
-    char *buf, *wbuf;
-    size_t len, cap, wcap;
-    uint64_t buf_last;    /* LSN of the last record in buf */
-    int64_t first_ms;     /* when the first record of buf came */
-    size_t rot_at;        /* a new segment starts at this offset of buf ... */
+    prec *q, *wq;
+    size_t len, cap, wcap; /* records in q; capacities of q and wq */
+    int64_t first_ms;     /* when the first record of q came */
+    size_t rot_at;        /* a new segment starts at this record of q ... */
     uint64_t rot_lsn;     /* ... with this LSN (0: none pending) */
+    /* the writer's layout of a batch */
+    char *stage;          /* headers, lengths and small frames, copied */
+    size_t stage_cap;
+    struct iovec *iov;
+    size_t iov_cap;
     int stop;
     pthread_t th;
     int started;
@@ -183,54 +198,154 @@ static void do_prune(ps_plog *pl)
 
 /* ---- the writer ------------------------------------------------------------- */
 
-/* Writes n bytes at the segment's end and syncs them: io_uring (a write
- * and an fdatasync linked behind it), or pwrite and fdatasync. */
-static int write_sync(ps_plog *pl, struct io_uring *ring, int have_ring, const char *p, size_t n)
+/* Frames up to this size are copied into the stage with the headers;
+ * larger ones are written from their own buffers. */
+#define COPY_MAX 4096
+#define IOV_BATCH 512
+
+/* Writes iov[0..n) at the segment's end: io_uring writev, or pwritev. */
+static int write_iov(ps_plog *pl, struct io_uring *ring, int have_ring, struct iovec *iov, size_t n)
 {
     while (n > 0) {
+        size_t k = n < IOV_BATCH ? n : IOV_BATCH;
+        size_t want = 0;
+        for (size_t i = 0; i < k; i++)
+            want += iov[i].iov_len;
         ssize_t w;
         if (have_ring) {
             struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-            io_uring_prep_write(sqe, pl->fd, p, (unsigned)(n > (1u << 30) ? (1u << 30) : n), pl->off);
-            sqe->flags |= IOSQE_IO_LINK;
-            io_uring_sqe_set_data64(sqe, 1);
-            sqe = io_uring_get_sqe(ring);
-            io_uring_prep_fsync(sqe, pl->fd, IORING_FSYNC_DATASYNC);
-            io_uring_sqe_set_data64(sqe, 2);
-            int k = io_uring_submit_and_wait(ring, 2);
-            if (k < 0)
-                return k;
-            w = -EIO;
-            int synced = -EIO;
-            for (int i = 0; i < 2; i++) {
-                struct io_uring_cqe *cqe;
-                int r = io_uring_wait_cqe(ring, &cqe);
-                if (r < 0)
-                    return r;
-                if (io_uring_cqe_get_data64(cqe) == 1)
-                    w = cqe->res;
-                else
-                    synced = cqe->res;
-                io_uring_cqe_seen(ring, cqe);
-            }
-            if (w < 0)
-                return (int)w;
-            if ((size_t)w == n && synced < 0)
-                return synced;
-            if ((size_t)w < n && synced == -ECANCELED)
-                synced = 0; /* a short write cancels the linked sync: the loop syncs again */
+            io_uring_prep_writev(sqe, pl->fd, iov, (unsigned)k, pl->off);
+            int r = io_uring_submit_and_wait(ring, 1);
+            if (r < 0)
+                return r;
+            struct io_uring_cqe *cqe;
+            if ((r = io_uring_wait_cqe(ring, &cqe)) < 0)
+                return r;
+            w = cqe->res;
+            io_uring_cqe_seen(ring, cqe);
         } else {
-            w = pwrite(pl->fd, p, n, (off_t)pl->off);
+            w = pwritev(pl->fd, iov, (int)k, (off_t)pl->off);
             if (w < 0)
-                return -errno;
-            if ((size_t)w == n && fdatasync(pl->fd) != 0)
-                return -errno;
+                w = -errno;
         }
+        if (w < 0)
+            return (int)w;
         pl->off += (uint64_t)w;
-        p += w;
-        n -= (size_t)w;
+        if ((size_t)w == want) {
+            iov += k;
+            n -= k;
+            continue;
+        }
+        /* short: skip what went, go on from the rest */
+        size_t done = (size_t)w;
+        while (done >= iov->iov_len) {
+            done -= iov->iov_len;
+            iov++;
+            n--;
+        }
+        iov->iov_base = (char *)iov->iov_base + done;
+        iov->iov_len -= done;
     }
     return 0;
+}
+
+static int sync_seg(ps_plog *pl, struct io_uring *ring, int have_ring)
+{
+    if (!have_ring)
+        return fdatasync(pl->fd) == 0 ? 0 : -errno;
+    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+    io_uring_prep_fsync(sqe, pl->fd, IORING_FSYNC_DATASYNC);
+    int r = io_uring_submit_and_wait(ring, 1);
+    if (r < 0)
+        return r;
+    struct io_uring_cqe *cqe;
+    if ((r = io_uring_wait_cqe(ring, &cqe)) < 0)
+        return r;
+    r = cqe->res;
+    io_uring_cqe_seen(ring, cqe);
+    return r;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t each)
+{
+    if (need <= *cap)
+        return 0;
+    size_t nc = *cap ? *cap : 256;
+    while (nc < need)
+        nc *= 2;
+    void *np = realloc(*p, nc * each);
+    if (!np)
+        return -1;
+    *p = np;
+    *cap = nc;
+    return 0;
+}
+
+/* Lays records r[0..n) out (headers, CRCs, iovecs), writes them and
+ * releases their frames. Returns 0 or -errno. */
+static int write_records(ps_plog *pl, struct io_uring *ring, int have_ring, prec *r, size_t n,
+                         uint64_t *bytes)
+{
+    size_t stage_need = 0, iov_need = 0;
+    for (size_t i = 0; i < n; i++) {
+        stage_need += sizeof(rec_head) + 4 * (size_t)r[i].n;
+        iov_need += 1 + 2 * (size_t)r[i].n;
+        for (int k = 0; k < r[i].n; k++)
+            if (zmq_msg_size(&r[i].f[k]) <= COPY_MAX)
+                stage_need += zmq_msg_size(&r[i].f[k]);
+    }
+    if (grow((void **)&pl->stage, &pl->stage_cap, stage_need, 1) < 0 ||
+        grow((void **)&pl->iov, &pl->iov_cap, iov_need, sizeof *pl->iov) < 0)
+        return -ENOMEM;
+    /* The stage is not moved below (it was grown to its size first), so
+     * iovecs may point into it. Small pieces next to each other are merged. */
+    char *st = pl->stage;
+    size_t niov = 0;
+#define ADD(ptr, len)                                                                          \
+    do {                                                                                       \
+        if (niov && (char *)pl->iov[niov - 1].iov_base + pl->iov[niov - 1].iov_len == (ptr)) \
+            pl->iov[niov - 1].iov_len += (len);                                                \
+        else                                                                                   \
+            pl->iov[niov++] = (struct iovec){ (void *)(ptr), (len) };                          \
+    } while (0)
+    for (size_t i = 0; i < n; i++) {
+        rec_head h = { PLOG_MAGIC, 0, 0, (uint32_t)r[i].n, r[i].lsn, r[i].session };
+        for (int k = 0; k < r[i].n; k++)
+            h.len += 4 + (uint32_t)zmq_msg_size(&r[i].f[k]);
+        uint32_t c = gddr__crc32c(0, &h.nframes, sizeof h.nframes + sizeof h.lsn + sizeof h.session);
+        char *hp = st;
+        st += sizeof h;
+        ADD(hp, sizeof h);
+        for (int k = 0; k < r[i].n; k++) {
+            uint32_t fl = (uint32_t)zmq_msg_size(&r[i].f[k]);
+            const char *d = zmq_msg_data(&r[i].f[k]);
+            memcpy(st, &fl, 4);
+            c = gddr__crc32c(c, st, 4);
+            c = gddr__crc32c(c, d, fl);
+            ADD(st, 4);
+            st += 4;
+            if (fl <= COPY_MAX) {
+                memcpy(st, d, fl);
+                ADD(st, fl);
+                st += fl;
+            } else {
+                ADD(d, fl);
+            }
+        }
+        h.crc = c;
+        memcpy(hp, &h, sizeof h);
+    }
+#undef ADD
+    int rc = write_iov(pl, ring, have_ring, pl->iov, niov);
+    if (rc == 0)
+        *bytes += stage_need; /* (headers and small frames; large ones below) */
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < r[i].n; k++) {
+            if (rc == 0 && zmq_msg_size(&r[i].f[k]) > COPY_MAX)
+                *bytes += zmq_msg_size(&r[i].f[k]);
+            zmq_msg_close(&r[i].f[k]);
+        }
+    return rc;
 }
 
 static void *writer_main(void *arg)
@@ -239,7 +354,7 @@ static void *writer_main(void *arg)
     struct io_uring ring;
     int have_ring = io_uring_queue_init(8, &ring, 0) == 0;
     if (!have_ring)
-        gddr_log(GDDR_LOG_WARN, "push log: io_uring unavailable; using pwrite and fdatasync");
+        gddr_log(GDDR_LOG_WARN, "push log: io_uring unavailable; using pwritev and fdatasync");
     pthread_mutex_lock(&pl->mu);
     for (;;) {
         while (!pl->stop && pl->len == 0)
@@ -262,29 +377,38 @@ static void *writer_main(void *arg)
                 pthread_cond_timedwait(&pl->cv, &pl->mu, &ts);
             }
         }
-        char *b = pl->buf;
+        prec *b = pl->q;
         size_t n = pl->len, rot_at = pl->rot_at, cap = pl->cap;
-        uint64_t last = pl->buf_last, rot_lsn = pl->rot_lsn;
-        pl->buf = pl->wbuf;
+        uint64_t last = b[n - 1].lsn, rot_lsn = pl->rot_lsn;
+        pl->q = pl->wq;
         pl->cap = pl->wcap;
-        pl->wbuf = b;
+        pl->wq = b;
         pl->wcap = cap;
         pl->len = 0;
         pl->rot_lsn = 0;
         pthread_mutex_unlock(&pl->mu);
         int rc = 0;
+        uint64_t bytes = 0;
         if (rot_lsn) {
-            rc = write_sync(pl, &ring, have_ring, b, rot_at);
+            rc = write_records(pl, &ring, have_ring, b, rot_at, &bytes);
+            if (rc == 0)
+                rc = sync_seg(pl, &ring, have_ring);
             if (rc == 0 && (rc = open_segment(pl, rot_lsn)) == 0)
                 do_prune(pl);
             if (rc == 0)
-                rc = write_sync(pl, &ring, have_ring, b + rot_at, n - rot_at);
+                rc = write_records(pl, &ring, have_ring, b + rot_at, n - rot_at, &bytes);
+            else
+                for (size_t i = rot_at; i < n; i++)
+                    for (int k = 0; k < b[i].n; k++)
+                        zmq_msg_close(&b[i].f[k]);
         } else {
-            rc = write_sync(pl, &ring, have_ring, b, n);
+            rc = write_records(pl, &ring, have_ring, b, n, &bytes);
         }
+        if (rc == 0)
+            rc = sync_seg(pl, &ring, have_ring);
         pthread_mutex_lock(&pl->stmu);
+        pl->st.bytes += bytes;
         if (rc == 0) {
-            pl->st.bytes += n;
             pl->st.syncs++;
         } else if (!pl->st.write_error) {
             pl->st.write_error = -rc;
@@ -512,9 +636,6 @@ uint64_t ps_plog_append(gddr_ps *ps, const gddr__frames *f, uint64_t session)
     ps_plog *pl = ps->plog;
     if (!pl || ps->replaying)
         return 0;
-    rec_head h = { PLOG_MAGIC, 0, 0, (uint32_t)(f->n - 1), pl->next_lsn, session };
-    for (int i = 1; i < f->n; i++)
-        h.len += 4 + (uint32_t)zmq_msg_size((zmq_msg_t *)&f->part[i]);
     pthread_mutex_lock(&pl->mu);
     if (pl->mode == PS_PLOG_BATCH) {
         /* The window bounds what a kill loses only if the writer keeps up:
@@ -533,39 +654,28 @@ uint64_t ps_plog_append(gddr_ps *ps, const gddr__frames *f, uint64_t session)
             pl->st.waits++;
         }
     }
-    size_t need = pl->len + sizeof h + h.len;
-    if (need > pl->cap) {
-        size_t nc = pl->cap ? pl->cap : 1 << 16;
-        while (nc < need)
-            nc *= 2;
-        char *nb = realloc(pl->buf, nc);
-        if (!nb) {
-            pthread_mutex_unlock(&pl->mu);
-            gddr_log(GDDR_LOG_ERROR, "push log: no memory for a record; this request is not logged");
-            return 0;
-        }
-        pl->buf = nb;
-        pl->cap = nc;
+    if (grow((void **)&pl->q, &pl->cap, pl->len + 1, sizeof *pl->q) < 0) {
+        pthread_mutex_unlock(&pl->mu);
+        gddr_log(GDDR_LOG_ERROR, "push log: no memory for a record; this request is not logged");
+        return 0;
     }
-    char *p = pl->buf + pl->len + sizeof h;
+    prec *r = &pl->q[pl->len];
+    r->lsn = pl->next_lsn;
+    r->session = session;
+    r->n = f->n - 1;
     for (int i = 1; i < f->n; i++) {
-        uint32_t fl = (uint32_t)zmq_msg_size((zmq_msg_t *)&f->part[i]);
-        memcpy(p, &fl, 4);
-        memcpy(p + 4, zmq_msg_data((zmq_msg_t *)&f->part[i]), fl);
-        p += 4 + fl;
+        /* a reference: a large frame's buffer is shared, not copied */
+        zmq_msg_init(&r->f[i - 1]);
+        zmq_msg_copy(&r->f[i - 1], (zmq_msg_t *)&f->part[i]);
     }
-    h.crc = rec_crc(&h, pl->buf + pl->len + sizeof h);
-    memcpy(pl->buf + pl->len, &h, sizeof h);
     if (pl->len == 0)
         pl->first_ms = gddr__now_ms();
-    pl->len = need;
-    pl->buf_last = h.lsn;
+    pl->len++;
     pthread_cond_signal(&pl->cv);
     pthread_mutex_unlock(&pl->mu);
-    pl->next_lsn++;
     pl->st.records++;
-    pl->st.appended_lsn = h.lsn;
-    return h.lsn;
+    pl->st.appended_lsn = pl->next_lsn;
+    return pl->next_lsn++;
 }
 
 int ps_plog_hold(gddr_ps *ps, uint64_t lsn, zmq_msg_t *ident, void *hdr, size_t hlen,
@@ -716,8 +826,10 @@ void ps_plog_close(gddr_ps *ps)
         close(pl->fd);
     if (pl->efd >= 0)
         close(pl->efd);
-    free(pl->buf);
-    free(pl->wbuf);
+    free(pl->q);
+    free(pl->wq);
+    free(pl->stage);
+    free(pl->iov);
     pthread_mutex_destroy(&pl->mu);
     pthread_mutex_destroy(&pl->stmu);
     pthread_cond_destroy(&pl->cv);

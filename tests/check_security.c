@@ -7,6 +7,7 @@
 #include "harness.h" /* first: it sets _GNU_SOURCE */
 
 #include <check.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -418,6 +419,78 @@ START_TEST(test_bad_key_config)
 }
 END_TEST
 
+/* A handshake the server breaks off (killed in the middle of it: the
+ * connection reset) is not a refusal: the client keeps trying and gets in
+ * once a server answers. A listener that reads the client's first bytes and
+ * resets the connection, twice, stands for the killed server; then gddr-ps
+ * starts on that port. (A worker opening while a server was killed gave
+ * up at once with "is curve_server_key the server's public key?".) */
+typedef struct opener {
+    gddr_client_opts o;
+    gddr_client *c;
+    int rc;
+} opener;
+
+static void *open_main(void *arg)
+{
+    opener *op = arg;
+    op->rc = gddr_client_open(&op->o, &op->c);
+    return NULL;
+}
+
+START_TEST(test_broken_handshake_retried)
+{
+    if (no_curve())
+        return;
+    keyset k;
+    make_keys(&k);
+    int ls = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    socklen_t al = sizeof a;
+    ck_assert_int_eq(bind(ls, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(getsockname(ls, (struct sockaddr *)&a, &al), 0);
+    ck_assert_int_eq(listen(ls, 8), 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%u", ntohs(a.sin_port));
+    opener op = { .o = opts_for(ep, k.server_pub, k.alice_key) };
+    op.o.timeout_ms = 2000;
+    op.o.reconnect_timeout_ms = 60000;
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, open_main, &op), 0);
+    for (int i = 0; i < 2; i++) {
+        int cs = accept(ls, NULL, NULL);
+        ck_assert_int_ge(cs, 0);
+        char buf[64];
+        ck_assert_int_gt(recv(cs, buf, sizeof buf, 0), 0); /* the client's greeting */
+        struct linger lg = { 1, 0 };
+        setsockopt(cs, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        close(cs); /* RST */
+    }
+    close(ls);
+    char set1[200], set2[200], listen_on[96], err[512];
+    snprintf(set1, sizeof set1, "curve_secret_key_file=%s", k.server_key);
+    snprintf(set2, sizeof set2, "authorized_keys=%s", k.allow);
+    snprintf(listen_on, sizeof listen_on, "listen=%s", ep);
+    const char *sets[] = { set1, set2, listen_on, NULL };
+    gt_server s;
+    ck_assert_msg(gt_server_start(&s, sets, err, sizeof err) == 0, "%s", err);
+    pthread_join(th, NULL);
+    ck_assert_msg(op.rc == GDDR_OK, "gddr_client_open after two broken handshakes: %s",
+                  gddr_strerror(op.rc));
+    float w[4] = { 1, 2, 3, 4 }, out[4];
+    int id;
+    uint64_t v;
+    ck_assert_int_eq(gddr_register(op.c, "after.reset", w, 4, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(op.c, id, out, 0, &v), GDDR_OK);
+    ck_assert_float_eq(out[3], 4.0f);
+    gddr_client_close(&op.c);
+    stop_ok(&s);
+    remove_keys(&k);
+}
+END_TEST
+
 Suite *suite_security(void)
 {
     Suite *s = suite_create("security");
@@ -429,6 +502,7 @@ Suite *suite_security(void)
     tcase_add_test(tc, test_bad_key_config);
     tcase_add_test(tc, test_key_from_credential);
     tcase_add_test(tc, test_open_bounded);
+    tcase_add_test(tc, test_broken_handshake_retried);
     suite_add_tcase(s, tc);
     return s;
 }

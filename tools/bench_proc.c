@@ -104,13 +104,24 @@ void bench_stop(bench_proc *p)
 
 void bench_start_shard(bench_proc *p, int threads, int index, int count, const char *extra)
 {
+    const char *sets[] = { extra, NULL };
+    bench_start_sets(p, threads, index, count, sets);
+}
+
+void bench_start_sets(bench_proc *p, int threads, int index, int count, const char *const *extra)
+{
     char bin[4200], th[64], si[64], sc[64];
     snprintf(bin, sizeof bin, "%s/gddr-ps", bench_bin_dir);
     snprintf(th, sizeof th, "threads=%d", threads);
     snprintf(si, sizeof si, "shard_index=%d", index);
     snprintf(sc, sizeof sc, "shard_count=%d", count);
-    char *argv[] = { bin, "--listen", "tcp://127.0.0.1:*", "--endpoint-file", bench_epfile, "--set",
-                     "log_level=error", "--set", th, "--set", "lr=0", "--set", si, "--set", sc,
-                     extra ? "--set" : NULL, (char *)extra, NULL };
+    char *argv[40] = { bin, "--listen", "tcp://127.0.0.1:*", "--endpoint-file", bench_epfile, "--set",
+                       "log_level=error", "--set", th, "--set", "lr=0", "--set", si, "--set", sc };
+    int a = 15;
+    for (int i = 0; extra && extra[i] && a < 37; i++) {
+        argv[a++] = "--set";
+        argv[a++] = (char *)extra[i];
+    }
+    argv[a] = NULL;
     bench_spawn(p, argv);
 }

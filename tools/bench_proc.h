@@ -31,5 +31,7 @@ void bench_stop(bench_proc *p);
 /* A gddr-ps with `threads` apply threads, shard `index` of `count`, lr 0,
  * plus `extra` (one more "--set KEY=VALUE", or NULL). */
 void bench_start_shard(bench_proc *p, int threads, int index, int count, const char *extra);
+/* The same with any number of KEY=VALUE settings (NULL-terminated, may be NULL). */
+void bench_start_sets(bench_proc *p, int threads, int index, int count, const char *const *extra);
 
 #endif

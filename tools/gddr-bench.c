@@ -13,6 +13,9 @@
  *              pair doing the same two round trips (push N bytes, empty
  *              ack; empty request, N bytes back). MB/s = 2 x N x round
  *              trips / time; ratio = gddr / raw.
+ *   durability push+pull against gddr-ps with push_log off, batch and always
+ *              (server/pushlog.c), interleaved, beside a 64 MiB write +
+ *              fdatasync of the same disk
  *   clients    the same at one size with several concurrent clients (each
  *              with its own tensor): aggregate MB/s against raw with as
  *              many DEALERs.
@@ -41,6 +44,7 @@
  * for them.
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -48,6 +52,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -228,6 +233,85 @@ static void section_pushpull(const size_t *sizes, int nsizes)
     }
     bench_stop(&gs);
     bench_stop(&rs);
+}
+
+/* Seconds to write `bytes` to a fresh file in dir and fdatasync it: the
+ * disk's ceiling for the push log, measured in the same run. */
+static double disk_write_sync(const char *dir, size_t bytes)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/bench-disk", dir);
+    char *b = malloc(bytes);
+    if (!b)
+        return NAN;
+    memset(b, 7, bytes);
+    double t0 = bench_now();
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        free(b);
+        return NAN;
+    }
+    fwrite(b, 1, bytes, f);
+    fflush(f);
+    fdatasync(fileno(f));
+    fclose(f);
+    double dt = bench_now() - t0;
+    unlink(path);
+    free(b);
+    return dt;
+}
+
+/* push+pull against gddr-ps with push_log off, batch and always (one
+ * server each, checkpoint_dir in a scratch folder, no periodic
+ * checkpoints), the three interleaved in every repetition; ratios to off. */
+static void section_durability(const size_t *sizes, int nsizes)
+{
+    static const char *const modes[] = { "off", "batch", "always" };
+    char dir[64] = "/tmp/gddr-bench-plog-XXXXXX";
+    if (!mkdtemp(dir))
+        bench_die("mkdtemp: %s", strerror(errno));
+    bench_proc gs[3] = { { 0 } };
+    char ck[3][200], pl[3][64];
+    for (int m = 0; m < 3; m++) {
+        char sub[128];
+        snprintf(sub, sizeof sub, "%s/%s", dir, modes[m]);
+        mkdir(sub, 0700);
+        snprintf(ck[m], sizeof ck[m], "checkpoint_dir=%s", sub);
+        snprintf(pl[m], sizeof pl[m], "push_log=%s", modes[m]);
+        const char *sets[] = { ck[m], pl[m], "checkpoint_interval_s=0", NULL };
+        bench_start_sets(&gs[m], 2, 0, 1, sets);
+    }
+    double disk = disk_write_sync(dir, (size_t)64 << 20);
+    printf("\n## push+pull with the push log (MB/s; median of %d; ratio to push_log = off in the same "
+           "repetition)\n\nDisk: 64 MiB written and fdatasync'd in %.0f ms (%.0f MB/s).\n\n",
+           reps, disk * 1e3, 64.0 * 1.048576 / disk);
+    printf("| size | off MB/s | batch MB/s | always MB/s | batch / off | always / off |\n"
+           "|---|---|---|---|---|---|\n");
+    for (int s = 0; s < nsizes; s++) {
+        size_t n = sizes[s] / 4;
+        int it = iters_for(sizes[s], budget_mb);
+        double v[3][MAXV], qb[MAXV], qa[MAXV];
+        for (int k = 0; k < reps; k++) {
+            for (int m = 0; m < 3; m++)
+                v[m][k] = run(K_GDDR, gs[m].endpoint, 1, n, it, 0, NULL);
+            qb[k] = v[1][k] / v[0][k];
+            qa[k] = v[2][k] / v[0][k];
+        }
+        double o = bench_median(v[0], reps), b = bench_median(v[1], reps), a = bench_median(v[2], reps);
+        double qbm = bench_median(qb, reps), qam = bench_median(qa, reps);
+        char h[32];
+        printf("| %s | %.0f | %.0f | %.0f | %.2f | %.2f |\n", human(sizes[s], h, sizeof h), o, b, a, qbm, qam);
+        fprintf(stderr, "BENCH section=durability bytes=%zu off_mbps=%.1f batch_mbps=%.1f always_mbps=%.1f "
+                "ratio=%.3f always_ratio=%.3f disk_mbps=%.1f\n",
+                sizes[s], o, b, a, qbm, qam, 64.0 * 1.048576 / disk);
+        fflush(stdout);
+    }
+    for (int m = 0; m < 3; m++)
+        bench_stop(&gs[m]);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "gddr-bench: could not remove %s\n", dir);
 }
 
 static void section_clients(const int *clients, int ncl, size_t bytes)
@@ -538,7 +622,7 @@ int main(int argc, char **argv)
         return bench_kv_server(argv[2]);
     bench_proc_init();
     const char *sizes_s = "4K,64K,1M,16M,64M,256M", *clients_s = "4,16";
-    const char *sections = "pushpull,clients,gddr,apply,threads,servers,rows";
+    const char *sections = "pushpull,durability,clients,gddr,apply,threads,servers,rows";
     const char *rkeys_s = "1K,64K", *rdims_s = "16,64,128", *rclients_s = "1,4";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
@@ -569,7 +653,7 @@ int main(int argc, char **argv)
                 return 2;
         } else {
             fprintf(stderr, "usage: gddr-bench [--quick] [--sizes 4K,1M,...] [--clients 4,16] [--reps N]\n"
-                            "                  [--sections pushpull,clients,gddr,apply,threads,servers,rows]\n"
+                            "                  [--sections pushpull,durability,clients,gddr,apply,threads,servers,rows]\n"
                             "                  [--budget-mb MB] [--rows-keys 1K,64K] [--rows-dims 16,64,128]\n"
                             "                  [--rows-clients 1,4]\n");
             return 2;
@@ -602,6 +686,8 @@ int main(int argc, char **argv)
     size_t one_mib = 1u << 20, big = (size_t)64 << 20;
     if (has(sections, "pushpull"))
         section_pushpull(sizes, nsizes);
+    if (has(sections, "durability"))
+        section_durability(sizes, nsizes);
     if (has(sections, "clients") && ncl)
         section_clients(clients, ncl, one_mib);
     if (has(sections, "gddr"))

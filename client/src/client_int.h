@@ -158,6 +158,7 @@ struct gddr_client {
     unsigned mon_seq;
     int mon_connected; /* a TCP connection was made (since the socket opened) */
     int mon_refused;   /* a connection attempt failed (nothing listening?) */
+    int mon_broken;    /* handshakes broken off in a row without a reason (conn.c) */
     int closing;       /* in gddr_client_close: retries end at close_deadline */
     int64_t close_deadline;
     atomic_int lent;       /* messages ZeroMQ still reads from our buffers */

@@ -186,7 +186,8 @@ int gddr__socket_new(gddr_client *c, void **out, void **mon)
         char addr[96];
         snprintf(addr, sizeof addr, "inproc://gddr-mon-%p-%u", (void *)c, ++c->mon_seq);
         int ev = ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
+                 ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+                 ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED;
         if (zmq_socket_monitor(sock, addr, ev) == 0 && (m = zmq_socket(c->zctx, ZMQ_PAIR)) != NULL) {
             zmq_setsockopt(m, ZMQ_LINGER, &zero, sizeof zero);
             if (zmq_connect(m, addr) != 0) {
@@ -217,9 +218,12 @@ int gddr__open_socket(gddr_client *c)
     if (c->mon)
         zmq_close(c->mon);
     c->sock = c->mon = NULL;
-    c->mon_connected = c->mon_refused = 0;
+    c->mon_connected = c->mon_refused = c->mon_broken = 0;
     return gddr__socket_new(c, &c->sock, &c->mon);
 }
+
+/* Handshakes broken off in a row, with no reason given, taken as a refusal. */
+#define HANDSHAKE_BREAKS 4
 
 int gddr__mon_check(gddr_client *c)
 {
@@ -243,6 +247,8 @@ int gddr__mon_check(gddr_client *c)
         zmq_msg_close(&b);
         if (ev == ZMQ_EVENT_CONNECTED)
             c->mon_connected = 1;
+        if (ev == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+            c->mon_broken = 0;
         if (ev == ZMQ_EVENT_CONNECT_RETRIED)
             c->mon_refused = 1;
         if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)
@@ -256,6 +262,20 @@ int gddr__mon_check(gddr_client *c)
                                  c->curve_server[0]
                                      ? "the server runs without CURVE; unset curve_server_key"
                                      : "CURVE is off here, and the server requires CURVE: set curve_server_key and curve_key_file");
+        /* A handshake broken off without a reason (the connection reset
+         * or timed out) is also what a server killed or stopped in the
+         * middle of it looks like: ZeroMQ reconnects by itself, and the
+         * next one goes through once the server is back. A wrong
+         * curve_server_key breaks every one, so only a few in a row,
+         * with no handshake succeeding between, are a refusal (measured
+         * in the soak: a worker opening while a server was killed gave up
+         * at once with "is curve_server_key the server's public key?"). */
+        if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && ++c->mon_broken < HANDSHAKE_BREAKS) {
+            gddr__logf(&c->log, GDDR_LOG_INFO,
+                       "the security handshake with %s broke off (errno %u); trying again", c->server,
+                       val);
+            continue;
+        }
         if (ev == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL || ev == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
             return gddr__set_err(c, GDDR_EAUTH, "the security handshake with %s failed (%s 0x%x): %s",
                                  c->server,
