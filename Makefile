@@ -149,7 +149,7 @@ SCDOC    ?= $(shell command -v scdoc 2>/dev/null)
 MAN_SRC  := $(wildcard man/*.scd)
 MANS     := $(patsubst man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
 
-.PHONY: all deps check demo install clean cuda-status bench slurm-check config-table deb wheel man \
+.PHONY: all deps check demo install clean cuda-status bench soak slurm-check config-table deb wheel man \
         plugin-path abi-check
 all: cuda-status $(LIB_A) $(LIB_SO) $(PLUGIN_SO) $(FAKE_SO) $(BINS) $(TESTBIN) $(BENCHES) \
      $(BUILD)/gddr-client.pc $(if $(SCDOC),$(MANS))
@@ -325,6 +325,14 @@ demo: deps
 
 bench: all
 	@scripts/bench.sh
+
+# An hour of faults against a sharded pair of gddr-ps (SOAK_S seconds;
+# docs/soak.md). Not part of make check, which runs three minutes of it.
+SOAK_S ?= 3600
+soak: deps
+	@$(MAKE) --no-print-directory all
+	@SOAK_S=$(SOAK_S) /usr/bin/python3 scripts/soak.py --push-log always --baseline \
+	  --max-rss-growth 0.01 --json $(BUILD)/soak.json
 
 # Debian packages of this build, made by debhelper from debian/ on a copy
 # under $(BUILD)/debian-tree (scripts/make-deb.sh; make check lints them and

@@ -21,7 +21,9 @@
 # (scripts/experiment-lm.sh --quick: gddr-ps with Adam, Python workers, an
 # observer), the network smoke test (scripts/experiment-network.sh
 # --smoke: two namespaces, a rate-limited veth, one short run; skipped with
-# the reason when not root or without ip netns) and the Check suite
+# the reason when not root or without ip netns), three minutes of the soak
+# (scripts/soak.py: faults against a sharded CURVE pair with the push log
+# on; docs/soak.md) and the Check suite
 # (build/bin/gddr-tests).
 #
 # Usage: scripts/run-checks.sh [suite...]
@@ -29,6 +31,7 @@
 #   protocol     the protocol test (may be named with Check suites)
 #   python       the Python package's tests (likewise)
 #   network      the network smoke test (likewise)
+#   soak         the 3-minute soak (likewise; SOAK_S to change)
 #   other names  those Check suites only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,12 +42,14 @@ status=0
 protocol=0
 python=0
 network=0
+soak=0
 suites=()
 for s in "$@"; do
   case "$s" in
     protocol) protocol=1 ;;
     python) python=1 ;;
     network) network=1 ;;
+    soak) soak=1 ;;
     *) suites+=("$s") ;;
   esac
 done
@@ -82,6 +87,7 @@ if [ $# -eq 0 ]; then
   protocol=1
   python=1
   network=1
+  soak=1
 fi
 if [ "$protocol" -eq 1 ]; then
   # Debian's python3 explicitly: it has python3-zmq, python3-protobuf and
@@ -97,6 +103,13 @@ if [ "$python" -eq 1 ]; then
 fi
 if [ "$network" -eq 1 ]; then
   timeout 120 scripts/experiment-network.sh --smoke || status=$?
+fi
+if [ "$soak" -eq 1 ]; then
+  # Three minutes of faults (scripts/soak.py, docs/soak.md): kill -9 and
+  # SIGSTOP of servers and workers, malformed traffic, a conservation
+  # worker; push_log = always, so nothing acknowledged may be lost.
+  timeout 900 env SOAK_S="${SOAK_S:-180}" /usr/bin/python3 scripts/soak.py --push-log always \
+    --drain-s 60 --json "$(dirname "$GDDR_BIN")/soak-check.json" || status=$?
 fi
 if [ $# -eq 0 ] || [ "${#suites[@]}" -gt 0 ]; then
   timeout 1200 "$GDDR_BIN/gddr-tests" ${suites[@]+"${suites[@]}"} || status=$?

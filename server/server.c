@@ -585,6 +585,11 @@ void ps_close(gddr_ps **pp)
     ps_pulls_free(ps);
     free(ps->offbuf);
     free(ps->sqbuf);
+    /* The monitor stops before the socket it watches closes: libzmq's I/O
+     * thread blocks for good on an event nobody reads (libzmq issue
+     * 3575), and zmq_ctx_term would then wait for it. */
+    if (ps->router && ps->monitor)
+        zmq_socket_monitor(ps->router, NULL, 0);
     if (ps->router)
         zmq_close(ps->router);
     if (ps->metrics)

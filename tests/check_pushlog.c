@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,6 +380,64 @@ START_TEST(test_sync_refused)
 }
 END_TEST
 
+/* A worker waiting on a server that is killed notices the broken
+ * connection and gets back in as soon as the server is back, not after
+ * its timeout_ms: here ten minutes, past this case's own timeout, so a
+ * client that waited for it would hang the case. A pull waits for a
+ * version still to come; gddr-ps is killed and started again (push log
+ * on: the tensor is back at once); another worker pushes; the waiting
+ * pull completes with the new version. (The soak measured a kill's
+ * recovery at timeout_ms: the client noticed nothing until then.) */
+typedef struct waiter {
+    gddr_client *c;
+    int id, rc;
+    uint64_t version;
+    float out[16];
+} waiter;
+
+static void *wait_main(void *arg)
+{
+    waiter *w = arg;
+    w->rc = gddr_pull(w->c, w->id, w->out, 3, &w->version);
+    return NULL;
+}
+
+START_TEST(test_kill_noticed_at_once)
+{
+    plrun p;
+    pl_init(&p, "always", NULL);
+    gddr_client_opts o;
+    gddr_client_opts_init(&o);
+    o.server = p.s.endpoint;
+    o.rank = 0;
+    o.world_size = 2;
+    o.timeout_ms = 600000;
+    o.reconnect_timeout_ms = WAIT_MS;
+    waiter w = { 0 };
+    ck_assert_int_eq(gddr_client_open(&o, &w.c), GDDR_OK);
+    w.id = register_counter(w.c, "t", 16);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, wait_main, &w), 0);
+    gt_sleep_ms(300); /* the pull is parked on the server (if not yet: it is queued, no harm) */
+    pl_kill9(&p);
+    gt_sleep_ms(200);
+    pl_start(&p, "always", NULL);
+    gddr_client *c1 = pl_client(p.s.endpoint, 1, 2);
+    int id1 = register_counter(c1, "t", 16);
+    push_ones(c1, id1, 16, 3);
+    pthread_join(th, NULL);
+    ck_assert_msg(w.rc == GDDR_OK, "the waiting pull: %s (%s)", gddr_strerror(w.rc),
+                  gddr_client_errmsg(w.c));
+    ck_assert_uint_eq(w.version, 3);
+    for (int i = 0; i < 16; i++)
+        ck_assert_float_eq(w.out[i], 3.0f);
+    gddr_client_close(&c1);
+    gddr_client_close(&w.c);
+    gt_server_stop(&p.s, WAIT_MS, NULL);
+    gt_rm_rf(p.dir);
+}
+END_TEST
+
 Suite *suite_pushlog(void)
 {
     Suite *s = suite_create("pushlog");
@@ -387,5 +446,6 @@ Suite *suite_pushlog(void)
     GT_ADD_CASE(s, "checkpoint_starts_segment", test_checkpoint_starts_segment, 120);
     GT_ADD_CASE(s, "batch_synced_survives", test_batch_synced_survives, 120);
     GT_ADD_CASE(s, "sync_refused", test_sync_refused, 60);
+    GT_ADD_CASE(s, "kill_noticed_at_once", test_kill_noticed_at_once, 90);
     return s;
 }

@@ -194,6 +194,8 @@ op *gddr__op(gddr_client *c, uint64_t ticket);
 op *gddr__op_new(gddr_client *c, op_kind kind, int tensor);
 /* Ends every op in flight with rc (after a reconnect their replies never come). */
 void gddr__ops_fail_all(gddr_client *c, int rc);
+/* Closes the connection's socket and its monitor (monitor stopped first). */
+void gddr__close_socket(gddr_client *c);
 /* Sends one message of op o (a push in parts sends several under one op). */
 int gddr__send_msg(gddr_client *c, op *o, Gddr__Request *rq, const gddr__raw *raws, int nraw);
 /* A new op and its message; *ticket names it. */

@@ -329,16 +329,18 @@ static int pump(gddr_client *c, uint64_t ticket, int64_t deadline)
         int rc = zmq_poll(it, c->mon ? 2 : 1, (long)left);
         if (rc < 0 && errno != EINTR)
             return gddr__set_err(c, GDDR_EIO, "poll: %s", zmq_strerror(errno));
-        if (rc > 0 && c->mon && (it[1].revents & ZMQ_POLLIN) && gddr__mon_check(c) != GDDR_OK)
-            return GDDR_EAUTH;
-        if (rc <= 0 || !(it[0].revents & ZMQ_POLLIN))
+        if (rc <= 0)
             continue;
+        /* Replies first: one that came before a broken connection's
+         * event is an answer, not a loss (gddr__mon_check). */
         gddr__frames f;
         while (gddr__frames_recv(c->sock, &f, ZMQ_DONTWAIT) >= 0) {
             if (f.n >= 1)
                 complete(c, &f);
             gddr__frames_close(&f);
         }
+        if (c->mon && (it[1].revents & ZMQ_POLLIN) && gddr__mon_check(c) != GDDR_OK)
+            return GDDR_EAUTH;
     }
 }
 

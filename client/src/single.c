@@ -158,10 +158,7 @@ static void single_close(gddr_client *c)
         if (gddr__send_req(c, &rq, NULL, 0, OP_ACK, -1, &tk) == GDDR_OK)
             gddr__wait_op(c, tk, c->o.timeout_ms < 1000 ? c->o.timeout_ms : 1000, NULL);
     }
-    if (c->sock)
-        zmq_close(c->sock);
-    if (c->mon)
-        zmq_close(c->mon);
+    gddr__close_socket(c);
     if (c->zctx)
         zmq_ctx_term(c->zctx);
     for (int i = 0; i < c->nt; i++) {
