@@ -267,6 +267,10 @@ typedef struct gddr_ps {
     uint64_t plog_lsn0;     /* push log off: the LSN the restored checkpoint held */
     uint64_t hold_lsn;      /* push_log = always: replies sent now wait for this record */
     int replaying;          /* the push log is being replayed: no replies go out */
+    /* push_log = always (pushlog.c): takes a reply that must wait for
+     * record hold_lsn; 0 when it may go now. NULL when the log is not on. */
+    int (*hold_reply)(struct gddr_ps *ps, uint64_t lsn, zmq_msg_t *ident, void *hdr, size_t hlen,
+                      const gddr__raw *raws, int nraw);
     struct ps_partial *partials; /* pushes in parts still arriving (parts.c) */
     int64_t *offbuf;      /* per-chunk offsets of the push being applied */
     size_t offcap;
@@ -441,9 +445,7 @@ int ps_worker_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, uint
 int ps_worker_owns(gddr_ps *ps, const Gddr__Request *rq, uint64_t session);
 /* A worker said bye: gone at once. */
 void ps_worker_left(gddr_ps *ps, uint32_t rank);
-/* server.c: a request from the push log, handled as when it came (the
- * worker's ownership was checked then); its replies go nowhere. */
-void ps_replay_request(gddr_ps *ps, gddr__frames *f, const Gddr__Request *rq, uint64_t session);
+
 /* Declares silent workers dead; returns 1 when membership changed. */
 int ps_workers_check(gddr_ps *ps);
 /* The per-tensor record of a worker (grown on demand; NULL on no memory). */

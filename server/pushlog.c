@@ -31,415 +31,24 @@
  * request waits in a queue here until its record is on disk
  * (ps_plog_hold); the writer wakes the front thread through an eventfd.
  */
-#include "pushlog.h"
+#include "pushlog_int.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <liburing.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
-#include "crc32c.h"
 #include "log.h"
-#include "ps.h"
-
-#define PLOG_MAGIC 0x31504c47u /* "GLP1" little-endian */
-#define MAX_SEGS 4096
-
-typedef struct rec_head {
-    uint32_t magic, len; /* len: the bytes after this header */
-    uint32_t crc;        /* CRC-32C of nframes, lsn, session and the body */
-    uint32_t nframes;
-    uint64_t lsn, session;
-} rec_head;
-
-/* A record waiting for the writer: references to the request's frames. */
-typedef struct prec {
-    uint64_t lsn, session;
-    int n;
-    zmq_msg_t f[GDDR_MAX_FRAMES];
-} prec;
-
-typedef struct held {
-    uint64_t lsn;
-    zmq_msg_t ident, hdr;
-    zmq_msg_t raw[2];
-    int nraw;
-} held;
-
-struct ps_plog {
-    int mode;
-    long long window_ms;
-    char dir[4096];
-    int fd;               /* the segment being written (writer) */
-    uint64_t off;         /* its length (writer) */
-    uint64_t next_lsn;    /* front thread */
-    uint64_t rotated_lsn; /* the LSN of the last rotation */
-    /* the records the front thread gathers, under mu */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_cond_t written; /* the writer finished a write */
-    prec *q, *wq;
-    size_t len, cap, wcap; /* records in q; capacities of q and wq */
-    int64_t first_ms;     /* when the first record of q came */
-    size_t rot_at;        /* a new segment starts at this record of q ... */
-    uint64_t rot_lsn;     /* ... with this LSN (0: none pending) */
-    /* the writer's layout of a batch */
-    char *stage;          /* headers, lengths and small frames, copied */
-    size_t stage_cap;
-    struct iovec *iov;
-    size_t iov_cap;
-    int stop;
-    pthread_t th;
-    int started;
-    atomic_uint_fast64_t durable;
-    int efd;
-    /* checkpoints written (their LSNs), for pruning */
-    uint64_t ckpt_lsn[64];
-    int nckpt;
-    uint64_t pending_ckpt_lsn;
-    atomic_uint_fast64_t prune_below; /* segments whose successor starts at or before it go */
-    held *h;
-    size_t nh, caph;
-    ps_plog_stats st;
-    pthread_mutex_t stmu; /* st fields the writer updates */
-};
-
-static void seg_path(const ps_plog *pl, uint64_t start, char *out, size_t len)
-{
-    snprintf(out, len, "%s/pushlog-%016llx.log", pl->dir, (unsigned long long)start);
-}
-
-static uint32_t rec_crc(const rec_head *h, const void *body)
-{
-    uint32_t c = gddr__crc32c(0, &h->nframes, sizeof h->nframes + sizeof h->lsn + sizeof h->session);
-    return gddr__crc32c(c, body, h->len);
-}
-
-static void sync_dir(const char *dir)
-{
-    int d = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (d >= 0) {
-        fsync(d);
-        close(d);
-    }
-}
-
-/* Segments in dir, sorted by first LSN. */
-static size_t list_segments(const char *dir, uint64_t *out, size_t max)
-{
-    DIR *d = opendir(dir);
-    size_t n = 0;
-    if (!d)
-        return 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < max) {
-        unsigned long long v;
-        char tail[8];
-        if (sscanf(e->d_name, "pushlog-%16llx.%4s", &v, tail) == 2 && strcmp(tail, "log") == 0)
-            out[n++] = v;
-    }
-    closedir(d);
-    for (size_t i = 1; i < n; i++)
-        for (size_t j = i; j > 0 && out[j - 1] > out[j]; j--) {
-            uint64_t t = out[j];
-            out[j] = out[j - 1];
-            out[j - 1] = t;
-        }
-    return n;
-}
-
-static int open_segment(ps_plog *pl, uint64_t start)
-{
-    char p[4200];
-    seg_path(pl, start, p, sizeof p);
-    int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0)
-        return -errno;
-    sync_dir(pl->dir);
-    if (pl->fd >= 0)
-        close(pl->fd);
-    pl->fd = fd;
-    pl->off = 0;
-    return 0;
-}
-
-/* Deletes the segments whose every record is at most below - 1: those
- * followed by a segment starting at or before `below`. Called when a
- * checkpoint was written and when the writer opens a segment (the one a
- * checkpoint started may come after the checkpoint is written). */
-static void do_prune(ps_plog *pl)
-{
-    uint64_t below = atomic_load(&pl->prune_below);
-    if (!below)
-        return;
-    uint64_t *segs = malloc(MAX_SEGS * sizeof *segs);
-    if (!segs)
-        return;
-    size_t n = list_segments(pl->dir, segs, MAX_SEGS);
-    for (size_t i = 0; i + 1 < n; i++) {
-        if (segs[i + 1] > below)
-            break;
-        char p[4200];
-        seg_path(pl, segs[i], p, sizeof p);
-        if (unlink(p) != 0 && errno != ENOENT) /* ENOENT: the other thread's prune took it */
-            gddr_log(GDDR_LOG_WARN, "push log: cannot remove %s: %s", p, strerror(errno));
-    }
-    free(segs);
-}
-
-/* ---- the writer ------------------------------------------------------------- */
-
-/* Frames up to this size are copied into the stage with the headers;
- * larger ones are written from their own buffers. */
-#define COPY_MAX 4096
-#define IOV_BATCH 512
-
-/* Writes iov[0..n) at the segment's end: io_uring writev, or pwritev. */
-static int write_iov(ps_plog *pl, struct io_uring *ring, int have_ring, struct iovec *iov, size_t n)
-{
-    while (n > 0) {
-        size_t k = n < IOV_BATCH ? n : IOV_BATCH;
-        size_t want = 0;
-        for (size_t i = 0; i < k; i++)
-            want += iov[i].iov_len;
-        ssize_t w;
-        if (have_ring) {
-            struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-            io_uring_prep_writev(sqe, pl->fd, iov, (unsigned)k, pl->off);
-            int r = io_uring_submit_and_wait(ring, 1);
-            if (r < 0)
-                return r;
-            struct io_uring_cqe *cqe;
-            if ((r = io_uring_wait_cqe(ring, &cqe)) < 0)
-                return r;
-            w = cqe->res;
-            io_uring_cqe_seen(ring, cqe);
-        } else {
-            w = pwritev(pl->fd, iov, (int)k, (off_t)pl->off);
-            if (w < 0)
-                w = -errno;
-        }
-        if (w < 0)
-            return (int)w;
-        pl->off += (uint64_t)w;
-        if ((size_t)w == want) {
-            iov += k;
-            n -= k;
-            continue;
-        }
-        /* short: skip what went, go on from the rest */
-        size_t done = (size_t)w;
-        while (done >= iov->iov_len) {
-            done -= iov->iov_len;
-            iov++;
-            n--;
-        }
-        iov->iov_base = (char *)iov->iov_base + done;
-        iov->iov_len -= done;
-    }
-    return 0;
-}
-
-static int sync_seg(ps_plog *pl, struct io_uring *ring, int have_ring)
-{
-    if (!have_ring)
-        return fdatasync(pl->fd) == 0 ? 0 : -errno;
-    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-    io_uring_prep_fsync(sqe, pl->fd, IORING_FSYNC_DATASYNC);
-    int r = io_uring_submit_and_wait(ring, 1);
-    if (r < 0)
-        return r;
-    struct io_uring_cqe *cqe;
-    if ((r = io_uring_wait_cqe(ring, &cqe)) < 0)
-        return r;
-    r = cqe->res;
-    io_uring_cqe_seen(ring, cqe);
-    return r;
-}
-
-static int grow(void **p, size_t *cap, size_t need, size_t each)
-{
-    if (need <= *cap)
-        return 0;
-    size_t nc = *cap ? *cap : 256;
-    while (nc < need)
-        nc *= 2;
-    void *np = realloc(*p, nc * each);
-    if (!np)
-        return -1;
-    *p = np;
-    *cap = nc;
-    return 0;
-}
-
-/* Lays records r[0..n) out (headers, CRCs, iovecs), writes them and
- * releases their frames. Returns 0 or -errno. */
-static int write_records(ps_plog *pl, struct io_uring *ring, int have_ring, prec *r, size_t n,
-                         uint64_t *bytes)
-{
-    size_t stage_need = 0, iov_need = 0;
-    for (size_t i = 0; i < n; i++) {
-        stage_need += sizeof(rec_head) + 4 * (size_t)r[i].n;
-        iov_need += 1 + 2 * (size_t)r[i].n;
-        for (int k = 0; k < r[i].n; k++)
-            if (zmq_msg_size(&r[i].f[k]) <= COPY_MAX)
-                stage_need += zmq_msg_size(&r[i].f[k]);
-    }
-    if (grow((void **)&pl->stage, &pl->stage_cap, stage_need, 1) < 0 ||
-        grow((void **)&pl->iov, &pl->iov_cap, iov_need, sizeof *pl->iov) < 0)
-        return -ENOMEM;
-    /* The stage is not moved below (it was grown to its size first), so
-     * iovecs may point into it. Small pieces next to each other are merged. */
-    char *st = pl->stage;
-    size_t niov = 0;
-#define ADD(ptr, len)                                                                          \
-    do {                                                                                       \
-        if (niov && (char *)pl->iov[niov - 1].iov_base + pl->iov[niov - 1].iov_len == (ptr)) \
-            pl->iov[niov - 1].iov_len += (len);                                                \
-        else                                                                                   \
-            pl->iov[niov++] = (struct iovec){ (void *)(ptr), (len) };                          \
-    } while (0)
-    for (size_t i = 0; i < n; i++) {
-        rec_head h = { PLOG_MAGIC, 0, 0, (uint32_t)r[i].n, r[i].lsn, r[i].session };
-        for (int k = 0; k < r[i].n; k++)
-            h.len += 4 + (uint32_t)zmq_msg_size(&r[i].f[k]);
-        uint32_t c = gddr__crc32c(0, &h.nframes, sizeof h.nframes + sizeof h.lsn + sizeof h.session);
-        char *hp = st;
-        st += sizeof h;
-        ADD(hp, sizeof h);
-        for (int k = 0; k < r[i].n; k++) {
-            uint32_t fl = (uint32_t)zmq_msg_size(&r[i].f[k]);
-            const char *d = zmq_msg_data(&r[i].f[k]);
-            memcpy(st, &fl, 4);
-            c = gddr__crc32c(c, st, 4);
-            c = gddr__crc32c(c, d, fl);
-            ADD(st, 4);
-            st += 4;
-            if (fl <= COPY_MAX) {
-                memcpy(st, d, fl);
-                ADD(st, fl);
-                st += fl;
-            } else {
-                ADD(d, fl);
-            }
-        }
-        h.crc = c;
-        memcpy(hp, &h, sizeof h);
-    }
-#undef ADD
-    int rc = write_iov(pl, ring, have_ring, pl->iov, niov);
-    if (rc == 0)
-        *bytes += stage_need; /* (headers and small frames; large ones below) */
-    for (size_t i = 0; i < n; i++)
-        for (int k = 0; k < r[i].n; k++) {
-            if (rc == 0 && zmq_msg_size(&r[i].f[k]) > COPY_MAX)
-                *bytes += zmq_msg_size(&r[i].f[k]);
-            zmq_msg_close(&r[i].f[k]);
-        }
-    return rc;
-}
-
-static void *writer_main(void *arg)
-{
-    ps_plog *pl = arg;
-    struct io_uring ring;
-    int have_ring = io_uring_queue_init(8, &ring, 0) == 0;
-    if (!have_ring)
-        gddr_log(GDDR_LOG_WARN, "push log: io_uring unavailable; using pwritev and fdatasync");
-    pthread_mutex_lock(&pl->mu);
-    for (;;) {
-        while (!pl->stop && pl->len == 0)
-            pthread_cond_wait(&pl->cv, &pl->mu);
-        if (pl->len == 0 && pl->stop)
-            break;
-        if (pl->mode == PS_PLOG_BATCH && !pl->stop) {
-            /* Gather what comes within the window of the first record. */
-            int64_t due = pl->first_ms + pl->window_ms;
-            while (!pl->stop && gddr__now_ms() < due) {
-                struct timespec ts;
-                clock_gettime(CLOCK_REALTIME, &ts);
-                int64_t left = due - gddr__now_ms();
-                ts.tv_sec += left / 1000;
-                ts.tv_nsec += (left % 1000) * 1000000;
-                if (ts.tv_nsec >= 1000000000) {
-                    ts.tv_sec++;
-                    ts.tv_nsec -= 1000000000;
-                }
-                pthread_cond_timedwait(&pl->cv, &pl->mu, &ts);
-            }
-        }
-        prec *b = pl->q;
-        size_t n = pl->len, rot_at = pl->rot_at, cap = pl->cap;
-        uint64_t last = b[n - 1].lsn, rot_lsn = pl->rot_lsn;
-        pl->q = pl->wq;
-        pl->cap = pl->wcap;
-        pl->wq = b;
-        pl->wcap = cap;
-        pl->len = 0;
-        pl->rot_lsn = 0;
-        pthread_mutex_unlock(&pl->mu);
-        int rc = 0;
-        uint64_t bytes = 0;
-        if (rot_lsn) {
-            rc = write_records(pl, &ring, have_ring, b, rot_at, &bytes);
-            if (rc == 0)
-                rc = sync_seg(pl, &ring, have_ring);
-            if (rc == 0 && (rc = open_segment(pl, rot_lsn)) == 0)
-                do_prune(pl);
-            if (rc == 0)
-                rc = write_records(pl, &ring, have_ring, b + rot_at, n - rot_at, &bytes);
-            else
-                for (size_t i = rot_at; i < n; i++)
-                    for (int k = 0; k < b[i].n; k++)
-                        zmq_msg_close(&b[i].f[k]);
-        } else {
-            rc = write_records(pl, &ring, have_ring, b, n, &bytes);
-        }
-        if (rc == 0)
-            rc = sync_seg(pl, &ring, have_ring);
-        pthread_mutex_lock(&pl->stmu);
-        pl->st.bytes += bytes;
-        if (rc == 0) {
-            pl->st.syncs++;
-        } else if (!pl->st.write_error) {
-            pl->st.write_error = -rc;
-            gddr_log(GDDR_LOG_ERROR, "push log: writing to %s failed: %s; replies of always wait "
-                     "for good (pushes are still applied, a kill now loses them)", pl->dir,
-                     strerror(-rc));
-        }
-        pthread_mutex_unlock(&pl->stmu);
-        pthread_mutex_lock(&pl->mu);
-        pthread_cond_broadcast(&pl->written);
-        pthread_mutex_unlock(&pl->mu);
-        if (rc == 0) {
-            atomic_store(&pl->durable, last);
-            uint64_t one = 1;
-            if (write(pl->efd, &one, sizeof one) < 0) {
-                /* a full counter still wakes the poll */
-            }
-        }
-        pthread_mutex_lock(&pl->mu);
-    }
-    pthread_mutex_unlock(&pl->mu);
-    if (have_ring)
-        io_uring_queue_exit(&ring);
-    return NULL;
-}
 
 /* ---- replay -------------------------------------------------------------------- */
 
 /* Replays one record (frames copied out, each its own allocation, since
  * the apply pool may keep a payload frame past this call). */
-static int replay_record(gddr_ps *ps, const rec_head *h, const char *body)
+static int replay_record(gddr_ps *ps, ps_plog_replay_fn replay, const rec_head *h, const char *body)
 {
     gddr__frames f;
     memset(&f, 0, sizeof f);
@@ -467,7 +76,7 @@ static int replay_record(gddr_ps *ps, const rec_head *h, const char *body)
     Gddr__Request *rq = gddr__request__unpack(NULL, gddr__frame_size(&f, 1), gddr__frame_data(&f, 1));
     if (!rq)
         goto bad;
-    ps_replay_request(ps, &f, rq, h->session);
+    replay(ps, &f, rq, h->session);
     gddr__request__free_unpacked(rq, NULL);
     gddr__frames_close(&f);
     return 0;
@@ -479,7 +88,8 @@ bad:
 /* Replays segment path from the LSN after *lsn; cuts it at a torn record.
  * Returns 0, or 1 when the segment ended in a torn record (nothing after
  * it is trusted). */
-static int replay_segment(gddr_ps *ps, ps_plog *pl, const char *path, uint64_t *lsn)
+static int replay_segment(gddr_ps *ps, ps_plog *pl, ps_plog_replay_fn replay, const char *path,
+                          uint64_t *lsn)
 {
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
@@ -508,7 +118,7 @@ static int replay_segment(gddr_ps *ps, ps_plog *pl, const char *path, uint64_t *
             body = nb;
             bcap = h.len;
         }
-        if (pread(fd, body, h.len, (off_t)(off + sizeof h)) != (ssize_t)h.len || rec_crc(&h, body) != h.crc) {
+        if (pread(fd, body, h.len, (off_t)(off + sizeof h)) != (ssize_t)h.len || ps_plog_rec_crc(&h, body) != h.crc) {
             torn = 1;
             break;
         }
@@ -523,7 +133,7 @@ static int replay_segment(gddr_ps *ps, ps_plog *pl, const char *path, uint64_t *
             return 1;
         }
         if (h.lsn == *lsn + 1) {
-            if (replay_record(ps, &h, body) < 0)
+            if (replay_record(ps, replay, &h, body) < 0)
                 gddr_log(GDDR_LOG_WARN, "push log: record %llu of %s cannot be read back; skipped",
                          (unsigned long long)h.lsn, path);
             *lsn = h.lsn;
@@ -547,7 +157,7 @@ static int replay_segment(gddr_ps *ps, ps_plog *pl, const char *path, uint64_t *
 
 /* ---- the front thread's side ------------------------------------------------- */
 
-int ps_plog_open(gddr_ps *ps, uint64_t ckpt_lsn, char *err, size_t errlen)
+int ps_plog_open(gddr_ps *ps, uint64_t ckpt_lsn, ps_plog_replay_fn replay, char *err, size_t errlen)
 {
     const gddr_ps_config *cfg = &ps->cfg;
     if (!cfg->checkpoint_dir[0])
@@ -557,7 +167,7 @@ int ps_plog_open(gddr_ps *ps, uint64_t ckpt_lsn, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return GDDR_ENOMEM;
     }
-    size_t nseg = list_segments(cfg->checkpoint_dir, segs, MAX_SEGS);
+    size_t nseg = ps_plog_list_segments(cfg->checkpoint_dir, segs, MAX_SEGS);
     if (cfg->push_log == PS_PLOG_OFF) {
         /* A later start with the log on must not replay these: they hold
          * pushes from before the checkpoints this run writes. */
@@ -596,8 +206,8 @@ int ps_plog_open(gddr_ps *ps, uint64_t ckpt_lsn, char *err, size_t errlen)
         if (i + 1 < nseg && segs[i + 1] <= lsn + 1)
             continue; /* all of it is in the checkpoint */
         char p[4200];
-        seg_path(pl, segs[i], p, sizeof p);
-        if (replay_segment(ps, pl, p, &lsn) != 0) {
+        ps_plog_seg_path(pl, segs[i], p, sizeof p);
+        if (replay_segment(ps, pl, replay, p, &lsn) != 0) {
             if (i + 1 < nseg)
                 gddr_log(GDDR_LOG_WARN, "push log: %zu later segment(s) not replayed", nseg - i - 1);
             break;
@@ -617,17 +227,19 @@ int ps_plog_open(gddr_ps *ps, uint64_t ckpt_lsn, char *err, size_t errlen)
     atomic_init(&pl->durable, lsn);
     pl->ckpt_lsn[pl->nckpt++] = ckpt_lsn;
     atomic_init(&pl->prune_below, 0);
-    int rc = open_segment(pl, pl->next_lsn);
+    int rc = ps_plog_open_segment(pl, pl->next_lsn);
     if (rc < 0) {
         snprintf(err, errlen, "push log: cannot create a segment in %s: %s", pl->dir, strerror(-rc));
         return GDDR_EIO;
     }
     pl->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (pl->efd < 0 || pthread_create(&pl->th, NULL, writer_main, pl) != 0) {
+    if (pl->efd < 0 || pthread_create(&pl->th, NULL, ps_plog_writer_main, pl) != 0) {
         snprintf(err, errlen, "push log: cannot start its writer");
         return GDDR_ENOMEM;
     }
     pl->started = 1;
+    if (pl->mode == PS_PLOG_ALWAYS)
+        ps->hold_reply = ps_plog_hold; /* reply.c: answers to logged requests wait here */
     return GDDR_OK;
 }
 
@@ -654,7 +266,7 @@ uint64_t ps_plog_append(gddr_ps *ps, const gddr__frames *f, uint64_t session)
             pl->st.waits++;
         }
     }
-    if (grow((void **)&pl->q, &pl->cap, pl->len + 1, sizeof *pl->q) < 0) {
+    if (ps_plog_grow((void **)&pl->q, &pl->cap, pl->len + 1, sizeof *pl->q) < 0) {
         pthread_mutex_unlock(&pl->mu);
         gddr_log(GDDR_LOG_ERROR, "push log: no memory for a record; this request is not logged");
         return 0;
@@ -787,7 +399,7 @@ void ps_plog_prune(gddr_ps *ps)
     /* The oldest checkpoint kept replays from the segment holding its
      * LSN + 1: everything before that segment can go. */
     atomic_store(&pl->prune_below, pl->ckpt_lsn[pl->nckpt - keep] + 1);
-    do_prune(pl);
+    ps_plog_prune_now(pl);
 }
 
 void ps_plog_stats_get(gddr_ps *ps, ps_plog_stats *st)
@@ -836,4 +448,5 @@ void ps_plog_close(gddr_ps *ps)
     pthread_cond_destroy(&pl->written);
     free(pl);
     ps->plog = NULL;
+    ps->hold_reply = NULL;
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gddr.pb-c.h"
 #include "wire.h"
 
 enum { PS_PLOG_OFF = 0, PS_PLOG_BATCH = 1, PS_PLOG_ALWAYS = 2 };
@@ -27,10 +28,14 @@ typedef struct ps_plog_stats {
 } ps_plog_stats;
 
 /* At start, after the checkpoint is restored: replays the log's records
- * after ckpt_lsn (the checkpoint's "plog" section), cuts a torn tail, and
+ * after ckpt_lsn (the checkpoint's "plog" section) through `replay` (the
+ * server's handlers, server.c), cuts a torn tail, and
  * opens the next segment. With push_log = off, moves old segments aside
  * (a later start with the log on must not replay them). */
-int ps_plog_open(struct gddr_ps *ps, uint64_t ckpt_lsn, char *err, size_t errlen);
+typedef void (*ps_plog_replay_fn)(struct gddr_ps *ps, gddr__frames *f, const Gddr__Request *rq,
+                                  uint64_t session);
+int ps_plog_open(struct gddr_ps *ps, uint64_t ckpt_lsn, ps_plog_replay_fn replay, char *err,
+                 size_t errlen);
 /* Appends a request just accepted (its frames but the identity, and the
  * session it speaks for); returns its LSN, 0 when the log is off. */
 uint64_t ps_plog_append(struct gddr_ps *ps, const gddr__frames *f, uint64_t session);

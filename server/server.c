@@ -255,7 +255,9 @@ static void hold_for(gddr_ps *ps, uint64_t lsn)
     ps->hold_lsn = ps->cfg.push_log == PS_PLOG_ALWAYS ? lsn : 0;
 }
 
-void ps_replay_request(gddr_ps *ps, gddr__frames *f, const Gddr__Request *rq, uint64_t session)
+/* A request from the push log (pushlog.c), handled as when it came (the
+ * worker's ownership was checked then); its replies go nowhere. */
+static void replay_request(gddr_ps *ps, gddr__frames *f, const Gddr__Request *rq, uint64_t session)
 {
     zmq_msg_t *ident = &f->part[0];
     switch (rq->body_case) {
@@ -488,7 +490,7 @@ int ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path, char
     if (rc == GDDR_OK)
         rc = ps_snapshot_restore(ps, err, errlen);
     if (rc == GDDR_OK)
-        rc = ps_plog_open(ps, ps->plog_lsn0, err, errlen);
+        rc = ps_plog_open(ps, ps->plog_lsn0, replay_request, err, errlen);
     if (rc != GDDR_OK) {
         ps_close(&ps);
         return rc;

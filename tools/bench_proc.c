@@ -2,6 +2,7 @@
 #include "bench_proc.h"
 
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,4 +125,30 @@ void bench_start_sets(bench_proc *p, int threads, int index, int count, const ch
     }
     argv[a] = NULL;
     bench_spawn(p, argv);
+}
+
+/* Seconds to write `bytes` to a fresh file in dir and fdatasync it: the
+ * disk's ceiling for the push log, measured in the same run. */
+double bench_disk_write_sync(const char *dir, size_t bytes)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/bench-disk", dir);
+    char *b = malloc(bytes);
+    if (!b)
+        return NAN;
+    memset(b, 7, bytes);
+    double t0 = bench_now();
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        free(b);
+        return NAN;
+    }
+    fwrite(b, 1, bytes, f);
+    fflush(f);
+    fdatasync(fileno(f));
+    fclose(f);
+    double dt = bench_now() - t0;
+    unlink(path);
+    free(b);
+    return dt;
 }

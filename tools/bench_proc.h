@@ -31,6 +31,9 @@ void bench_stop(bench_proc *p);
 /* A gddr-ps with `threads` apply threads, shard `index` of `count`, lr 0,
  * plus `extra` (one more "--set KEY=VALUE", or NULL). */
 void bench_start_shard(bench_proc *p, int threads, int index, int count, const char *extra);
+/* Seconds to write `bytes` to a fresh file in dir and fdatasync it (the
+ * disk's ceiling for the push log); NaN when it cannot. */
+double bench_disk_write_sync(const char *dir, size_t bytes);
 /* The same with any number of KEY=VALUE settings (NULL-terminated, may be NULL). */
 void bench_start_sets(bench_proc *p, int threads, int index, int count, const char *const *extra);
 

@@ -235,32 +235,6 @@ static void section_pushpull(const size_t *sizes, int nsizes)
     bench_stop(&rs);
 }
 
-/* Seconds to write `bytes` to a fresh file in dir and fdatasync it: the
- * disk's ceiling for the push log, measured in the same run. */
-static double disk_write_sync(const char *dir, size_t bytes)
-{
-    char path[4200];
-    snprintf(path, sizeof path, "%s/bench-disk", dir);
-    char *b = malloc(bytes);
-    if (!b)
-        return NAN;
-    memset(b, 7, bytes);
-    double t0 = bench_now();
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        free(b);
-        return NAN;
-    }
-    fwrite(b, 1, bytes, f);
-    fflush(f);
-    fdatasync(fileno(f));
-    fclose(f);
-    double dt = bench_now() - t0;
-    unlink(path);
-    free(b);
-    return dt;
-}
-
 /* push+pull against gddr-ps with push_log off, batch and always (one
  * server each, checkpoint_dir in a scratch folder, no periodic
  * checkpoints), the three interleaved in every repetition; ratios to off. */
@@ -281,7 +255,7 @@ static void section_durability(const size_t *sizes, int nsizes)
         const char *sets[] = { ck[m], pl[m], "checkpoint_interval_s=0", NULL };
         bench_start_sets(&gs[m], 2, 0, 1, sets);
     }
-    double disk = disk_write_sync(dir, (size_t)64 << 20);
+    double disk = bench_disk_write_sync(dir, (size_t)64 << 20);
     printf("\n## push+pull with the push log (MB/s; median of %d; ratio to push_log = off in the same "
            "repetition)\n\nDisk: 64 MiB written and fdatasync'd in %.0f ms (%.0f MB/s).\n\n",
            reps, disk * 1e3, 64.0 * 1.048576 / disk);
