@@ -113,6 +113,15 @@ int gddr__send_msg(gddr_client *c, op *o, Gddr__Request *rq, const gddr__raw *ra
                 raws[i].free_fn((void *)raws[i].data, raws[i].hint);
         return gddr__set_err(c, GDDR_EIO, "no connection to %s (dropped after a failure)", c->server);
     }
+    /* Events already waiting first: a connection that broke before this
+     * request fails only the requests sent before it (gddr__mon_check). */
+    int mrc = c->mon ? gddr__mon_check(c) : GDDR_OK;
+    if (mrc != GDDR_OK) {
+        for (int i = 0; i < nraw; i++)
+            if (raws[i].free_fn)
+                raws[i].free_fn((void *)raws[i].data, raws[i].hint);
+        return mrc;
+    }
     long n = gddr__send(c->sock, NULL, &rq->base, raws, nraw);
     if (n < 0 && errno == EAGAIN) {
         int rc = gddr__mon_check(c);
@@ -278,8 +287,10 @@ int gddr__mon_check(gddr_client *c)
             for (size_t i = 0; i < c->nops; i++)
                 inflight += c->ops[i].req_id && !c->ops[i].done;
             if (inflight) {
-                gddr__ops_fail_all(c, GDDR_EIO);
-                gddr__set_err(c, GDDR_EIO, "the connection to %s broke with %zu request(s) in "
+                /* As if they had timed out (no reply will come): the same
+                 * code a caller gets for a server gone, only sooner. */
+                gddr__ops_fail_all(c, GDDR_ETIMEDOUT);
+                gddr__set_err(c, GDDR_ETIMEDOUT, "the connection to %s broke with %zu request(s) in "
                               "flight (the server went away?)", c->server, inflight);
             }
             gddr__logf(&c->log, GDDR_LOG_INFO, "the connection to %s broke", c->server);

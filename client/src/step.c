@@ -334,8 +334,8 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
         rc = dc_pull(c, base, res, tk, &dca);
         if (rc == GDDR_OK)
             break;
-        if (!gddr__needs_reconnect(c, rc) || gddr__now_ms() > give_up || gddr__reconnect(c) != GDDR_OK)
-            goto out;
+        if (!gddr__needs_reconnect(c, rc) || gddr__now_ms() > give_up || (rc = gddr__reconnect(c)) != GDDR_OK)
+            goto out; /* (a failed reconnect says why: the server did not come back) */
     }
 
     /* 3-4: compensation, then GDDR residuals or the whole gradient. The step
@@ -356,7 +356,7 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
         rc = exchange(c, pl, dev ? staged : params, res, tk, tk + nt, give_up);
         if (rc == GDDR_OK)
             break;
-        if (!gddr__needs_reconnect(c, rc) || gddr__now_ms() > give_up || gddr__reconnect(c) != GDDR_OK)
+        if (!gddr__needs_reconnect(c, rc) || gddr__now_ms() > give_up || (rc = gddr__reconnect(c)) != GDDR_OK)
             goto out;
         /* The restarted server may be behind the versions we tagged. */
         for (int i = 0; i < nt; i++) {
