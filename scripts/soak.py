@@ -197,6 +197,16 @@ class Server:
         self.lives[-1][2].append((time.monotonic(), rss, fds))
 
 
+def stop_proc(p, wait_s):
+    """SIGTERM, and SIGKILL when it has not exited within wait_s."""
+    p.signal(signal.SIGTERM)
+    try:
+        p.proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        p.signal(signal.SIGKILL)
+        p.proc.wait()
+
+
 def last_line(path):
     try:
         lines = [ln for ln in open(path, errors="replace").read().splitlines() if ln.strip()]
@@ -300,6 +310,16 @@ def keygen(tmp):
     return {"server_pub": srv["public"], "client_pub": cli["public"], "client_sec": cli["secret"]}
 
 
+def do_action(act, kills):
+    """A fault's second half: ("start", server[, kill index]) or ("cont", process)."""
+    if act[0] == "start":
+        act[1].start()
+        if len(act) > 2:
+            kills[act[2]][2] = time.time()
+    else:
+        act[1].signal(signal.SIGCONT)
+
+
 def percentile(xs, p):
     if not xs:
         return float("nan")
@@ -389,13 +409,7 @@ def run(args, chaos):
             raise RuntimeError("the conservation worker died: %s" % last_line(cons_err.name))
         for item in [p for p in pending if p[0] <= now]:
             pending.remove(item)
-            act = item[1]
-            if act[0] == "start":
-                act[1].start()
-                if len(act) > 2:
-                    kills[act[2]][2] = time.time()
-            elif act[0] == "cont":
-                act[1].signal(signal.SIGCONT)
+            do_action(item[1], kills)
         if chaos and now >= next_event:
             next_event = now + rnd.uniform(args.gap * 0.5, args.gap * 1.5)
             roll = rnd.random()
@@ -442,12 +456,7 @@ def run(args, chaos):
     # Calm down: everything resumed, every server up.
     stop.set()
     for due, act in sorted(pending, key=lambda p: p[0]):
-        if act[0] == "start":
-            act[1].start()
-            if len(act) > 2:
-                kills[act[2]][2] = time.time()
-        else:
-            act[1].signal(signal.SIGCONT)
+        do_action(act, kills)
     for s in servers:
         if s.reap():
             s.start()
@@ -459,12 +468,7 @@ def run(args, chaos):
                 s.sample()
             time.sleep(0.5)
         if w.proc and w.proc.poll() is None:
-            w.signal(signal.SIGTERM)
-            try:
-                w.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                w.signal(signal.SIGKILL)
-                w.proc.wait()
+            stop_proc(w, 60)
         w.check(restart=False)
     open(stop_file, "w").close()
     try:
@@ -482,12 +486,7 @@ def run(args, chaos):
             if line.startswith("gddr_duplicate_pushes_total "):
                 dup += int(float(line.split()[1]))
     for s in servers:
-        s.signal(signal.SIGTERM)
-        try:
-            s.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            s.signal(signal.SIGKILL)
-            s.proc.wait()
+        stop_proc(s, 30)
         s.planned = True
         s.reap()
     return account(args, tmp, servers, workers, kills, events, counts, acc, dup, result_file,

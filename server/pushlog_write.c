@@ -106,6 +106,21 @@ void ps_plog_prune_now(ps_plog *pl)
 #define COPY_MAX 4096
 #define IOV_BATCH 512
 
+/* Submits the one request prepared on ring and returns its result (or a
+ * negative errno of io_uring itself). */
+static int ring_one(struct io_uring *ring)
+{
+    int r = io_uring_submit_and_wait(ring, 1);
+    if (r < 0)
+        return r;
+    struct io_uring_cqe *cqe;
+    if ((r = io_uring_wait_cqe(ring, &cqe)) < 0)
+        return r;
+    r = cqe->res;
+    io_uring_cqe_seen(ring, cqe);
+    return r;
+}
+
 /* Writes iov[0..n) at the segment's end: io_uring writev, or pwritev. */
 static int write_iov(ps_plog *pl, struct io_uring *ring, int have_ring, struct iovec *iov, size_t n)
 {
@@ -116,16 +131,8 @@ static int write_iov(ps_plog *pl, struct io_uring *ring, int have_ring, struct i
             want += iov[i].iov_len;
         ssize_t w;
         if (have_ring) {
-            struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-            io_uring_prep_writev(sqe, pl->fd, iov, (unsigned)k, pl->off);
-            int r = io_uring_submit_and_wait(ring, 1);
-            if (r < 0)
-                return r;
-            struct io_uring_cqe *cqe;
-            if ((r = io_uring_wait_cqe(ring, &cqe)) < 0)
-                return r;
-            w = cqe->res;
-            io_uring_cqe_seen(ring, cqe);
+            io_uring_prep_writev(io_uring_get_sqe(ring), pl->fd, iov, (unsigned)k, pl->off);
+            w = ring_one(ring);
         } else {
             w = pwritev(pl->fd, iov, (int)k, (off_t)pl->off);
             if (w < 0)
@@ -156,17 +163,8 @@ static int sync_seg(ps_plog *pl, struct io_uring *ring, int have_ring)
 {
     if (!have_ring)
         return fdatasync(pl->fd) == 0 ? 0 : -errno;
-    struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
-    io_uring_prep_fsync(sqe, pl->fd, IORING_FSYNC_DATASYNC);
-    int r = io_uring_submit_and_wait(ring, 1);
-    if (r < 0)
-        return r;
-    struct io_uring_cqe *cqe;
-    if ((r = io_uring_wait_cqe(ring, &cqe)) < 0)
-        return r;
-    r = cqe->res;
-    io_uring_cqe_seen(ring, cqe);
-    return r;
+    io_uring_prep_fsync(io_uring_get_sqe(ring), pl->fd, IORING_FSYNC_DATASYNC);
+    return ring_one(ring);
 }
 
 int ps_plog_grow(void **p, size_t *cap, size_t need, size_t each)

@@ -165,25 +165,26 @@ char *ps_metrics_text(gddr_ps *ps)
     if (ps->plog) {
         ps_plog_stats pst;
         ps_plog_stats_get(ps, &pst);
-        sb_printf(&b, "# HELP gddr_push_log_records_total Requests appended to the push log.\n# TYPE gddr_push_log_records_total counter\n"
-                      "gddr_push_log_records_total %llu\n", (unsigned long long)pst.records);
-        sb_printf(&b, "# HELP gddr_push_log_bytes_total Bytes written to the push log.\n# TYPE gddr_push_log_bytes_total counter\n"
-                      "gddr_push_log_bytes_total %llu\n", (unsigned long long)pst.bytes);
-        sb_printf(&b, "# HELP gddr_push_log_syncs_total Writes of the push log synced to disk (group commits).\n# TYPE gddr_push_log_syncs_total counter\n"
-                      "gddr_push_log_syncs_total %llu\n", (unsigned long long)pst.syncs);
-        sb_printf(&b, "# HELP gddr_push_log_unsynced_records Records appended but not yet on disk.\n# TYPE gddr_push_log_unsynced_records gauge\n"
-                      "gddr_push_log_unsynced_records %llu\n",
-                  (unsigned long long)(pst.appended_lsn - pst.durable_lsn));
-        sb_printf(&b, "# HELP gddr_push_log_held_replies Replies waiting for their record to be on disk (push_log = always).\n# TYPE gddr_push_log_held_replies gauge\n"
-                      "gddr_push_log_held_replies %llu\n", (unsigned long long)pst.held_replies);
-        sb_printf(&b, "# HELP gddr_push_log_replayed_records Records replayed at this start.\n# TYPE gddr_push_log_replayed_records gauge\n"
-                      "gddr_push_log_replayed_records %llu\n", (unsigned long long)pst.replayed);
-        sb_printf(&b, "# HELP gddr_push_log_replay_ms Milliseconds the replay at this start took.\n# TYPE gddr_push_log_replay_ms gauge\n"
-                      "gddr_push_log_replay_ms %llu\n", (unsigned long long)pst.replay_ms);
-        sb_printf(&b, "# HELP gddr_push_log_torn_bytes Bytes of a torn record cut from the log at this start.\n# TYPE gddr_push_log_torn_bytes gauge\n"
-                      "gddr_push_log_torn_bytes %llu\n", (unsigned long long)pst.torn_bytes);
-        sb_printf(&b, "# HELP gddr_push_log_write_errors Whether writing the push log failed (1) since the start.\n# TYPE gddr_push_log_write_errors gauge\n"
-                      "gddr_push_log_write_errors %d\n", pst.write_error ? 1 : 0);
+        const struct {
+            const char *name, *type, *help;
+            unsigned long long v;
+        } rows[] = {
+            { "records_total", "counter", "Requests appended to the push log.", pst.records },
+            { "bytes_total", "counter", "Bytes written to the push log.", pst.bytes },
+            { "syncs_total", "counter", "Writes of the push log synced to disk (group commits).", pst.syncs },
+            { "unsynced_records", "gauge", "Records appended but not yet on disk.",
+              pst.appended_lsn - pst.durable_lsn },
+            { "held_replies", "gauge", "Replies waiting for their record to be on disk (push_log = always).",
+              pst.held_replies },
+            { "replayed_records", "gauge", "Records replayed at this start.", pst.replayed },
+            { "replay_ms", "gauge", "Milliseconds the replay at this start took.", pst.replay_ms },
+            { "torn_bytes", "gauge", "Bytes of a torn record cut from the log at this start.", pst.torn_bytes },
+            { "write_errors", "gauge", "Whether writing the push log failed (1) since the start.",
+              pst.write_error ? 1u : 0u },
+        };
+        for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
+            sb_printf(&b, "# HELP gddr_push_log_%s %s\n# TYPE gddr_push_log_%s %s\ngddr_push_log_%s %llu\n",
+                      rows[i].name, rows[i].help, rows[i].name, rows[i].type, rows[i].name, rows[i].v);
     }
     sb_printf(&b, "# HELP gddr_checkpoints_total Checkpoints written.\n# TYPE gddr_checkpoints_total counter\n"
                   "gddr_checkpoints_total %llu\n", (unsigned long long)ps->ckpt_count);

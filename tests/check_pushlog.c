@@ -177,6 +177,29 @@ static Gddr__Reply *raw_push_step(raw_conn *r, uint32_t id, size_t n, uint64_t s
     return rep;
 }
 
+/* Waits (up to WAIT_MS) until metric `name` of c's server satisfies
+ * cmp(value, want); returns the last value read. */
+static double wait_metric(gddr_client *c, const char *name, int (*cmp)(double, double), double want)
+{
+    int64_t end = gt_now_ms() + WAIT_MS;
+    double v = gt_server_metric(c, name);
+    while (!cmp(v, want) && gt_now_ms() < end) {
+        gt_sleep_ms(20);
+        v = gt_server_metric(c, name);
+    }
+    return v;
+}
+
+static int at_least(double v, double want)
+{
+    return v >= want;
+}
+
+static int equal_to(double v, double want)
+{
+    return v == want;
+}
+
 static size_t count_segments(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -306,12 +329,10 @@ START_TEST(test_checkpoint_starts_segment)
      * and, once it is written, the old one goes (checkpoint_keep = 1). */
     double n0 = gt_server_metric(c, "gddr_checkpoints_total");
     ck_assert_int_eq(gddr_request_checkpoint(c), GDDR_OK);
-    int64_t end = gt_now_ms() + WAIT_MS;
-    while (gt_server_metric(c, "gddr_checkpoints_total") < n0 + 1 && gt_now_ms() < end)
-        gt_sleep_ms(20);
-    ck_assert_msg(gt_server_metric(c, "gddr_checkpoints_total") >= n0 + 1, "no checkpoint written");
+    ck_assert_msg(wait_metric(c, "gddr_checkpoints_total", at_least, n0 + 1) >= n0 + 1,
+                  "no checkpoint written");
     push_ones(c, id, BIG, 4); /* these only in the new segment */
-    end = gt_now_ms() + WAIT_MS;
+    int64_t end = gt_now_ms() + WAIT_MS;
     while (count_segments(p.ckpt) != 1 && gt_now_ms() < end)
         gt_sleep_ms(20);
     ck_assert_msg(count_segments(p.ckpt) == 1, "%zu segments after a checkpoint with checkpoint_keep = 1",
@@ -335,10 +356,7 @@ START_TEST(test_batch_synced_survives)
     int id = register_counter(c, "t", BIG);
     push_ones(c, id, BIG, 20);
     /* batch answers at once; once nothing is left unsynced, a kill keeps it all */
-    int64_t end = gt_now_ms() + WAIT_MS;
-    while (gt_server_metric(c, "gddr_push_log_unsynced_records") != 0 && gt_now_ms() < end)
-        gt_sleep_ms(10);
-    ck_assert_double_eq(gt_server_metric(c, "gddr_push_log_unsynced_records"), 0);
+    ck_assert_double_eq(wait_metric(c, "gddr_push_log_unsynced_records", equal_to, 0), 0);
     ck_assert_msg(gt_server_metric(c, "gddr_push_log_syncs_total") >= 1, "nothing was synced");
     pl_kill9(&p);
     pl_start(&p, "batch", "push_log_window_ms=5");

@@ -423,28 +423,27 @@ static void run_serial_then_apply(void *p)
     ps_pool_run(a->pool, &j);
 }
 
-/* Now, when no reply holds the tensor's buffer: the norm over the pool,
- * then the apply in place. */
-static void run_pool_then_apply(void *p)
+/* The norm over the pool, then the apply: in place, or into dst. */
+static void pool_then_apply(apply_arg *a, float *dst)
 {
-    apply_arg *a = p;
     ps_job v = { .t = a->job.t, .vals = a->g };
     volatile double x = ps_payload_norm(a->pool, &v, a->sq);
     (void)x;
     ps_job j = a->job;
+    j.dst = dst;
     ps_pool_run(a->pool, &j);
+}
+
+/* Now, when no reply holds the tensor's buffer: in place. */
+static void run_pool_then_apply(void *p)
+{
+    pool_then_apply(p, NULL);
 }
 
 /* Copy on write (a reply holds the buffer) with two reads: momentum, Adam. */
 static void run_pool_then_cow(void *p)
 {
-    apply_arg *a = p;
-    ps_job v = { .t = a->job.t, .vals = a->g };
-    volatile double x = ps_payload_norm(a->pool, &v, a->sq);
-    (void)x;
-    ps_job j = a->job;
-    j.dst = a->dst;
-    ps_pool_run(a->pool, &j);
+    pool_then_apply(p, ((apply_arg *)p)->dst);
 }
 
 /* Copy on write, plain SGD now: the norm taken in the read that applies. */
