@@ -27,7 +27,8 @@ At the end it prints, and writes as JSON (--json):
     whether every tensor's values equal its version (no torn update);
   - duplicate pushes the servers answered as resends;
   - recovery: from each server kill to the conservation worker's next
-    completed step, median and p95, and from the restart;
+    completed step, median and p95, and from the restart; the push log's
+    replay time at each restart (its share of the recovery);
   - unplanned exits (servers that died without being killed, workers that
     gave up), each with the last line it printed;
   - RSS and open files of each server over the second half of each life
@@ -529,6 +530,17 @@ def account(args, tmp, servers, workers, kills, events, counts, acc, dup, result
                                    "n": len(rec_kill)}
     rep["recovery_from_restart_s"] = {"median": statistics.median(rec_restart) if rec_restart else None,
                                       "p95": percentile(rec_restart, 0.95) if rec_restart else None}
+    # the replay's share: each restart's "push log: replayed N records ... in T ms"
+    replay_ms = []
+    for s in servers:
+        for line in open(s.logf.name, errors="replace"):
+            if "push log: replayed" in line and " ms" in line:
+                try:
+                    replay_ms.append(float(line.rsplit(" in ", 1)[1].split()[0]))
+                except (IndexError, ValueError):
+                    pass
+    rep["replay_ms"] = {"median": statistics.median(replay_ms) if replay_ms else None,
+                        "max": max(replay_ms) if replay_ms else None, "n": len(replay_ms)}
     growth = []
     for s in servers:
         for start, end_, samples in s.lives:
@@ -562,6 +574,9 @@ def account(args, tmp, servers, workers, kills, events, counts, acc, dup, result
         fmt(rk["median"]), fmt(rk["p95"]), rk["n"]))
     rr = rep["recovery_from_restart_s"]
     print("| ... from its restart (s) | median %s, p95 %s |" % (fmt(rr["median"]), fmt(rr["p95"])))
+    rp = rep["replay_ms"]
+    print("| push log replay at a restart (ms) | median %s, max %s over %d restarts |" % (
+        fmt(rp["median"]), fmt(rp["max"]), rp["n"]))
     print("| torn tensors | %s |" % (rep["torn"] or "none"))
     print("| unplanned exits | %s |" % (len(unplanned)))
     for u in unplanned:
