@@ -140,35 +140,20 @@ static int register_counter(gddr_client *c, const char *key, size_t n)
 }
 
 /* A raw push of step `step` (values -1) to tensor id as r's rank; returns
- * the reply (the caller frees it). */
-static Gddr__Reply *raw_push_step(raw_conn *r, uint32_t id, size_t n, uint64_t step, uint64_t base)
+ * its reply (the caller frees it). */
+static Gddr__Reply *push_step_reply(raw_conn *r, uint32_t id, size_t n, uint64_t step, uint64_t base)
 {
     float *g = malloc(n * sizeof *g);
     ck_assert_ptr_nonnull(g);
     for (size_t i = 0; i < n; i++)
         g[i] = -1.0f;
-    Gddr__Request rq = GDDR__REQUEST__INIT;
-    Gddr__Push p = GDDR__PUSH__INIT;
-    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
-    rq.req_id = ++r->next_id;
-    rq.rank = r->rank;
-    rq.session = r->session;
-    p.id = id;
-    p.step = step;
-    p.birth_version = base;
-    p.base_version = base;
-    p.grad_norm = 1.0f;
-    p.payload_bytes = n * 4;
-    rq.body_case = GDDR__REQUEST__BODY_PUSH;
-    rq.push = &p;
-    gddr__raw raw = { g, n * 4, NULL, NULL };
-    ck_assert(gddr__send(r->sock, NULL, &rq.base, &raw, 1) >= 0);
+    uint64_t rid = raw_push_step(r, id, g, n, base, step, 1.0f);
     free(g);
     Gddr__Reply *rep = NULL;
     int64_t end = gt_now_ms() + WAIT_MS;
     while (!rep && gt_now_ms() < end) {
         rep = raw_recv(r, 1000, NULL);
-        if (rep && rep->req_id != rq.req_id) {
+        if (rep && rep->req_id != rid) {
             gddr__reply__free_unpacked(rep, NULL);
             rep = NULL;
         }
@@ -251,7 +236,7 @@ START_TEST(test_always_kill9_loses_nothing)
     raw_open(&r, p.s.endpoint);
     r.session = 0x5eed;
     raw_hello(&r, 1, 2);
-    Gddr__Reply *rep = raw_push_step(&r, (uint32_t)small, 10, 7, 45);
+    Gddr__Reply *rep = push_step_reply(&r, (uint32_t)small, 10, 7, 45);
     ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_PUSH);
     ck_assert(!rep->push->duplicate);
     ck_assert_uint_eq(rep->push->version, 46);
@@ -267,7 +252,7 @@ START_TEST(test_always_kill9_loses_nothing)
     raw_open(&r, p.s.endpoint);
     r.session = 0x5eed;
     raw_hello(&r, 1, 2);
-    rep = raw_push_step(&r, (uint32_t)small, 10, 7, 46);
+    rep = push_step_reply(&r, (uint32_t)small, 10, 7, 46);
     ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_PUSH);
     ck_assert_msg(rep->push->duplicate, "the resend of an acknowledged push was applied again");
     gddr__reply__free_unpacked(rep, NULL);

@@ -92,6 +92,28 @@ static inline void raw_hello(raw_conn *r, uint32_t rank, uint32_t world)
     r->rank = rank;
 }
 
+/* A push through the wire from r's rank and session, step given. */
+static inline uint64_t raw_push_step(raw_conn *r, uint32_t id, const float *vals, size_t nvals,
+                              uint64_t version, uint64_t step, float norm)
+{
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__Push p = GDDR__PUSH__INIT;
+    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq.req_id = ++r->next_id;
+    rq.rank = r->rank;
+    rq.session = r->session;
+    p.id = id;
+    p.birth_version = p.base_version = version;
+    p.step = step;
+    p.grad_norm = norm;
+    p.payload_bytes = nvals * 4;
+    rq.body_case = GDDR__REQUEST__BODY_PUSH;
+    rq.push = &p;
+    gddr__raw raw = { vals, nvals * 4, NULL, NULL };
+    ck_assert(gddr__send(r->sock, NULL, &rq.base, &raw, 1) >= 0);
+    return rq.req_id;
+}
+
 /* An observer client of ep (never counted as a worker), or fails the test. */
 static inline gddr_client *open_observer_on(const char *ep, int timeout_ms)
 {
