@@ -135,7 +135,7 @@ const gddr__conf_key ps_conf_table[] = {
 
     { "durability", "push_log", GDDR_CONF_ENUM, OFF(push_log), "off", 0, 0, plog_names, 0,
       "pushes logged in checkpoint_dir, replayed at a restart: off; batch (synced every "
-      "push_log_window_ms); always (a reply waits for its push on disk). async, ssp only" },
+      "push_log_window_ms); always (a reply waits for its push on disk)" },
     { "durability", "push_log_window_ms", GDDR_CONF_INT, OFF(push_log_window_ms), "20", 1, 60000,
       NULL, 0, "batch: the longest a push waits in memory before it is written and synced" },
 
@@ -222,13 +222,6 @@ int ps_config_validate(const gddr_ps_config *cfg, const char *path, char *err, s
     if (cfg->push_log && !cfg->checkpoint_dir[0]) {
         snprintf(err, errlen, "%s: key 'push_log': the log lives in checkpoint_dir, which is not set",
                  WHERE("push_log"));
-        return -1;
-    }
-    if (cfg->push_log && cfg->mode == 1) {
-        snprintf(err, errlen, "%s: key 'push_log': covers async and ssp; a sync step (which completes "
-                 "on the workers' pushes and on their deaths) is not replayed yet, so mode = sync "
-                 "cannot have it (docs/operations.md, \"What a crash can lose\")%s",
-                 WHERE("push_log"), ALSO("mode"));
         return -1;
     }
     if (cfg->shard_index >= cfg->shard_count) {

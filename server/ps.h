@@ -271,6 +271,10 @@ typedef struct gddr_ps {
      * record hold_lsn; 0 when it may go now. NULL when the log is not on. */
     int (*hold_reply)(struct gddr_ps *ps, uint64_t lsn, zmq_msg_t *ident, void *hdr, size_t hlen,
                       const gddr__raw *raws, int nraw);
+    /* The push log's events (pushlog.h PS_PLOG_EV_*): a sync step completed,
+     * a worker declared dead; NULL when the log is not on. */
+    void (*log_event)(struct gddr_ps *ps, uint32_t type, uint32_t id, uint64_t arg);
+    int replay_live;        /* replaying a completed sync step: the live workers it divided by */
     struct ps_partial *partials; /* pushes in parts still arriving (parts.c) */
     int64_t *offbuf;      /* per-chunk offsets of the push being applied */
     size_t offcap;
@@ -448,6 +452,8 @@ void ps_worker_left(gddr_ps *ps, uint32_t rank);
 
 /* Declares silent workers dead; returns 1 when membership changed. */
 int ps_workers_check(gddr_ps *ps);
+/* Declares worker rank dead (ps_workers_check's clock, or a replayed event). */
+void ps_worker_declare_dead(gddr_ps *ps, int rank);
 /* The per-tensor record of a worker (grown on demand; NULL on no memory). */
 ps_wtensor *ps_worker_tensor(gddr_ps *ps, uint32_t rank, uint32_t id);
 void ps_workers_free(gddr_ps *ps);

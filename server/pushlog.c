@@ -4,12 +4,16 @@
  * changes the model or who may change it -- a hello that was accepted, a
  * registration, a push, a table registration, a row push, a bye -- from a
  * worker that holds its rank, in the order the front thread took them.
- * At a restart the newest readable checkpoint is loaded and the records
- * after the LSN it holds are replayed through the same handlers (replies
- * suppressed): the handlers are deterministic given the state and the
- * request in async and ssp mode, so the model, the versions and the
- * exactly-once records come back as the last logged request left them. A
- * request the handler refused is logged too, and refused again on replay.
+ * What changed the state on a clock goes in as events between them: a
+ * sync step completed (with the live workers it divided by) and a worker
+ * declared dead. At a restart the newest readable checkpoint is loaded and
+ * the records after the LSN it holds are replayed through the same
+ * handlers (replies suppressed), the events applied where they stand, and
+ * no sync step completes on the replay's own clock: the handlers are then
+ * a function of the state and the records, so the model, the versions,
+ * the open sync steps and the exactly-once records come back as the last
+ * record left them. A request the handler refused is logged too, and
+ * refused again on replay.
  *
  * Records go to segments checkpoint_dir/pushlog-<first LSN, hex>.log; a
  * checkpoint starts a new segment (ps_plog_rotate), and once it is written
@@ -48,8 +52,23 @@
 
 /* Replays one record (frames copied out, each its own allocation, since
  * the apply pool may keep a payload frame past this call). */
-static int replay_record(gddr_ps *ps, ps_plog_replay_fn replay, const rec_head *h, const char *body)
+static int replay_record(gddr_ps *ps, ps_plog_replay_fn replay, ps_plog_event_fn event,
+                         const rec_head *h, const char *body)
 {
+    if (h->magic == PLOG_EVENT_MAGIC) {
+        uint32_t fl, type, id;
+        uint64_t arg;
+        if (h->nframes != 1 || h->len != 4 + 16)
+            return -1;
+        memcpy(&fl, body, 4);
+        memcpy(&type, body + 4, 4);
+        memcpy(&id, body + 8, 4);
+        memcpy(&arg, body + 12, 8);
+        if (fl != 16)
+            return -1;
+        event(ps, type, id, arg);
+        return 0;
+    }
     gddr__frames f;
     memset(&f, 0, sizeof f);
     if (h->nframes < 1 || h->nframes + 1 > GDDR_MAX_FRAMES)
@@ -88,8 +107,8 @@ bad:
 /* Replays segment path from the LSN after *lsn; cuts it at a torn record.
  * Returns 0, or 1 when the segment ended in a torn record (nothing after
  * it is trusted). */
-static int replay_segment(gddr_ps *ps, ps_plog *pl, ps_plog_replay_fn replay, const char *path,
-                          uint64_t *lsn)
+static int replay_segment(gddr_ps *ps, ps_plog *pl, ps_plog_replay_fn replay,
+                          ps_plog_event_fn event, const char *path, uint64_t *lsn)
 {
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
@@ -105,7 +124,7 @@ static int replay_segment(gddr_ps *ps, ps_plog *pl, ps_plog_replay_fn replay, co
     while (off < size) {
         rec_head h;
         if (size - off < sizeof h || pread(fd, &h, sizeof h, (off_t)off) != (ssize_t)sizeof h ||
-            h.magic != PLOG_MAGIC || size - off - sizeof h < h.len) {
+            (h.magic != PLOG_MAGIC && h.magic != PLOG_EVENT_MAGIC) || size - off - sizeof h < h.len) {
             torn = 1;
             break;
         }
@@ -133,7 +152,7 @@ static int replay_segment(gddr_ps *ps, ps_plog *pl, ps_plog_replay_fn replay, co
             return 1;
         }
         if (h.lsn == *lsn + 1) {
-            if (replay_record(ps, replay, &h, body) < 0)
+            if (replay_record(ps, replay, event, &h, body) < 0)
                 gddr_log(GDDR_LOG_WARN, "push log: record %llu of %s cannot be read back; skipped",
                          (unsigned long long)h.lsn, path);
             *lsn = h.lsn;
@@ -157,7 +176,8 @@ static int replay_segment(gddr_ps *ps, ps_plog *pl, ps_plog_replay_fn replay, co
 
 /* ---- the front thread's side ------------------------------------------------- */
 
-int ps_plog_open(gddr_ps *ps, uint64_t ckpt_lsn, ps_plog_replay_fn replay, char *err, size_t errlen)
+int ps_plog_open(gddr_ps *ps, uint64_t ckpt_lsn, ps_plog_replay_fn replay, ps_plog_event_fn event,
+                 char *err, size_t errlen)
 {
     const gddr_ps_config *cfg = &ps->cfg;
     if (!cfg->checkpoint_dir[0])
@@ -207,7 +227,7 @@ int ps_plog_open(gddr_ps *ps, uint64_t ckpt_lsn, ps_plog_replay_fn replay, char 
             continue; /* all of it is in the checkpoint */
         char p[4200];
         ps_plog_seg_path(pl, segs[i], p, sizeof p);
-        if (replay_segment(ps, pl, replay, p, &lsn) != 0) {
+        if (replay_segment(ps, pl, replay, event, p, &lsn) != 0) {
             if (i + 1 < nseg)
                 gddr_log(GDDR_LOG_WARN, "push log: %zu later segment(s) not replayed", nseg - i - 1);
             break;
@@ -238,12 +258,20 @@ int ps_plog_open(gddr_ps *ps, uint64_t ckpt_lsn, ps_plog_replay_fn replay, char 
         return GDDR_ENOMEM;
     }
     pl->started = 1;
+    ps->log_event = ps_plog_event; /* sync.c, table_wire.c, workers.c */
     if (pl->mode == PS_PLOG_ALWAYS)
         ps->hold_reply = ps_plog_hold; /* reply.c: answers to logged requests wait here */
     return GDDR_OK;
 }
 
+static uint64_t append(gddr_ps *ps, const gddr__frames *f, uint64_t session, int event);
+
 uint64_t ps_plog_append(gddr_ps *ps, const gddr__frames *f, uint64_t session)
+{
+    return append(ps, f, session, 0);
+}
+
+static uint64_t append(gddr_ps *ps, const gddr__frames *f, uint64_t session, int event)
 {
     ps_plog *pl = ps->plog;
     if (!pl || ps->replaying)
@@ -274,6 +302,7 @@ uint64_t ps_plog_append(gddr_ps *ps, const gddr__frames *f, uint64_t session)
     prec *r = &pl->q[pl->len];
     r->lsn = pl->next_lsn;
     r->session = session;
+    r->event = event;
     r->n = f->n - 1;
     for (int i = 1; i < f->n; i++) {
         /* a reference: a large frame's buffer is shared, not copied */
@@ -290,10 +319,30 @@ uint64_t ps_plog_append(gddr_ps *ps, const gddr__frames *f, uint64_t session)
     return pl->next_lsn++;
 }
 
+void ps_plog_event(gddr_ps *ps, uint32_t type, uint32_t id, uint64_t arg)
+{
+    ps_plog *pl = ps->plog;
+    if (!pl || ps->replaying)
+        return;
+    gddr__frames f;
+    memset(&f, 0, sizeof f);
+    zmq_msg_init(&f.part[0]);
+    zmq_msg_init_size(&f.part[1], 16);
+    char *d = zmq_msg_data(&f.part[1]);
+    memcpy(d, &type, 4);
+    memcpy(d + 4, &id, 4);
+    memcpy(d + 8, &arg, 8);
+    f.n = 2;
+    append(ps, &f, 0, 1);
+    gddr__frames_close(&f);
+}
+
 int ps_plog_hold(gddr_ps *ps, uint64_t lsn, zmq_msg_t *ident, void *hdr, size_t hlen,
                  const gddr__raw *raws, int nraw)
 {
     ps_plog *pl = ps->plog;
+    if (pl && lsn)
+        lsn = pl->next_lsn - 1; /* and the events its handling logged (a step it completed) */
     if (!pl || !lsn || atomic_load(&pl->durable) >= lsn || nraw > 2)
         return 0;
     if (pl->nh == pl->caph) {
@@ -449,4 +498,5 @@ void ps_plog_close(gddr_ps *ps)
     free(pl);
     ps->plog = NULL;
     ps->hold_reply = NULL;
+    ps->log_event = NULL;
 }

@@ -34,11 +34,19 @@ typedef struct ps_plog_stats {
  * (a later start with the log on must not replay them). */
 typedef void (*ps_plog_replay_fn)(struct gddr_ps *ps, gddr__frames *f, const Gddr__Request *rq,
                                   uint64_t session);
-int ps_plog_open(struct gddr_ps *ps, uint64_t ckpt_lsn, ps_plog_replay_fn replay, char *err,
-                 size_t errlen);
+/* Events: what changed the state between requests, on a clock -- a sync
+ * step completed (of tensor or table id, with arg = the live workers it
+ * divided by) and a worker declared dead (id = rank). A replay applies
+ * them where they were, and completes no sync step on its own. */
+enum { PS_PLOG_EV_SYNC = 1, PS_PLOG_EV_TABLE_SYNC = 2, PS_PLOG_EV_DEAD = 3 };
+typedef void (*ps_plog_event_fn)(struct gddr_ps *ps, uint32_t type, uint32_t id, uint64_t arg);
+int ps_plog_open(struct gddr_ps *ps, uint64_t ckpt_lsn, ps_plog_replay_fn replay,
+                 ps_plog_event_fn event, char *err, size_t errlen);
 /* Appends a request just accepted (its frames but the identity, and the
  * session it speaks for); returns its LSN, 0 when the log is off. */
 uint64_t ps_plog_append(struct gddr_ps *ps, const gddr__frames *f, uint64_t session);
+/* Appends an event (PS_PLOG_EV_*) at this point of the log. */
+void ps_plog_event(struct gddr_ps *ps, uint32_t type, uint32_t id, uint64_t arg);
 /* always: a reply that must wait for LSN lsn to be on disk; NULL when it
  * can go now (the caller sends it). Takes the message's frames. */
 int ps_plog_hold(struct gddr_ps *ps, uint64_t lsn, zmq_msg_t *ident, void *hdr, size_t hlen,

@@ -13,7 +13,8 @@
 #include "ps.h"
 #include "pushlog.h"
 
-#define PLOG_MAGIC 0x31504c47u /* "GLP1" little-endian */
+#define PLOG_MAGIC 0x31504c47u       /* "GLP1" little-endian: a request */
+#define PLOG_EVENT_MAGIC 0x31454c47u /* "GLE1": an event (pushlog.h, PS_PLOG_EV_*) */
 #define MAX_SEGS 4096
 
 typedef struct rec_head {
@@ -26,6 +27,7 @@ typedef struct rec_head {
 /* A record waiting for the writer: references to the request's frames. */
 typedef struct prec {
     uint64_t lsn, session;
+    int event; /* its one frame is an event (type, id, arg), not a request */
     int n;
     zmq_msg_t f[GDDR_MAX_FRAMES];
 } prec;

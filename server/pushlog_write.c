@@ -210,7 +210,8 @@ static int write_records(ps_plog *pl, struct io_uring *ring, int have_ring, prec
             pl->iov[niov++] = (struct iovec){ (void *)(ptr), (len) };                          \
     } while (0)
     for (size_t i = 0; i < n; i++) {
-        rec_head h = { PLOG_MAGIC, 0, 0, (uint32_t)r[i].n, r[i].lsn, r[i].session };
+        rec_head h = { r[i].event ? PLOG_EVENT_MAGIC : PLOG_MAGIC, 0, 0, (uint32_t)r[i].n, r[i].lsn,
+                       r[i].session };
         for (int k = 0; k < r[i].n; k++)
             h.len += 4 + (uint32_t)zmq_msg_size(&r[i].f[k]);
         uint32_t c = gddr__crc32c(0, &h.nframes, sizeof h.nframes + sizeof h.lsn + sizeof h.session);

@@ -284,6 +284,31 @@ static void replay_request(gddr_ps *ps, gddr__frames *f, const Gddr__Request *rq
     }
 }
 
+/* An event from the push log (pushlog.h PS_PLOG_EV_*), applied as then. */
+static void replay_event(gddr_ps *ps, uint32_t type, uint32_t id, uint64_t arg)
+{
+    switch (type) {
+    case PS_PLOG_EV_SYNC:
+        if (id < ps->ntensors) {
+            ps->replay_live = arg > 0 ? (int)arg : 1;
+            ps_sync_try_complete(ps, ps->tensors[id], 1);
+            ps->replay_live = 0;
+        }
+        return;
+    case PS_PLOG_EV_TABLE_SYNC:
+        ps_table_sync_replay(ps, id, (int)arg);
+        return;
+    case PS_PLOG_EV_DEAD:
+        if (id < (uint32_t)ps->cfg.max_workers) {
+            ps_worker_declare_dead(ps, (int)id);
+            ps_membership_changed(ps);
+        }
+        return;
+    default:
+        gddr_log(GDDR_LOG_WARN, "push log: an event of unknown type %u is skipped", type);
+    }
+}
+
 static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Request *rq)
 {
     zmq_msg_t *ident = &f->part[0];
@@ -490,7 +515,9 @@ int ps_open(gddr_ps **out, const gddr_ps_config *cfg, const char *cfg_path, char
     if (rc == GDDR_OK)
         rc = ps_snapshot_restore(ps, err, errlen);
     if (rc == GDDR_OK)
-        rc = ps_plog_open(ps, ps->plog_lsn0, replay_request, err, errlen);
+        rc = ps_plog_open(ps, ps->plog_lsn0, replay_request, replay_event, err, errlen);
+    if (rc == GDDR_OK && ps->plog)
+        ps_sync_restored(ps); /* the open steps as the replay left them */
     if (rc != GDDR_OK) {
         ps_close(&ps);
         return rc;

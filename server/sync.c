@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "ps.h"
+#include "pushlog.h"
 #include "table_wire.h"
 
 /* The lr a push or step asked for (0: the tensor's). */
@@ -57,8 +58,17 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     if (t->npushes == 0)
         return 0;
     int live;
-    if (!ps_sync_ready(ps, contributed, t, &live) && !force)
+    if (ps->replaying) {
+        /* The push log's replay: a step completes where the log says it
+         * did, dividing as it did then (pushlog.c), never on the clock. */
+        if (!ps->replay_live)
+            return 0;
+        live = ps->replay_live;
+    } else if (!ps_sync_ready(ps, contributed, t, &live) && !force) {
         return 0;
+    }
+    if (ps->log_event)
+        ps->log_event(ps, PS_PLOG_EV_SYNC, t->id, (uint64_t)live);
     ps_tensor_settle(ps, t); /* the step's last push is folded in */
     if (ps_optim_state(ps, t) < 0)
         gddr_log(GDDR_LOG_ERROR, "no memory for the optimizer state of '%s'", t->key);

@@ -19,6 +19,7 @@
 
 #include "log.h"
 #include "ps.h"
+#include "pushlog.h"
 #include "table.h"
 #include "table_wire.h"
 #include "table_wire_int.h"
@@ -409,8 +410,15 @@ static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
     if (s->ncontrib == 0)
         return 0;
     int live;
-    if (!ps_sync_ready(ps, step_pushed, s, &live) && !force)
+    if (ps->replaying) { /* as for tensors (sync.c) */
+        if (!ps->replay_live)
+            return 0;
+        live = ps->replay_live;
+    } else if (!ps_sync_ready(ps, step_pushed, s, &live) && !force) {
         return 0;
+    }
+    if (ps->log_event)
+        ps->log_event(ps, PS_PLOG_EV_TABLE_SYNC, (uint32_t)s->id, (uint64_t)live);
     int divisor = (int)s->ncontrib > live ? (int)s->ncontrib : live;
     ps_rowsum_clear(s->sum);
     int oom = 0;
@@ -534,6 +542,16 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     send_push_reply(ps, ident, id, s, rec, 0);
     ps_tables_release_pulls(ps);
     return GDDR_OK;
+}
+
+void ps_table_sync_replay(gddr_ps *ps, uint32_t id, int live)
+{
+    struct ps_tables *ts = ps->tables;
+    if (!ts || id >= ts->n)
+        return;
+    ps->replay_live = live > 0 ? live : 1;
+    sync_try_complete(ps, ts->t[id], 1);
+    ps->replay_live = 0;
 }
 
 void ps_tables_membership_changed(gddr_ps *ps)

@@ -25,4 +25,8 @@ int ps_tables_next_timeout(struct gddr_ps *ps, int cap);
 char *ps_tables_metrics_text(struct gddr_ps *ps);
 void ps_tables_free(struct gddr_ps *ps);
 
+/* The push log's replay: completes table id's open sync step as it was
+ * completed then, dividing by live (pushlog.c). */
+void ps_table_sync_replay(struct gddr_ps *ps, uint32_t id, int live);
+
 #endif

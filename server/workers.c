@@ -28,6 +28,7 @@
 
 #include "log.h"
 #include "ps.h"
+#include "pushlog.h"
 #include "snapshot.h"
 
 uint64_t ps_request_session(const Gddr__Request *rq, const ps_conn *c)
@@ -175,6 +176,19 @@ void ps_worker_left(gddr_ps *ps, uint32_t rank)
     ps_membership_changed(ps);
 }
 
+void ps_worker_declare_dead(gddr_ps *ps, int r)
+{
+    ps_worker *w = &ps->workers[r];
+    if (w->state != PS_W_LIVE)
+        return;
+    w->state = PS_W_DEAD;
+    w->restored = 0;
+    ps->deaths++;
+    if (ps->log_event)
+        ps->log_event(ps, PS_PLOG_EV_DEAD, (uint32_t)r, 0);
+    ps_snapshot_worker_died(ps, r);
+}
+
 int ps_workers_check(gddr_ps *ps)
 {
     int64_t now = gddr__now_ms();
@@ -183,13 +197,10 @@ int ps_workers_check(gddr_ps *ps)
     for (int r = 0; r < ps->cfg.max_workers; r++) {
         ps_worker *w = &ps->workers[r];
         if (w->state == PS_W_LIVE && now - w->last_seen_ms > limit) {
-            w->state = PS_W_DEAD;
-            w->restored = 0;
-            ps->deaths++;
-            changed = 1;
             gddr_log(GDDR_LOG_WARN, "worker %d declared dead: silent for %.1f s", r,
                      (double)(now - w->last_seen_ms) / 1000.0);
-            ps_snapshot_worker_died(ps, r);
+            ps_worker_declare_dead(ps, r);
+            changed = 1;
         }
     }
     return changed;

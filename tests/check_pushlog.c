@@ -7,7 +7,8 @@
  * too); a torn tail is cut and counted and the rest replays; a checkpoint
  * starts a new segment, the restart replays only what came after it, and
  * the segments no kept checkpoint needs are deleted. batch: what is on disk
- * (no unsynced record left) survives. sync mode is refused.
+ * (no unsynced record left) survives. sync mode replays, with the steps
+ * completed and the deaths declared on a clock as they were.
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -18,6 +19,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -357,28 +359,140 @@ START_TEST(test_batch_synced_survives)
 }
 END_TEST
 
-/* sync steps are not in the log: refused with a reason, not run without it. */
-START_TEST(test_sync_refused)
+/* push_log needs checkpoint_dir: refused with the reason. */
+START_TEST(test_needs_checkpoint_dir)
 {
-    char dir[64], log[128];
-    gt_scratch_log(dir, sizeof dir, log, sizeof log);
     char bin[512], cmd[1200];
     gt_bin_path(bin, sizeof bin, "gddr-ps");
-    /* stderr is where the reason goes: merged through a shell */
-    snprintf(cmd, sizeof cmd, "'%s' --check-config --set checkpoint_dir='%s' --set push_log=always "
-             "--set mode=sync 2>&1", bin, dir);
+    snprintf(cmd, sizeof cmd, "'%s' --check-config --set push_log=batch 2>&1", bin);
     char *sh[] = { "/bin/sh", "-c", cmd, NULL };
     char *out = NULL, err[256];
     int st = 0;
     ck_assert_int_eq(gt_run_capture(sh, WAIT_MS, 0, &out, &st, err, sizeof err), 0);
-    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0, "mode = sync with push_log was accepted:\n%s", out);
-    ck_assert_msg(strstr(out, "push_log") && strstr(out, "sync"), "no reason given:\n%s", out);
-    free(out);
-    snprintf(cmd, sizeof cmd, "'%s' --check-config --set push_log=batch 2>&1", bin);
-    ck_assert_int_eq(gt_run_capture(sh, WAIT_MS, 0, &out, &st, err, sizeof err), 0);
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0 && strstr(out, "checkpoint_dir"),
                   "push_log without checkpoint_dir was accepted:\n%s", out);
     free(out);
+}
+END_TEST
+
+/* Keeps a raw worker's rank alive: heartbeats of its session every 200 ms
+ * on a connection of their own, until stop. */
+typedef struct beater {
+    raw_conn c;
+    atomic_int stop;
+} beater;
+
+static void *beat_main(void *arg)
+{
+    beater *bt = arg;
+    while (!atomic_load(&bt->stop)) {
+        Gddr__Request rq = GDDR__REQUEST__INIT;
+        Gddr__Heartbeat hb = GDDR__HEARTBEAT__INIT;
+        rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
+        rq.req_id = ++bt->c.next_id;
+        rq.rank = bt->c.rank;
+        rq.session = bt->c.session;
+        rq.body_case = GDDR__REQUEST__BODY_HEARTBEAT;
+        rq.heartbeat = &hb;
+        gddr__send(bt->c.sock, NULL, &rq.base, NULL, 0);
+        gddr__frames f;
+        while (gddr__frames_recv(bt->c.sock, &f, ZMQ_DONTWAIT) >= 0)
+            gddr__frames_close(&f);
+        gt_sleep_ms(200);
+    }
+    return NULL;
+}
+
+/* Sync mode replays too, with what completed its steps on a clock. Three
+ * workers expected, two come: the first step completes once worker 2 has
+ * not said hello within worker_timeout_s; then two workers' steps (the
+ * mean of 1 and 3 at lr 0.5: -1 a step); then worker 1 falls silent and is
+ * declared dead, so step 4 completes with worker 0 alone (-0.5) and step 5
+ * at once. kill -9 with no checkpoint; the restart replays the pushes, the
+ * completions with the divisor they had, and the death. A replay that
+ * decided by its own clock would count the absent worker 2 as still to
+ * come (the run looks young again) and complete nothing. Worker 1's resend
+ * of its last step is a duplicate. */
+START_TEST(test_sync_replay)
+{
+    char dir[64], log[128], ckd[160], ck[200], lst[300];
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
+    snprintf(ckd, sizeof ckd, "%s/ckpt", dir);
+    ck_assert_int_eq(mkdir(ckd, 0700), 0);
+    snprintf(ck, sizeof ck, "checkpoint_dir=%s", ckd);
+    gt_server s;
+    const char *sets[] = { "mode=sync", "workers=3", "worker_timeout_s=1.5", "lr=0.5", "push_log=always",
+                           "checkpoint_interval_s=0", ck, NULL, NULL };
+    gt_start_logged(&s, log, sets);
+    gddr_client_opts o;
+    gddr_client_opts_init(&o);
+    o.server = s.endpoint;
+    o.rank = 0;
+    o.world_size = 3;
+    o.timeout_ms = 5000;
+    o.reconnect_timeout_ms = WAIT_MS;
+    o.heartbeat_ms = 300; /* alive while worker 1 falls silent */
+    gddr_client *a = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &a), GDDR_OK);
+    float w0[4] = { 10, 10, 10, 10 }, got[4];
+    int id;
+    ck_assert_int_eq(gddr_register(a, "s", w0, 4, &id, NULL), GDDR_OK);
+    raw_conn b;
+    raw_open(&b, s.endpoint);
+    b.session = 0xb0b;
+    raw_hello(&b, 1, 3);
+    beater bt;
+    raw_open(&bt.c, s.endpoint);
+    bt.c.rank = 1;
+    bt.c.session = 0xb0b;
+    atomic_init(&bt.stop, 0);
+    pthread_t bth;
+    ck_assert_int_eq(pthread_create(&bth, NULL, beat_main, &bt), 0);
+    float ga[4] = { 1, 1, 1, 1 }, gb[4] = { 3, 3, 3, 3 };
+    uint64_t v = 0;
+    for (uint64_t step = 1; step <= 3; step++) {
+        ck_assert_int_eq(gddr_push(a, id, ga, NULL), GDDR_OK);
+        raw_push_step(&b, (uint32_t)id, gb, 4, step - 1, step, 6.0f);
+        ck_assert_int_eq(gddr_pull(a, id, got, step, &v), GDDR_OK);
+        ck_assert_uint_eq(v, step);
+    }
+    ck_assert_float_eq(got[0], 7.0f);
+    /* step 4: worker 1 falls silent until it is declared dead */
+    atomic_store(&bt.stop, 1);
+    pthread_join(bth, NULL);
+    raw_close(&bt.c);
+    ck_assert_int_eq(gddr_push(a, id, ga, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(a, id, got, 4, &v), GDDR_OK); /* waits for the death */
+    ck_assert_float_eq(got[0], 6.5f);
+    ck_assert_int_eq(gddr_push(a, id, ga, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_pull(a, id, got, 5, &v), GDDR_OK);
+    ck_assert_float_eq(got[0], 6.0f);
+    raw_close(&b);
+    kill(s.pid, SIGKILL);
+    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
+    s.pid = 0;
+    snprintf(lst, sizeof lst, "listen=%s", s.endpoint);
+    sets[7] = lst;
+    gt_start_logged(&s, log, sets);
+    ck_assert_int_eq(gddr_pull(a, id, got, 0, &v), GDDR_OK);
+    ck_assert_msg(v == 5 && got[0] == 6.0f, "after the replay: version %" PRIu64 ", value %g (expected 5, 6)",
+                  v, (double)got[0]);
+    raw_open(&b, s.endpoint);
+    b.session = 0xb0b;
+    raw_hello(&b, 1, 3);
+    uint64_t rid = raw_push_step(&b, (uint32_t)id, gb, 4, 2, 3, 6.0f);
+    Gddr__Reply *rep = raw_recv(&b, WAIT_MS, NULL);
+    ck_assert_ptr_nonnull(rep);
+    ck_assert_uint_eq(rep->req_id, rid);
+    ck_assert_int_eq(rep->body_case, GDDR__REPLY__BODY_PUSH);
+    ck_assert_msg(rep->push->duplicate, "worker 1's resend of step 3 after the replay was taken again");
+    gddr__reply__free_unpacked(rep, NULL);
+    raw_close(&b);
+    ck_assert_int_eq(gddr_pull(a, id, got, 0, &v), GDDR_OK);
+    ck_assert_msg(v == 5 && got[0] == 6.0f, "after the resend: version %" PRIu64 ", value %g", v,
+                  (double)got[0]);
+    gddr_client_close(&a);
+    gt_server_stop(&s, WAIT_MS, NULL);
     gt_rm_rf(dir);
 }
 END_TEST
@@ -490,7 +604,8 @@ Suite *suite_pushlog(void)
     GT_ADD_CASE(s, "torn_tail_cut", test_torn_tail_cut, 120);
     GT_ADD_CASE(s, "checkpoint_starts_segment", test_checkpoint_starts_segment, 120);
     GT_ADD_CASE(s, "batch_synced_survives", test_batch_synced_survives, 120);
-    GT_ADD_CASE(s, "sync_refused", test_sync_refused, 60);
+    GT_ADD_CASE(s, "needs_checkpoint_dir", test_needs_checkpoint_dir, 60);
+    GT_ADD_CASE(s, "sync_replay", test_sync_replay, 120);
     GT_ADD_CASE(s, "kill_noticed_at_once", test_kill_noticed_at_once, 90);
     GT_ADD_CASE(s, "rows_replay", test_rows_replay, 90);
     return s;
