@@ -597,6 +597,62 @@ START_TEST(test_rows_replay)
 }
 END_TEST
 
+/* Sync steps of a table replay too (their completion is an event, with
+ * its divisor): two workers push rows each step, kill -9 with no
+ * checkpoint, and every row and the table's version come back. */
+START_TEST(test_sync_rows_replay)
+{
+    char dir[64], log[128], ckd[160], ck[200], lst[300];
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
+    snprintf(ckd, sizeof ckd, "%s/ckpt", dir);
+    ck_assert_int_eq(mkdir(ckd, 0700), 0);
+    snprintf(ck, sizeof ck, "checkpoint_dir=%s", ckd);
+    gt_server s;
+    const char *sets[] = { "mode=sync", "workers=2", "lr=0.5", "push_log=always", "checkpoint_interval_s=0",
+                           ck, NULL, NULL };
+    gt_start_logged(&s, log, sets);
+    gddr_client *w[2];
+    int t[2];
+    gddr_table_opts to = GDDR_TABLE_OPTS_INIT;
+    to.init = GDDR_TINIT_UNIFORM;
+    to.init_scale = 0.5f;
+    to.init_seed = 9;
+    for (int r = 0; r < 2; r++) {
+        w[r] = pl_client(s.endpoint, r, 2);
+        ck_assert_int_eq(gddr_table_register(w[r], "emb", 4, &to, &t[r]), GDDR_OK);
+    }
+    enum { K = 12 };
+    uint64_t keys[K];
+    float g[K * 4], before[K * 4], after[K * 4];
+    for (int i = 0; i < K; i++)
+        keys[i] = 77ull * (uint64_t)(i + 3);
+    uint64_t v0 = 0, v1 = 0;
+    for (int step = 1; step <= 3; step++)
+        for (int r = 0; r < 2; r++) {
+            for (int i = 0; i < K * 4; i++)
+                g[i] = (float)((i + step + r) % 5) - 2.0f;
+            ck_assert_int_eq(gddr_push_rows(w[r], t[r], keys, K - r, g, NULL), GDDR_OK);
+        }
+    ck_assert_int_eq(gddr_pull_rows(w[0], t[0], keys, K, before, 0, 3, &v0), GDDR_OK);
+    ck_assert_uint_eq(v0, 3);
+    kill(s.pid, SIGKILL);
+    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
+    s.pid = 0;
+    snprintf(lst, sizeof lst, "listen=%s", s.endpoint);
+    sets[6] = lst;
+    gt_start_logged(&s, log, sets);
+    ck_assert_int_eq(gddr_pull_rows(w[0], t[0], keys, K, after, 0, 0, &v1), GDDR_OK);
+    ck_assert_uint_eq(v1, v0);
+    for (int i = 0; i < K * 4; i++)
+        ck_assert_msg(after[i] == before[i], "row %d value %d: %.9g after the replay, %.9g before", i / 4,
+                      i % 4, (double)after[i], (double)before[i]);
+    for (int r = 0; r < 2; r++)
+        gddr_client_close(&w[r]);
+    gt_server_stop(&s, WAIT_MS, NULL);
+    gt_rm_rf(dir);
+}
+END_TEST
+
 Suite *suite_pushlog(void)
 {
     Suite *s = suite_create("pushlog");
@@ -608,5 +664,6 @@ Suite *suite_pushlog(void)
     GT_ADD_CASE(s, "sync_replay", test_sync_replay, 120);
     GT_ADD_CASE(s, "kill_noticed_at_once", test_kill_noticed_at_once, 90);
     GT_ADD_CASE(s, "rows_replay", test_rows_replay, 90);
+    GT_ADD_CASE(s, "sync_rows_replay", test_sync_rows_replay, 90);
     return s;
 }
