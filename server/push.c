@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blas.h"
 #include "log.h"
 #include "ps.h"
 #include "push.h"

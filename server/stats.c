@@ -181,6 +181,10 @@ char *ps_metrics_text(gddr_ps *ps)
             { "torn_bytes", "gauge", "Bytes of a torn record cut from the log at this start.", pst.torn_bytes },
             { "write_errors", "gauge", "Whether writing the push log failed (1) since the start.",
               pst.write_error ? 1u : 0u },
+            { "gap", "gauge", "Whether records after the restored checkpoint were missing at this start (1): nothing after them was replayed.",
+              pst.gap },
+            { "writer_waits_total", "counter", "batch: times the front thread waited for the log's writer (the disk slower than the pushes).",
+              pst.waits },
         };
         for (size_t i = 0; i < sizeof rows / sizeof *rows; i++)
             sb_printf(&b, "# HELP gddr_push_log_%s %s\n# TYPE gddr_push_log_%s %s\ngddr_push_log_%s %llu\n",
