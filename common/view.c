@@ -69,18 +69,21 @@ static int delta_encode(const float *w, float *m, size_t len, float s, int bits,
 }
 
 /* Adds a delta reply's chunk into the view: v += q * s, in float32 (a
- * product, then a sum), exactly as delta_encode did to its copy. */
-GDDR_VEC static void delta_add(float *restrict v, const uint8_t *restrict q, size_t len, float s,
+ * product, then a sum), exactly as delta_encode did to its copy; the new
+ * value also goes to out (the caller's parameters) in the same pass, so the
+ * view is not read again to copy it (out == v when there is no caller's
+ * buffer). */
+GDDR_VEC static void delta_add(float *v, float *out, const uint8_t *restrict q, size_t len, float s,
                                   int bits)
 {
     if (bits == 8) {
         for (size_t i = 0; i < len; i++)
-            v[i] = v[i] + (float)(int8_t)q[i] * s;
+            out[i] = v[i] = v[i] + (float)(int8_t)q[i] * s;
     } else {
         for (size_t i = 0; i < len; i++) {
             int16_t x;
             memcpy(&x, q + 2 * i, 2);
-            v[i] = v[i] + (float)x * s;
+            out[i] = v[i] = v[i] + (float)x * s;
         }
     }
 }
@@ -134,23 +137,29 @@ int gddr__view_check(size_t n, size_t chunk, const uint8_t *bm, size_t bmlen, in
     return gddr__view_payload_bytes(n, chunk, bm, bits, NULL) == bytes ? 0 : -1;
 }
 
-void gddr__view_apply(float *view, size_t n, size_t chunk, const uint8_t *bm, int bits,
+void gddr__view_apply(float *view, float *out, size_t n, size_t chunk, const uint8_t *bm, int bits,
                       const uint8_t *payload)
 {
     size_t nch = (n + chunk - 1) / chunk, nsel;
     gddr__view_payload_bytes(n, chunk, bm, bits, &nsel);
     const uint8_t *q = payload + (bits ? nsel * 4 : 0);
+    float *o = out ? out : view;
     for (size_t ch = 0, k = 0; ch < nch; ch++) {
-        if (!selected(bm, ch))
-            continue;
         size_t lo = ch * chunk, len = chunk_len(n, chunk, ch);
+        if (!selected(bm, ch)) {
+            if (o != view)
+                memcpy(o + lo, view + lo, len * 4);
+            continue;
+        }
         if (bits) {
             float s;
             memcpy(&s, payload + 4 * k++, 4);
-            delta_add(view + lo, q, len, s, bits);
+            delta_add(view + lo, o + lo, q, len, s, bits);
             q += len * (size_t)(bits / 8);
         } else {
             memcpy(view + lo, q, len * 4);
+            if (o != view)
+                memcpy(o + lo, q, len * 4);
             q += len * 4;
         }
     }

@@ -49,8 +49,10 @@ size_t gddr__view_payload_bytes(size_t n, size_t chunk, const uint8_t *bm, int b
  * bytes it selects. Returns 0, or -1. */
 int gddr__view_check(size_t n, size_t chunk, const uint8_t *bm, size_t bmlen, int bits, size_t bytes);
 
-/* Applies a checked payload to the view (n values). */
-void gddr__view_apply(float *view, size_t n, size_t chunk, const uint8_t *bm, int bits,
+/* Applies a checked payload to the view (n values) and, when out is not
+ * NULL, writes the whole new view to out in the same pass (each chunk the
+ * reply changed is decoded straight into both; the others are copied). */
+void gddr__view_apply(float *view, float *out, size_t n, size_t chunk, const uint8_t *bm, int bits,
                       const uint8_t *payload);
 
 #endif

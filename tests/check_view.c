@@ -47,6 +47,7 @@ static int selected(const uint8_t *bm, size_t ch)
 static void round_trips(int bits)
 {
     static float w[N], mirror[N], view[N], scale[NCH];
+    static float out[N];
     static uint8_t inexact[NCH], bm[BM], payload[N * 4 + NCH * 4];
     for (size_t i = 0; i < N; i++)
         w[i] = mirror[i] = view[i] = (float)(uniform() - 0.5);
@@ -64,9 +65,15 @@ static void round_trips(int bits)
         size_t bytes = gddr__view_pack(w, N, CHUNK, bm, bits, scale, mirror, inexact, payload);
         ck_assert_uint_eq(bytes, gddr__view_payload_bytes(N, CHUNK, bm, bits, NULL));
         ck_assert_int_eq(gddr__view_check(N, CHUNK, bm, BM, bits, bytes), 0);
-        gddr__view_apply(view, N, CHUNK, bm, bits, payload);
+        /* Decoded into the caller's buffer in the same pass: what it gets
+         * is the new view, every chunk (sent or not), bit for bit. */
+        for (size_t i = 0; i < N; i++)
+            out[i] = -7.0f;
+        gddr__view_apply(view, out, N, CHUNK, bm, bits, payload);
         /* The worker's view is the server's copy of it, bit for bit. */
         ck_assert_msg(memcmp(view, mirror, sizeof view) == 0, "bits %d, reply %d: view and mirror differ",
+                      bits, step);
+        ck_assert_msg(memcmp(out, view, sizeof view) == 0, "bits %d, reply %d: the output is not the view",
                       bits, step);
         for (size_t ch = 0; ch < NCH; ch++) {
             if (!selected(bm, ch))
@@ -102,7 +109,7 @@ START_TEST(test_view_float32_replies_copy_selected_chunks)
     random_bitmap(bm);
     size_t bytes = gddr__view_pack(w, N, CHUNK, bm, 0, NULL, NULL, NULL, payload);
     ck_assert_int_eq(gddr__view_check(N, CHUNK, bm, BM, 0, bytes), 0);
-    gddr__view_apply(view, N, CHUNK, bm, 0, payload);
+    gddr__view_apply(view, NULL, N, CHUNK, bm, 0, payload);
     for (size_t i = 0; i < N; i++)
         ck_assert(view[i] == (selected(bm, i / CHUNK) ? w[i] : -1.0f));
 }
@@ -182,7 +189,7 @@ static void vector_matches_reference(int bits)
         ck_assert_msg(memcmp(m1, m2, sizeof m1) == 0, "round %d: the mirror differs from the reference", round);
         /* The decoder moves a copy of the old view to the same values. */
         memcpy(m2, m0, sizeof m0);
-        gddr__view_apply(m2, VN, CHUNK, bm, bits, a);
+        gddr__view_apply(m2, NULL, VN, CHUNK, bm, bits, a);
         ck_assert_msg(memcmp(m1, m2, sizeof m1) == 0, "round %d: the decoder differs from the encoder", round);
     }
 }

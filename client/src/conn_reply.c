@@ -109,9 +109,9 @@ static void lazy_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__f
         t->view_dirty = 1;
         return;
     }
-    /* The decoder of server/conn.c's encoder (common/view.c). */
-    gddr__view_apply(view, t->n, chunk, pr->bitmap.data, bits, gddr__frame_data(f, 1));
-    memcpy(o->out, view, t->n * 4);
+    /* The decoder of server/conn.c's encoder (common/view.c), writing the
+     * caller's parameters in the same pass. */
+    gddr__view_apply(view, o->out, t->n, chunk, pr->bitmap.data, bits, gddr__frame_data(f, 1));
     o->version = pr->version;   /* the server's, for the step's wait */
     t->version = pr->view_version; /* what gradients computed on the view are tagged with */
     t->view_dirty = 0;
