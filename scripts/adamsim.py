@@ -1,0 +1,197 @@
+#!/usr/bin/python3
+"""adamsim.py -- a numpy model of gddr-ps in async mode running Adam, with GDDR workers, for trying
+an idea about held chunks in seconds before building it in C (docs/design-decisions.md, "Adam with
+held chunks").
+
+8 workers take turns in a random order each round (so a push is 0 to 2N-2 versions stale, N-1 on
+average), MLP 784-128-10 on Fashion-MNIST (Debian's dataset-fashion-mnist), batch 64, 2 epochs of
+each worker's eighth, the server's Adam (lr 0.001, betas 0.9 0.999, eps 1e-8, bias correction by
+the version) with AdaDelay (lr / (1 + ADADELAY * staleness)), GDDR's random chunk holds (alpha,
+tau, chunk 1024), each worker's flush at the end, and the test accuracy of the model the *server*
+ends with.
+
+    scripts/adamsim.py KINDS [SEEDS]      e.g. scripts/adamsim.py dense,hold,fill 1,2,3
+    environment: N (8), EPOCHS (2), LR (0.001), ADADELAY (0.1), ALPHA (0.4), TAU (4)
+
+Kinds:
+  sync    sync dense (the target's reference): one Adam step on the mean of N pushes
+  dense   async, every chunk sent every push
+  hold    GDDR: a held chunk is not stepped; its gradients arrive, summed, when it is sent
+  fill    GDDR with async fill (server/apply.c): a held chunk is stepped with m-hat, which is
+          credited to the worker and taken off what it sends later
+  zero    GDDR: a held chunk is stepped with a zero gradient (Adam's moments coast); its
+          gradients arrive, summed, when it is sent
+  fillage fill, with the released deviation (what was held, less the credits) scaled by
+          AdaDelay's factor for its own age, 1 / (1 + ADADELAY * N * pushes held)
+  fillnew fill, and the held gradients never sent (lossy: a bound, not a candidate -- it breaks
+          GDDR's "nothing is lost")
+WARM=S ramps alpha up from 0 over each worker's first S steps.
+
+Measured on 2 cores (about 20 s a run, 2 at a time), server's final model, seeds 1-6:
+  dense 0.8007 0.8268 0.8177 0.7978 0.7894 0.7837   mean 0.8027
+  fill  0.7702 0.7462 0.8213 0.7589 0.7763 0.7970   mean 0.7783  (-2.4 pp)
+  zero  0.7946 0.7742 0.8058 0.7955 0.7855 0.7782   mean 0.7890  (-1.4 pp)
+  fillage                                           mean 0.7723  (-3.0 pp)
+  fill, WARM=23 (the first tenth of the run)        mean 0.7733  (-2.9 pp)
+  fillnew 0.7943 0.8055 0.8054 0.8212 0.7827 0.8075 mean 0.8028  (+0.0 pp)
+  seeds 1-3: sync 0.8397, hold 0.7812
+So in this model what costs is the held mass arriving late (less the credits: the deviation of
+the held gradients from m-hat), not the fill, nor the first steps: drop it and GDDR is dense;
+scale it by its age, or ramp alpha up, and it still costs. The model is harsher than gddr-ps
+on 2 cores: every worker is N-1 versions stale on average, and async dense itself loses 3.7 pp
+to sync here, where gddr-ps gained 0.05-0.59 pp (docs/results.md).
+"""
+import gzip
+import os
+import sys
+
+import numpy as np
+
+E = os.environ.get
+DATA = "/usr/share/datasets/fashion-mnist/"
+
+
+def load(stem):
+    X = np.frombuffer(gzip.open(DATA + stem + "-images-idx3-ubyte.gz").read(), np.uint8, offset=16)
+    y = np.frombuffer(gzip.open(DATA + stem + "-labels-idx1-ubyte.gz").read(), np.uint8, offset=8)
+    return X.reshape(-1, 784).astype(np.float32) / 255, y.astype(np.int64)
+
+
+XTR, YTR = load("train")
+XTE, YTE = load("t10k")
+SHAPES = [(784, 128), (128,), (128, 10), (10,)]
+SIZES = [int(np.prod(s)) for s in SHAPES]
+P = sum(SIZES)
+
+
+def unpack(v):
+    out, o = [], 0
+    for s, n in zip(SHAPES, SIZES):
+        out.append(v[o:o + n].reshape(s))
+        o += n
+    return out
+
+
+def grad(v, X, y):
+    W1, b1, W2, b2 = unpack(v)
+    h = np.maximum(X @ W1 + b1, 0)
+    z = h @ W2 + b2
+    z -= z.max(1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(len(y)), y] -= 1
+    p /= len(y)
+    dh = (p @ W2.T) * (h > 0)
+    return np.concatenate([(X.T @ dh).ravel(), dh.sum(0), (h.T @ p).ravel(), p.sum(0)]).astype(np.float32)
+
+
+def accuracy(w):
+    W1, b1, W2, b2 = unpack(w)
+    z = np.maximum(XTE @ W1 + b1, 0) @ W2 + b2
+    return float(np.mean(z.argmax(1) == YTE))
+
+
+class Server:
+    def __init__(self, w, lr, b1=0.9, b2=0.999, eps=1e-8):
+        self.w, self.lr, self.b1, self.b2, self.eps = w, lr, b1, b2, eps
+        self.m = np.zeros(P, np.float32)
+        self.v = np.zeros(P, np.float32)
+        self.version = 0
+
+    def mhat(self):
+        k = self.version + 1
+        return self.m / (1 - self.b1 ** (k - 1)) if k > 1 else np.zeros(P, np.float32)
+
+    def adam(self, d, lr):
+        k = self.version + 1
+        self.m = self.b1 * self.m + (1 - self.b1) * d
+        self.v = self.b2 * self.v + (1 - self.b2) * d * d
+        step = (self.m / (1 - self.b1 ** k)) / (np.sqrt(self.v / (1 - self.b2 ** k)) + self.eps)
+        self.w = (self.w - lr * step).astype(np.float32)
+        self.version = k
+
+
+def run(kind, seed, N=int(E("N", "8")), epochs=int(E("EPOCHS", "2")), lr=float(E("LR", "0.001")),
+        adadelay=float(E("ADADELAY", "0.1")), alpha=float(E("ALPHA", "0.4")), tau=int(E("TAU", "4")),
+        B=64, chunk=1024):
+    rng = np.random.default_rng(seed)
+    w = np.zeros(P, np.float32)
+    o = 0
+    for s, n in zip(SHAPES, SIZES):
+        if len(s) == 2:  # He initialisation of the matrices, zero biases
+            w[o:o + n] = (rng.standard_normal(n) * np.sqrt(2.0 / s[0])).astype(np.float32)
+        o += n
+    srv = Server(w, lr)
+    nch = (P + chunk - 1) // chunk
+    expand = lambda per_chunk: np.repeat(per_chunk, chunk)[:P]
+    shard = np.array_split(rng.permutation(len(XTR)), N)
+    steps = epochs * (len(shard[0]) // B)
+    order = [rng.permutation(shard[k]) for k in range(N)]
+    batch = lambda k, s: order[k][(s * B) % (len(order[k]) - B):][:B]
+    if kind == "sync":
+        for s in range(steps):
+            srv.adam(sum(grad(srv.w, XTR[batch(k, s)], YTR[batch(k, s)]) for k in range(N)) / N, lr)
+        return accuracy(srv.w)
+    view = [srv.w.copy() for _ in range(N)]       # what each worker pulled
+    base = [0] * N                                # the version it pulled
+    r = [np.zeros(P, np.float32) for _ in range(N)]
+    cred = [np.zeros(P, np.float32) for _ in range(N)]
+    age = [np.zeros(nch, np.int64) for _ in range(N)]
+    hold_rng = [np.random.default_rng(seed * 100 + k) for k in range(N)]
+
+    warm = int(E("WARM", "0"))
+
+    def push(k, g, s=0, flush=False):
+        a = alpha * min(1.0, s / warm) if warm else alpha
+        stale = srv.version - base[k]
+        lr_eff = lr / (1 + adadelay * stale)
+        if kind == "dense":
+            srv.adam(g, lr_eff)
+            return
+        old = r[k] - cred[k]          # what is still owed from earlier pushes, net of credit
+        r[k] += g
+        held = np.zeros(nch, bool) if flush else (hold_rng[k].random(nch) < a) & (age[k] < tau)
+        age_before = age[k].copy()
+        age[k] = np.where(held, age[k] + 1, 0)
+        m = expand(~held)
+        d = np.where(m, r[k], 0).astype(np.float32)
+        r[k] = np.where(m, 0, r[k])
+        if kind == "hold":
+            # held chunks are not stepped: Adam sees d = 0 there? No: the server skips them
+            keep_m, keep_v, keep_w = srv.m.copy(), srv.v.copy(), srv.w.copy()
+            srv.adam(d, lr_eff)
+            srv.m = np.where(m, srv.m, keep_m)
+            srv.v = np.where(m, srv.v, keep_v)
+            srv.w = np.where(m, srv.w, keep_w)
+            return
+        mh = srv.mhat()
+        if kind == "fill":
+            d = np.where(m, d - cred[k], mh).astype(np.float32)
+        elif kind == "zero":      # a held chunk is stepped with a zero gradient (Adam coasts)
+            d = np.where(m, d, 0).astype(np.float32)
+        elif kind == "fillnew":   # lossy bound: the late deviation is dropped
+            d = np.where(m, g, mh).astype(np.float32)
+        elif kind == "fillage":   # the late deviation scaled by AdaDelay's factor for its age
+            f = expand(1.0 / (1.0 + adadelay * N * np.maximum(age_before, 0)))
+            d = np.where(m, g + old * f, mh).astype(np.float32)
+        cred[k] = np.where(m, 0, cred[k] + mh)
+        srv.adam(d, lr_eff)
+
+    for s in range(steps):
+        for k in rng.permutation(N):
+            push(k, grad(view[k], XTR[batch(k, s)], YTR[batch(k, s)]), s)
+            view[k], base[k] = srv.w.copy(), srv.version
+    if kind != "dense":
+        for k in range(N):
+            push(k, np.zeros(P, np.float32), flush=True)
+    return accuracy(srv.w)
+
+
+if __name__ == "__main__":
+    kinds = sys.argv[1].split(",") if len(sys.argv) > 1 else ["sync", "dense", "fill"]
+    seeds = [int(s) for s in (sys.argv[2].split(",") if len(sys.argv) > 2 else ["1"])]
+    from multiprocessing import Pool
+    pool = Pool(int(E("JOBS", "2")))
+    for kd in kinds:
+        accs = pool.starmap(run, [(kd, s) for s in seeds])
+        print("%-7s %s mean %.4f" % (kd, " ".join("%.4f" % a for a in accs), np.mean(accs)), flush=True)
