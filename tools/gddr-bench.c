@@ -86,9 +86,10 @@ static void start_raw(bench_proc *p)
 
 /* ---- gddr clients --------------------------------------------------------------- */
 
-static gddr_client *gddr_connect(const char *ep, int rank, int world, double alpha)
+static gddr_client *gddr_connect(const char *ep, int rank, int world, double alpha, int qbits)
 {
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.pull_delta_bits = qbits;
     o.server = ep;
     o.rank = rank;
     o.world_size = world;
@@ -103,7 +104,9 @@ static gddr_client *gddr_connect(const char *ep, int rank, int world, double alp
 
 /* ---- one measurement: several clients in threads --------------------------------- */
 
-typedef enum { K_GDDR, K_RAW, K_STEP } kind;
+/* K_STEP: gddr_step (push + pull of every tensor); K_STEPQ8: the same
+ * with its pulls as 8-bit deltas (pull_delta_bits = 8). */
+typedef enum { K_GDDR, K_RAW, K_STEP, K_STEPQ8 } kind;
 
 typedef struct worker {
     kind k;
@@ -129,7 +132,7 @@ static void *worker_main(void *arg)
         raw_connect(&r, w->ep);
         raw_roundtrips(&r, g, p, w->n * 4); /* connect and warm up */
     } else {
-        c = gddr_connect(w->ep, w->rank, w->world, w->alpha);
+        c = gddr_connect(w->ep, w->rank, w->world, w->alpha, w->k == K_STEPQ8 ? 8 : 0);
         char key[32];
         snprintf(key, sizeof key, "bench.%d.%zu", w->rank, w->n);
         if (gddr_register(c, key, p, w->n, &id, NULL) != GDDR_OK)
@@ -144,7 +147,7 @@ static void *worker_main(void *arg)
     for (int i = 0; i < w->iters; i++) {
         if (w->k == K_RAW) {
             raw_roundtrips(&r, g, p, w->n * 4);
-        } else if (w->k == K_STEP) {
+        } else if (w->k == K_STEP || w->k == K_STEPQ8) {
             if (gddr_step(c, gp, pp) != GDDR_OK)
                 bench_die("step: %s", gddr_client_errmsg(c));
         } else {
@@ -321,21 +324,28 @@ static void section_gddr(size_t bytes)
     char h[32];
     start_gddr(&gs, 2);
     int it = iters_for(bytes, budget_mb);
-    double d[MAXV], a[MAXV], q[MAXV];
+    double d[MAXV], a[MAXV], q[MAXV], e[MAXV], eq[MAXV];
     for (int k = 0; k < reps; k++) {
-        double sd, sa;
+        double sd, sa, se;
         run(K_STEP, gs.endpoint, 1, bytes / 4, it, 0.0, &sd);
         run(K_STEP, gs.endpoint, 1, bytes / 4, it, 0.4, &sa);
+        run(K_STEPQ8, gs.endpoint, 1, bytes / 4, it, 0.0, &se);
         d[k] = sd * 1e6;
         a[k] = sa * 1e6;
+        e[k] = se * 1e6;
         q[k] = sa / sd;
+        eq[k] = se / sd;
     }
     double dm = bench_median(d, reps), am = bench_median(a, reps), qm = bench_median(q, reps);
-    printf("\n## gddr_step of %s, dense vs GDDR alpha 0.4 (us per step: push + pull; median of %d)\n\n",
-           human(bytes, h, sizeof h), reps);
-    printf("| dense us | alpha 0.4 us | ratio |\n|---|---|---|\n| %.0f | %.0f | %.2f |\n", dm, am, qm);
+    double em = bench_median(e, reps), eqm = bench_median(eq, reps);
+    printf("\n## gddr_step of %s: dense vs GDDR alpha 0.4 pushes, and vs 8-bit delta pulls "
+           "(us per step: push + pull; median of %d)\n\n", human(bytes, h, sizeof h), reps);
+    printf("| dense us | alpha 0.4 us | ratio | dense, q8 pulls us | ratio |\n|---|---|---|---|---|\n"
+           "| %.0f | %.0f | %.2f | %.0f | %.2f |\n", dm, am, qm, em, eqm);
     fprintf(stderr, "BENCH section=gddr bytes=%zu dense_us=%.1f alpha04_us=%.1f ratio=%.3f\n", bytes,
             dm, am, qm);
+    fprintf(stderr, "BENCH section=gddr_q8 bytes=%zu dense_us=%.1f q8_pulls_us=%.1f ratio=%.3f\n", bytes,
+            dm, em, eqm);
     fflush(stdout);
     bench_stop(&gs);
 }
