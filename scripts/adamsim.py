@@ -23,6 +23,8 @@ Kinds:
           gradients arrive, summed, when it is sent
   fillage fill, with the released deviation (what was held, less the credits) scaled by
           AdaDelay's factor for its own age, 1 / (1 + ADADELAY * N * pushes held)
+  fillv   fill, and v (Adam's second moment) updated from fresh gradients only: not from fills,
+          not from releases (the 1-bit Adam idea: keep compression out of v)
   fillnew fill, and the held gradients never sent (lossy: a bound, not a candidate -- it breaks
           GDDR's "nothing is lost")
 WARM=S ramps alpha up from 0 over each worker's first S steps.
@@ -34,6 +36,8 @@ Measured on 2 cores (about 20 s a run, 2 at a time), server's final model, seeds
   fillage                                           mean 0.7723  (-3.0 pp)
   fill, WARM=23 (the first tenth of the run)        mean 0.7733  (-2.9 pp)
   fillnew 0.7943 0.8055 0.8054 0.8212 0.7827 0.8075 mean 0.8028  (+0.0 pp)
+  fillv 0.3379 0.2056 0.6006 0.7702 0.6672 0.3434   mean 0.4875  (diverges: a release's lump
+        enters m, and only v seeing it keeps the step it makes bounded)
   seeds 1-3: sync 0.8397, hold 0.7812
 So in this model what costs is the held mass arriving late (less the credits: the deviation of
 the held gradients from m-hat), not the fill, nor the first steps: drop it and GDDR is dense;
@@ -102,10 +106,11 @@ class Server:
         k = self.version + 1
         return self.m / (1 - self.b1 ** (k - 1)) if k > 1 else np.zeros(P, np.float32)
 
-    def adam(self, d, lr):
+    def adam(self, d, lr, vmask=None):
         k = self.version + 1
         self.m = self.b1 * self.m + (1 - self.b1) * d
-        self.v = self.b2 * self.v + (1 - self.b2) * d * d
+        v = self.b2 * self.v + (1 - self.b2) * d * d
+        self.v = v if vmask is None else np.where(vmask, v, self.v)
         step = (self.m / (1 - self.b1 ** k)) / (np.sqrt(self.v / (1 - self.b2 ** k)) + self.eps)
         self.w = (self.w - lr * step).astype(np.float32)
         self.version = k
@@ -165,6 +170,12 @@ def run(kind, seed, N=int(E("N", "8")), epochs=int(E("EPOCHS", "2")), lr=float(E
             srv.w = np.where(m, srv.w, keep_w)
             return
         mh = srv.mhat()
+        if kind == "fillv":         # fill, and v sees fresh gradients only (not fills, not releases)
+            fresh = m & expand(age_before == 0)
+            d = np.where(m, d - cred[k], mh).astype(np.float32)
+            cred[k] = np.where(m, 0, cred[k] + mh)
+            srv.adam(d, lr_eff, fresh)
+            return
         if kind == "fill":
             d = np.where(m, d - cred[k], mh).astype(np.float32)
         elif kind == "zero":      # a held chunk is stepped with a zero gradient (Adam coasts)
