@@ -21,6 +21,7 @@
  * for bit as the saved one would have. docs/checkpoint-format.md,
  * "Incremental checkpoints", says when a copy is full.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +34,9 @@
 #include "table.h"
 #include "table_wire_int.h"
 
-#define TTAB_FORMAT 1
+/* 2: each open-step push carries its lr (a double after its ttab_step);
+ * format 1 (no lr: the table's) still loads. */
+#define TTAB_FORMAT 2
 /* A full copy at least every this many checkpoints. */
 #define DELTAS_MAX 8
 
@@ -105,7 +108,7 @@ static void *head_section(gddr_ps *ps, const ps_stable *s, uint64_t *len)
         nrec += s->rec[r].set != 0;
         if (s->step[r].have) {
             nstep++;
-            steplen += sizeof(ttab_step) + a8(s->step[r].n * 8 + s->step[r].n * c->dim * 4);
+            steplen += sizeof(ttab_step) + 8 + a8(s->step[r].n * 8 + s->step[r].n * c->dim * 4);
         }
     }
     size_t keylen = strlen(s->key);
@@ -148,6 +151,7 @@ static void *head_section(gddr_ps *ps, const ps_stable *s, uint64_t *len)
             continue;
         ttab_step ts = { (uint32_t)r, 0, q->n };
         p = put(p, &ts, sizeof ts);
+        p = put(p, &q->lr, 8);
         p = put(p, q->keys, q->n * 8);
         p = pad8(buf, put(p, q->vals, q->n * c->dim * 4));
     }
@@ -349,7 +353,7 @@ static int parse_head(const gddr_ckpt_section *hs, ttab_head *h, char *key, rd *
         return -1;
     }
     memcpy(h, hp, sizeof *h);
-    if (h->format != TTAB_FORMAT) {
+    if (h->format != 1 && h->format != TTAB_FORMAT) {
         snprintf(why, wl, "unknown table record format %u", h->format);
         return -1;
     }
@@ -552,6 +556,12 @@ static int restore_one(gddr_ps *ps, const gddr_ckpt *c, const gddr_ckpt *base, u
         ttab_step ts;
         if (tsp)
             memcpy(&ts, tsp, sizeof ts);
+        double lr = 0; /* format 1: the table's */
+        const void *lp = tsp && h.format >= 2 ? take(&r, 8) : NULL;
+        if (lp)
+            memcpy(&lr, lp, 8);
+        if (h.format >= 2 && !lp)
+            tsp = NULL;
         const uint64_t *k = tsp && ts.n <= (1ull << 40) ? take(&r, ts.n * 8) : NULL;
         const float *g = k ? take8(&r, ts.n * d * 4) : NULL;
         if (!g) {
@@ -573,6 +583,7 @@ static int restore_one(gddr_ps *ps, const gddr_ckpt *c, const gddr_ckpt *base, u
         memcpy(q->keys, k, ts.n * 8);
         memcpy(q->vals, g, ts.n * d * 4);
         q->n = ts.n;
+        q->lr = isfinite(lr) && lr >= 0 && lr <= 1e6 ? lr : 0;
         q->have = 1;
         s->ncontrib++;
     }

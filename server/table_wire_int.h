@@ -19,7 +19,7 @@ typedef struct tw_push {
     uint64_t *keys;
     float *vals;
     size_t n;
-    double lr;          /* the push's own lr (0: the table's); not in checkpoints */
+    double lr;          /* the push's own lr (0: the table's); in checkpoints from table format 2 */
     int have;
 } tw_push;
 

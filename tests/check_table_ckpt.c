@@ -381,7 +381,12 @@ static void sync_run(int crash, float *final)
     for (int k = 0; k < STEPS1; k++)
         for (int r = 0; r < W; r++)
             worker_step(w[r], t[r], r, k);
-    worker_step(w[0], t[0], 0, STEPS1); /* the open step: worker 0's push only */
+    /* The open step: worker 0's push only, with an lr of its own (a
+     * schedule's), which the step takes when it completes -- after the
+     * restart too, so the checkpoint must keep it. */
+    ck_assert_int_eq(gddr_set_lr(w[0], 0.0125), GDDR_OK);
+    worker_step(w[0], t[0], 0, STEPS1);
+    ck_assert_int_eq(gddr_set_lr(w[0], 0), GDDR_OK);
     static float before[NK * DIM], after[NK * DIM];
     uint64_t vb = read_rows(obs, to, STEPS1, before);
     ck_assert_uint_eq(vb, STEPS1);
