@@ -45,54 +45,17 @@ scale it by its age, or ramp alpha up, and it still costs. The model is harsher 
 on 2 cores: every worker is N-1 versions stale on average, and async dense itself loses 3.7 pp
 to sync here, where gddr-ps gained 0.05-0.59 pp (docs/results.md).
 """
-import gzip
 import os
 import sys
 
 import numpy as np
 
+from simmlp import MLP, XTR, YTR
+
 E = os.environ.get
-DATA = "/usr/share/datasets/fashion-mnist/"
-
-
-def load(stem):
-    X = np.frombuffer(gzip.open(DATA + stem + "-images-idx3-ubyte.gz").read(), np.uint8, offset=16)
-    y = np.frombuffer(gzip.open(DATA + stem + "-labels-idx1-ubyte.gz").read(), np.uint8, offset=8)
-    return X.reshape(-1, 784).astype(np.float32) / 255, y.astype(np.int64)
-
-
-XTR, YTR = load("train")
-XTE, YTE = load("t10k")
-SHAPES = [(784, 128), (128,), (128, 10), (10,)]
-SIZES = [int(np.prod(s)) for s in SHAPES]
-P = sum(SIZES)
-
-
-def unpack(v):
-    out, o = [], 0
-    for s, n in zip(SHAPES, SIZES):
-        out.append(v[o:o + n].reshape(s))
-        o += n
-    return out
-
-
-def grad(v, X, y):
-    W1, b1, W2, b2 = unpack(v)
-    h = np.maximum(X @ W1 + b1, 0)
-    z = h @ W2 + b2
-    z -= z.max(1, keepdims=True)
-    p = np.exp(z)
-    p /= p.sum(1, keepdims=True)
-    p[np.arange(len(y)), y] -= 1
-    p /= len(y)
-    dh = (p @ W2.T) * (h > 0)
-    return np.concatenate([(X.T @ dh).ravel(), dh.sum(0), (h.T @ p).ravel(), p.sum(0)]).astype(np.float32)
-
-
-def accuracy(w):
-    W1, b1, W2, b2 = unpack(w)
-    z = np.maximum(XTE @ W1 + b1, 0) @ W2 + b2
-    return float(np.mean(z.argmax(1) == YTE))
+NET = MLP(128)
+P = NET.P
+grad, accuracy = NET.grad, NET.accuracy
 
 
 class Server:
@@ -120,12 +83,7 @@ def run(kind, seed, N=int(E("N", "8")), epochs=int(E("EPOCHS", "2")), lr=float(E
         adadelay=float(E("ADADELAY", "0.1")), alpha=float(E("ALPHA", "0.4")), tau=int(E("TAU", "4")),
         B=64, chunk=1024):
     rng = np.random.default_rng(seed)
-    w = np.zeros(P, np.float32)
-    o = 0
-    for s, n in zip(SHAPES, SIZES):
-        if len(s) == 2:  # He initialisation of the matrices, zero biases
-            w[o:o + n] = (rng.standard_normal(n) * np.sqrt(2.0 / s[0])).astype(np.float32)
-        o += n
+    w = NET.init(rng)
     srv = Server(w, lr)
     nch = (P + chunk - 1) // chunk
     expand = lambda per_chunk: np.repeat(per_chunk, chunk)[:P]

@@ -29,58 +29,24 @@ Measured on 2 cores, H=256 (about 35 s a run), server's final model:
   seeds 2, 3:            dense 0.8541 0.8500; fill 0.8558 0.8516 (join)
   seed 1, mu 0, lr 0.2:  dense 0.8296; server 0.8067; fill 0.8233 (join)
 """
-import gzip
 import os
 import sys
 
 import numpy as np
 
+from simmlp import MLP, XTR, YTR
+
 E = os.environ.get
-DATA = "/usr/share/datasets/fashion-mnist/"
-
-
-def load(stem):
-    X = np.frombuffer(gzip.open(DATA + stem + "-images-idx3-ubyte.gz").read(), np.uint8, offset=16)
-    y = np.frombuffer(gzip.open(DATA + stem + "-labels-idx1-ubyte.gz").read(), np.uint8, offset=8)
-    return X.reshape(-1, 784).astype(np.float32) / 255, y.astype(np.int64)
-
-
-XTR, YTR = load("train")
-XTE, YTE = load("t10k")
 
 
 def run(kind, seed, H=int(E("H", "1280")), steps=int(E("STEPS", "300")), lr=float(E("LR", "0.1")),
         mu=float(E("MU", "0.9")), alpha=float(E("ALPHA", "0.4")), tau=int(E("TAU", "4")),
         end=E("END", "join"), N=4, B=128, chunk=1024):
     rng = np.random.default_rng(seed)
-    shapes = [(784, H), (H,), (H, 10), (10,)]
-    sizes = [int(np.prod(s)) for s in shapes]
-    P = sum(sizes)
-    w = np.zeros(P, np.float32)
-    o = 0
-    for s, n in zip(shapes, sizes):
-        if len(s) == 2:  # He initialisation of the matrices, zero biases
-            w[o:o + n] = (rng.standard_normal(n) * np.sqrt(2.0 / s[0])).astype(np.float32)
-        o += n
-
-    def unpack(v):
-        out, o = [], 0
-        for s, n in zip(shapes, sizes):
-            out.append(v[o:o + n].reshape(s))
-            o += n
-        return out
-
-    def grad(v, X, y):
-        W1, b1, W2, b2 = unpack(v)
-        h = np.maximum(X @ W1 + b1, 0)
-        z = h @ W2 + b2
-        z -= z.max(1, keepdims=True)
-        p = np.exp(z)
-        p /= p.sum(1, keepdims=True)
-        p[np.arange(len(y)), y] -= 1
-        p /= len(y)
-        dh = (p @ W2.T) * (h > 0)
-        return np.concatenate([(X.T @ dh).ravel(), dh.sum(0), (h.T @ p).ravel(), p.sum(0)]).astype(np.float32)
+    net = MLP(H)
+    P = net.P
+    w = net.init(rng)
+    grad = net.grad
 
     nch = (P + chunk - 1) // chunk
     expand = lambda per_chunk: np.repeat(per_chunk, chunk)[:P]
@@ -148,9 +114,7 @@ def run(kind, seed, H=int(E("H", "1280")), steps=int(E("STEPS", "300")), lr=floa
             else:
                 v += lr * rest
                 w -= lr * rest
-    W1, b1, W2, b2 = unpack(w)
-    z = np.maximum(XTE @ W1 + b1, 0) @ W2 + b2
-    return float(np.mean(z.argmax(1) == YTE))
+    return net.accuracy(w)
 
 
 if __name__ == "__main__":
