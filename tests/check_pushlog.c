@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
+#include <time.h>
 #include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
@@ -542,7 +543,15 @@ START_TEST(test_kill_noticed_at_once)
     gddr_client *c1 = pl_client(p.s.endpoint, 1, 2);
     int id1 = register_counter(c1, "t", 16);
     push_ones(c1, id1, 16, 3);
-    pthread_join(th, NULL);
+    /* Its own timeout is 10 minutes: only noticing the kill (the
+     * connection's DISCONNECTED, then a resend to the new server) brings it
+     * back within WAIT_MS. */
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += WAIT_MS / 1000;
+    ck_assert_msg(pthread_timedjoin_np(th, NULL, &until) == 0,
+                  "the pull parked before the kill did not come back within %d s: the kill was not noticed",
+                  WAIT_MS / 1000);
     ck_assert_msg(w.rc == GDDR_OK, "the waiting pull: %s (%s)", gddr_strerror(w.rc),
                   gddr_client_errmsg(w.c));
     ck_assert_uint_eq(w.version, 3);
