@@ -346,6 +346,15 @@ void ps_close(gddr_ps **ps);
 /* reply.c */
 void ps_send_reply(gddr_ps *ps, zmq_msg_t *ident, Gddr__Reply *r, const gddr__raw *raws, int nraw);
 void ps_reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id, const ps_tensor *t);
+/* What a push's reply says (a tensor's or a table's exactly-once record). */
+typedef struct ps_push_answer {
+    uint64_t version, sync_target, staleness;
+    uint8_t applied, mode;
+} ps_push_answer;
+/* The reply to a push of tensor or table `id` (t: the tensor, NULL for a
+ * table); duplicate: answered from the record, nothing applied. */
+void ps_send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, const ps_tensor *t, uint32_t id,
+                        const ps_push_answer *a, int duplicate);
 /* Counts a rejection and answers it (ident NULL: only counted). Returns code. */
 int ps_reject(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, int code, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

@@ -103,19 +103,8 @@ static int check_layout(const ps_tensor *t, const ProtobufCBinaryData *bm, uint6
 static void send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, const ps_tensor *t,
                             const ps_wtensor *out, int duplicate)
 {
-    Gddr__Reply r;
-    Gddr__PushReply pr = GDDR__PUSH_REPLY__INIT;
-    ps_reply_init(ps, &r, req_id, t);
-    pr.id = t->id;
-    pr.version = out->version;
-    pr.applied = out->applied;
-    pr.staleness = out->staleness;
-    pr.mode = (Gddr__Mode)out->mode;
-    pr.sync_target = out->sync_target;
-    pr.duplicate = duplicate;
-    r.body_case = GDDR__REPLY__BODY_PUSH;
-    r.push = &pr;
-    ps_send_reply(ps, ident, &r, NULL, 0);
+    ps_push_answer a = { out->version, out->sync_target, out->staleness, out->applied, out->mode };
+    ps_send_push_reply(ps, ident, req_id, t, t->id, &a, duplicate);
 }
 
 

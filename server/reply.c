@@ -18,6 +18,24 @@ void ps_reply_init(gddr_ps *ps, Gddr__Reply *r, uint64_t req_id, const ps_tensor
     r->tau = t ? (uint32_t)t->tau : (uint32_t)ps->cfg.tau_init;
 }
 
+void ps_send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, const ps_tensor *t, uint32_t id,
+                        const ps_push_answer *a, int duplicate)
+{
+    Gddr__Reply r;
+    Gddr__PushReply pr = GDDR__PUSH_REPLY__INIT;
+    ps_reply_init(ps, &r, req_id, t);
+    pr.id = id;
+    pr.version = a->version;
+    pr.applied = a->applied;
+    pr.staleness = a->staleness;
+    pr.mode = (Gddr__Mode)a->mode;
+    pr.sync_target = a->sync_target;
+    pr.duplicate = duplicate;
+    r.body_case = GDDR__REPLY__BODY_PUSH;
+    r.push = &pr;
+    ps_send_reply(ps, ident, &r, NULL, 0);
+}
+
 void ps_send_reply(gddr_ps *ps, zmq_msg_t *ident, Gddr__Reply *r, const gddr__raw *raws, int nraw)
 {
     if (ps->replaying)

@@ -377,19 +377,8 @@ int ps_tables_next_timeout(gddr_ps *ps, int cap)
 static void send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, const ps_stable *s,
                             const tw_rec *o, int duplicate)
 {
-    Gddr__Reply r;
-    Gddr__PushReply pr = GDDR__PUSH_REPLY__INIT;
-    ps_reply_init(ps, &r, req_id, NULL);
-    pr.id = s->id;
-    pr.version = o->version;
-    pr.applied = o->applied;
-    pr.staleness = o->staleness;
-    pr.mode = (Gddr__Mode)o->mode;
-    pr.sync_target = o->sync_target;
-    pr.duplicate = duplicate;
-    r.body_case = GDDR__REPLY__BODY_PUSH;
-    r.push = &pr;
-    ps_send_reply(ps, ident, &r, NULL, 0);
+    ps_push_answer a = { o->version, o->sync_target, o->staleness, o->applied, o->mode };
+    ps_send_push_reply(ps, ident, req_id, NULL, s->id, &a, duplicate);
 }
 
 static float table_lr(const gddr_ps *ps, const ps_stable *s, double push_lr)
