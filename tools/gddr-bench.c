@@ -322,7 +322,9 @@ static void section_gddr(size_t bytes)
 {
     bench_proc gs = { 0 };
     char h[32];
-    start_gddr(&gs, 2);
+    /* lr > 0 (the other sections keep the values: lr 0), so that every
+     * step moves every value and a delta pull encodes real differences. */
+    bench_start_shard(&gs, 2, 0, 1, "lr=0.0001");
     int it = iters_for(bytes, budget_mb);
     double d[MAXV], a[MAXV], q[MAXV], e[MAXV], eq[MAXV];
     for (int k = 0; k < reps; k++) {
