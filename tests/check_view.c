@@ -175,6 +175,10 @@ static void vector_matches_reference(int bits)
             w[i] = round % 3 == 0 ? m0[i] + (float)((int)(uniform() * 9) - 4) * 0.5f * 0x1p-10f
                                   : m0[i] + (float)(uniform() - 0.5) * (round % 2 ? 1e-3f : 10.0f);
         }
+        if (round % 4 == 1) /* a chunk marked changed whose values did not move (amax 0),
+                             * with -0 in the view: the copy must become +0 as v + 0 * 0 does */
+            for (size_t i = CHUNK; i < 2 * CHUNK; i++)
+                w[i] = m0[i] = i % 2 ? m0[i] : -0.0f;
         memset(bm, 0xff, sizeof bm);
         memcpy(m1, m0, sizeof m0);
         memcpy(m2, m0, sizeof m0);
@@ -187,6 +191,11 @@ static void vector_matches_reference(int bits)
         ck_assert_uint_eq(o, nch * 4 + VN * (size_t)(bits / 8));
         ck_assert_msg(memcmp(a, b, o) == 0, "round %d: the encoder's bytes differ from the reference", round);
         ck_assert_msg(memcmp(m1, m2, sizeof m1) == 0, "round %d: the mirror differs from the reference", round);
+        if (round % 4 == 1) {
+            ck_assert_msg(sc[1] == 0 && inex[1] == 0, "round %d: an unmoved chunk has scale %g, inexact %d", round,
+                          (double)sc[1], inex[1]);
+            ck_assert_msg(!signbit(m1[CHUNK]), "round %d: the mirror kept a -0 the decoder turns into +0", round);
+        }
         /* The decoder moves a copy of the old view to the same values. */
         memcpy(m2, m0, sizeof m0);
         gddr__view_apply(m2, NULL, VN, CHUNK, bm, bits, a);
