@@ -104,8 +104,7 @@ static gddr_client *gddr_connect(const char *ep, int rank, int world, double alp
 
 /* ---- one measurement: several clients in threads --------------------------------- */
 
-/* K_STEP: gddr_step (push + pull of every tensor); K_STEPQ8: the same
- * with its pulls as 8-bit deltas (pull_delta_bits = 8). */
+/* K_STEP: gddr_step (push + pull); K_STEPQ8: the same, pulls as 8-bit deltas. */
 typedef enum { K_GDDR, K_RAW, K_STEP, K_STEPQ8 } kind;
 
 typedef struct worker {
@@ -322,8 +321,7 @@ static void section_gddr(size_t bytes)
 {
     bench_proc gs = { 0 };
     char h[32];
-    /* lr > 0 (the other sections keep the values: lr 0), so that every
-     * step moves every value and a delta pull encodes real differences. */
+    /* lr > 0 (elsewhere 0): every step moves every value, so delta pulls encode real differences. */
     bench_start_shard(&gs, 2, 0, 1, "lr=0.0001");
     int it = iters_for(bytes, budget_mb);
     double d[MAXV], a[MAXV], q[MAXV], e[MAXV], eq[MAXV];
