@@ -69,6 +69,18 @@ int ps_live_workers(gddr_ps *ps)
     return count_live(ps, NULL, NULL, &missing);
 }
 
+int ps_sync_may_complete(gddr_ps *ps, int (*pushed)(const void *arg, int r), const void *arg, int force,
+                         int *live)
+{
+    if (ps->replaying) {
+        /* The push log's replay: a step completes where the log says it
+         * did, dividing as it did then (pushlog.c), never on the clock. */
+        *live = ps->replay_live;
+        return ps->replay_live != 0;
+    }
+    return ps_sync_ready(ps, pushed, arg, live) || force;
+}
+
 int ps_sync_ready(gddr_ps *ps, int (*pushed)(const void *arg, int r), const void *arg, int *live)
 {
     int missing, n = count_live(ps, pushed, arg, &missing);

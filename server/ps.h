@@ -265,12 +265,13 @@ typedef struct gddr_ps {
     ps_pool *pool;
     struct ps_plog *plog;   /* the push log (pushlog.c), NULL when off */
     uint64_t plog_lsn0;     /* push log off: the LSN the restored checkpoint held */
-    uint64_t hold_lsn;      /* push_log = always: replies sent now wait for this record */
+    int hold_replies;       /* push_log = always, handling a logged request: its replies wait */
     int replaying;          /* the push log is being replayed: no replies go out */
-    /* push_log = always (pushlog.c): takes a reply that must wait for
-     * record hold_lsn; 0 when it may go now. NULL when the log is not on. */
-    int (*hold_reply)(struct gddr_ps *ps, uint64_t lsn, zmq_msg_t *ident, void *hdr, size_t hlen,
-                      const gddr__raw *raws, int nraw);
+    /* push_log = always (pushlog.c ps_plog_hold): takes a reply that must
+     * wait for what was logged to be on disk; 0 when it may go now. NULL
+     * when the log is not on. */
+    int (*hold_reply)(struct gddr_ps *ps, zmq_msg_t *ident, void *hdr, size_t hlen, const gddr__raw *raws,
+                      int nraw);
     /* The push log's events (pushlog.h PS_PLOG_EV_*): a sync step completed,
      * a worker declared dead; NULL when the log is not on. */
     void (*log_event)(struct gddr_ps *ps, uint32_t type, uint32_t id, uint64_t arg);
@@ -442,6 +443,10 @@ int ps_live_workers(gddr_ps *ps);
  * pushed and then left would satisfy without the ones still to push.
  * *live gets the live workers (at least 1). */
 int ps_sync_ready(gddr_ps *ps, int (*pushed)(const void *arg, int r), const void *arg, int *live);
+/* ps_sync_ready, or force; while the push log replays, only where the log
+ * says a step completed (ps->replay_live, the live workers it divided by). */
+int ps_sync_may_complete(gddr_ps *ps, int (*pushed)(const void *arg, int r), const void *arg, int force,
+                         int *live);
 /* The slowest live worker's clock (steps pushed), UINT64_MAX when none. */
 uint64_t ps_min_live_clock(gddr_ps *ps);
 

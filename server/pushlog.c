@@ -337,22 +337,16 @@ void ps_plog_event(gddr_ps *ps, uint32_t type, uint32_t id, uint64_t arg)
     gddr__frames_close(&f);
 }
 
-int ps_plog_hold(gddr_ps *ps, uint64_t lsn, zmq_msg_t *ident, void *hdr, size_t hlen,
-                 const gddr__raw *raws, int nraw)
+int ps_plog_hold(gddr_ps *ps, zmq_msg_t *ident, void *hdr, size_t hlen, const gddr__raw *raws, int nraw)
 {
     ps_plog *pl = ps->plog;
-    if (pl && lsn)
-        lsn = pl->next_lsn - 1; /* and the events its handling logged (a step it completed) */
+    /* The request's record and the events its handling logged (a step it
+     * completed): everything appended so far. */
+    uint64_t lsn = pl ? pl->next_lsn - 1 : 0;
     if (!pl || !lsn || atomic_load(&pl->durable) >= lsn || nraw > 2)
         return 0;
-    if (pl->nh == pl->caph) {
-        size_t nc = pl->caph ? pl->caph * 2 : 64;
-        held *nh = realloc(pl->h, nc * sizeof *nh);
-        if (!nh)
-            return 0; /* sent now: better early than never */
-        pl->h = nh;
-        pl->caph = nc;
-    }
+    if (ps_plog_grow((void **)&pl->h, &pl->caph, pl->nh + 1, sizeof *pl->h) < 0)
+        return 0; /* sent now: better early than never */
     held *e = &pl->h[pl->nh];
     e->lsn = lsn;
     zmq_msg_init(&e->ident);
@@ -361,6 +355,11 @@ int ps_plog_hold(gddr_ps *ps, uint64_t lsn, zmq_msg_t *ident, void *hdr, size_t 
     memcpy(zmq_msg_data(&e->hdr), hdr, hlen);
     e->nraw = nraw;
     for (int i = 0; i < nraw; i++) {
+        /* A frame with a free function (a pull reply's values) is taken
+         * as it is; a borrowed one is copied. */
+        if (raws[i].free_fn &&
+            zmq_msg_init_data(&e->raw[i], (void *)raws[i].data, raws[i].len, raws[i].free_fn, raws[i].hint) == 0)
+            continue;
         zmq_msg_init_size(&e->raw[i], raws[i].len);
         memcpy(zmq_msg_data(&e->raw[i]), raws[i].data, raws[i].len);
         if (raws[i].free_fn)

@@ -47,10 +47,11 @@ int ps_plog_open(struct gddr_ps *ps, uint64_t ckpt_lsn, ps_plog_replay_fn replay
 uint64_t ps_plog_append(struct gddr_ps *ps, const gddr__frames *f, uint64_t session);
 /* Appends an event (PS_PLOG_EV_*) at this point of the log. */
 void ps_plog_event(struct gddr_ps *ps, uint32_t type, uint32_t id, uint64_t arg);
-/* always: a reply that must wait for LSN lsn to be on disk; NULL when it
- * can go now (the caller sends it). Takes the message's frames. */
-int ps_plog_hold(struct gddr_ps *ps, uint64_t lsn, zmq_msg_t *ident, void *hdr, size_t hlen,
-                 const gddr__raw *raws, int nraw);
+/* always: takes a reply that must wait until everything logged so far is
+ * on disk (1; its frames are taken), or 0 when it can go now (the caller
+ * sends it). */
+int ps_plog_hold(struct gddr_ps *ps, zmq_msg_t *ident, void *hdr, size_t hlen, const gddr__raw *raws,
+                 int nraw);
 /* Front thread: sends the held replies whose records are on disk. */
 void ps_plog_poll(struct gddr_ps *ps);
 /* The file descriptor the front thread polls (the writer signals it), -1. */

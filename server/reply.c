@@ -40,14 +40,14 @@ void ps_send_reply(gddr_ps *ps, zmq_msg_t *ident, Gddr__Reply *r, const gddr__ra
 {
     if (ps->replaying)
         return; /* the push log's replay (pushlog.c): the peer got its answer before the crash */
-    if (ps->hold_lsn && ps->hold_reply) {
+    if (ps->hold_replies && ps->hold_reply) {
         /* push_log = always: the answer to a logged request waits until
          * its record is on disk (pushlog.c). */
         size_t hlen = protobuf_c_message_get_packed_size(&r->base);
         uint8_t *hdr = malloc(hlen ? hlen : 1);
         if (hdr) {
             protobuf_c_message_pack(&r->base, hdr);
-            int held = ps->hold_reply(ps, ps->hold_lsn, ident, hdr, hlen, raws, nraw);
+            int held = ps->hold_reply(ps, ident, hdr, hlen, raws, nraw);
             free(hdr);
             if (held)
                 return;

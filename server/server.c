@@ -247,12 +247,11 @@ static int shard_layout_ok(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *r
     return 0;
 }
 
-/* One well-formed request of the right protocol version. */
-/* push_log = always: the replies to the request logged as lsn wait for
- * its record to be on disk (reply.c, pushlog.c). */
+/* push_log = always: the replies to a request that was logged (lsn not 0)
+ * wait for its record to be on disk (reply.c, pushlog.c). */
 static void hold_for(gddr_ps *ps, uint64_t lsn)
 {
-    ps->hold_lsn = ps->cfg.push_log == PS_PLOG_ALWAYS ? lsn : 0;
+    ps->hold_replies = ps->cfg.push_log == PS_PLOG_ALWAYS && lsn != 0;
 }
 
 /* A request from the push log (pushlog.c), handled as when it came (the
@@ -309,6 +308,7 @@ static void replay_event(gddr_ps *ps, uint32_t type, uint32_t id, uint64_t arg)
     }
 }
 
+/* One well-formed request of the right protocol version. */
 static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Request *rq)
 {
     zmq_msg_t *ident = &f->part[0];
@@ -340,7 +340,7 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
          * what was accepted is). */
         hold_for(ps, rq->observer ? 0 : ps_plog_append(ps, f, session));
         send_hello_reply(ps, ident, rq->req_id);
-        ps->hold_lsn = 0;
+        ps->hold_replies = 0;
         return;
     }
     /* From here on, the worker's own requests keep it alive; nobody else's. */
@@ -377,7 +377,7 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
             hold_for(ps, ps_plog_append(ps, f, session));
             ps_worker_left(ps, rq->rank);
             send_ack(ps, ident, rq->req_id, "bye");
-            ps->hold_lsn = 0;
+            ps->hold_replies = 0;
         } else if (rq->observer) {
             send_ack(ps, ident, rq->req_id, "bye");
         } else {
@@ -389,7 +389,7 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
         if (rq->observer || owner) {
             hold_for(ps, ps_plog_append(ps, f, session));
             on_init(ps, ident, rq, f, owner && !rq->observer);
-            ps->hold_lsn = 0;
+            ps->hold_replies = 0;
         } else
             ps_reject(ps, ident, rq->req_id, GDDR_EWORKER,
                       "%s from rank %u, which this session does not hold: say hello first",
@@ -409,13 +409,13 @@ static void dispatch(gddr_ps *ps, gddr__frames *f, ps_conn *c, const Gddr__Reque
                 ps_on_push(ps, ident, rq, f);
             else
                 ps_on_push_rows(ps, ident, rq, f);
-            ps->hold_lsn = 0;
+            ps->hold_replies = 0;
         }
         return;
     case GDDR__REQUEST__BODY_INIT_TABLE:
         hold_for(ps, ps_plog_append(ps, f, session));
         ps_on_init_table(ps, ident, rq, owner && !rq->observer);
-        ps->hold_lsn = 0;
+        ps->hold_replies = 0;
         return;
     case GDDR__REQUEST__BODY_PULL_ROWS:
         ps_on_pull_rows(ps, ident, rq, f, owner && !rq->observer);

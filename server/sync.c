@@ -58,15 +58,8 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     if (t->npushes == 0)
         return 0;
     int live;
-    if (ps->replaying) {
-        /* The push log's replay: a step completes where the log says it
-         * did, dividing as it did then (pushlog.c), never on the clock. */
-        if (!ps->replay_live)
-            return 0;
-        live = ps->replay_live;
-    } else if (!ps_sync_ready(ps, contributed, t, &live) && !force) {
+    if (!ps_sync_may_complete(ps, contributed, t, force, &live))
         return 0;
-    }
     if (ps->log_event)
         ps->log_event(ps, PS_PLOG_EV_SYNC, t->id, (uint64_t)live);
     ps_tensor_settle(ps, t); /* the step's last push is folded in */

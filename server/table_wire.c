@@ -399,13 +399,8 @@ static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
     if (s->ncontrib == 0)
         return 0;
     int live;
-    if (ps->replaying) { /* as for tensors (sync.c) */
-        if (!ps->replay_live)
-            return 0;
-        live = ps->replay_live;
-    } else if (!ps_sync_ready(ps, step_pushed, s, &live) && !force) {
+    if (!ps_sync_may_complete(ps, step_pushed, s, force, &live))
         return 0;
-    }
     if (ps->log_event)
         ps->log_event(ps, PS_PLOG_EV_TABLE_SYNC, (uint32_t)s->id, (uint64_t)live);
     int divisor = (int)s->ncontrib > live ? (int)s->ncontrib : live;
