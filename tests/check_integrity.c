@@ -479,10 +479,7 @@ static void sr_register(raw_conn *r)
     in.key = "r";
     in.n = 2;
     in.payload_bytes = 8;
-    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
-    rq.req_id = ++r->next_id;
-    rq.rank = r->rank;
-    rq.session = r->session;
+    raw_request(r, &rq);
     rq.body_case = GDDR__REQUEST__BODY_INIT;
     rq.init = &in;
     gddr__raw raw = { w0, 8, NULL, NULL };

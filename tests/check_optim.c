@@ -48,25 +48,7 @@
 static void raw_push_full(raw_conn *r, uint32_t id, const float *vals, size_t nvals, const uint8_t *bm,
                           size_t bmlen, int held, int flush, uint64_t version)
 {
-    Gddr__Request rq = GDDR__REQUEST__INIT;
-    Gddr__Push p = GDDR__PUSH__INIT;
-    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
-    rq.req_id = ++r->next_id;
-    rq.rank = r->rank;
-    rq.session = r->session;
-    p.id = id;
-    p.birth_version = p.base_version = version;
-    p.step = ++r->step;
-    p.grad_norm = 1.0f;
-    p.bitmap.data = (uint8_t *)bm;
-    p.bitmap.len = bm ? bmlen : 0;
-    p.held = held;
-    p.flush = flush;
-    p.payload_bytes = nvals * 4;
-    rq.body_case = GDDR__REQUEST__BODY_PUSH;
-    rq.push = &p;
-    gddr__raw raw = { vals, nvals * 4, NULL, NULL };
-    ck_assert(gddr__send(r->sock, NULL, &rq.base, &raw, 1) >= 0);
+    raw_push_send(r, id, vals, nvals, version, ++r->step, 1.0f, bm, bmlen, held, flush);
     Gddr__Reply *rep = raw_recv(r, WAIT_MS, NULL);
     ck_assert_msg(rep && rep->body_case == GDDR__REPLY__BODY_PUSH, "push of rank %u: %s", r->rank,
                   rep && rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->message : "no reply");
@@ -79,10 +61,7 @@ static uint32_t raw_register(raw_conn *r, const char *key, size_t n)
     float *z = calloc(n, 4);
     Gddr__Request rq = GDDR__REQUEST__INIT;
     Gddr__InitTensor in = GDDR__INIT_TENSOR__INIT;
-    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
-    rq.req_id = ++r->next_id;
-    rq.rank = r->rank;
-    rq.session = r->session;
+    raw_request(r, &rq);
     in.key = (char *)key;
     in.n = n;
     in.payload_bytes = n * 4;

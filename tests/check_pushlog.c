@@ -75,6 +75,13 @@ static void pl_init(plrun *p, const char *mode, const char *extra)
     pl_start(p, mode, extra);
 }
 
+/* The server stopped, its directory removed. */
+static void pl_end(plrun *p)
+{
+    gt_server_stop(&p->s, WAIT_MS, NULL);
+    gt_rm_rf(p->dir);
+}
+
 static void pl_kill9(plrun *p)
 {
     ck_assert_int_gt(p->s.pid, 0);
@@ -267,8 +274,7 @@ START_TEST(test_always_kill9_loses_nothing)
     push_ones(c, big, BIG, 1);
     expect_counted(c, big, BIG, 31.0f, 31, "big after one more push");
     gddr_client_close(&c);
-    gt_server_stop(&p.s, WAIT_MS, NULL);
-    gt_rm_rf(p.dir);
+    pl_end(&p);
 }
 END_TEST
 
@@ -300,8 +306,7 @@ START_TEST(test_torn_tail_cut)
     pl_start(&p, "always", NULL);
     expect_counted(c, id, 1000, 17.0f, 17, "after a second kill -9");
     gddr_client_close(&c);
-    gt_server_stop(&p.s, WAIT_MS, NULL);
-    gt_rm_rf(p.dir);
+    pl_end(&p);
 }
 END_TEST
 
@@ -331,8 +336,7 @@ START_TEST(test_checkpoint_starts_segment)
     double replayed = gt_server_metric(c, "gddr_push_log_replayed_records");
     ck_assert_msg(replayed == 4, "replayed %g records after the checkpoint, expected the 4 pushes", replayed);
     gddr_client_close(&c);
-    gt_server_stop(&p.s, WAIT_MS, NULL);
-    gt_rm_rf(p.dir);
+    pl_end(&p);
 }
 END_TEST
 
@@ -355,8 +359,7 @@ START_TEST(test_batch_synced_survives)
      * start with it on must not replay pushes older than its checkpoints. */
     pl_start(&p, "off", NULL);
     ck_assert_int_eq(count_segments(p.ckpt), 0);
-    gt_server_stop(&p.s, WAIT_MS, NULL);
-    gt_rm_rf(p.dir);
+    pl_end(&p);
 }
 END_TEST
 
@@ -559,8 +562,7 @@ START_TEST(test_kill_noticed_at_once)
         ck_assert_float_eq(w.out[i], 3.0f);
     gddr_client_close(&c1);
     gddr_client_close(&w.c);
-    gt_server_stop(&p.s, WAIT_MS, NULL);
-    gt_rm_rf(p.dir);
+    pl_end(&p);
 }
 END_TEST
 
@@ -601,8 +603,7 @@ START_TEST(test_rows_replay)
         ck_assert_msg(after[i] == before[i], "row %d value %d: %.9g after the replay, %.9g before", i / 8,
                       i % 8, (double)after[i], (double)before[i]);
     gddr_client_close(&c);
-    gt_server_stop(&p.s, WAIT_MS, NULL);
-    gt_rm_rf(p.dir);
+    pl_end(&p);
 }
 END_TEST
 

@@ -92,26 +92,46 @@ static inline void raw_hello(raw_conn *r, uint32_t rank, uint32_t world)
     r->rank = rank;
 }
 
-/* A push through the wire from r's rank and session, step given. */
-static inline uint64_t raw_push_step(raw_conn *r, uint32_t id, const float *vals, size_t nvals,
-                              uint64_t version, uint64_t step, float norm)
+/* A request of r's rank and session, the next req_id. */
+static inline void raw_request(raw_conn *r, Gddr__Request *rq)
+{
+    rq->protocol = GDDR__CONST__PROTOCOL_VERSION;
+    rq->req_id = ++r->next_id;
+    rq->rank = r->rank;
+    rq->session = r->session;
+}
+
+/* A push through the wire from r's rank and session: step and norm given,
+ * a chunk bitmap (NULL: dense), Push.held and Push.flush. Returns its
+ * req_id (the reply is the caller's to read). */
+static inline uint64_t raw_push_send(raw_conn *r, uint32_t id, const float *vals, size_t nvals,
+                                     uint64_t version, uint64_t step, float norm, const uint8_t *bm,
+                                     size_t bmlen, int held, int flush)
 {
     Gddr__Request rq = GDDR__REQUEST__INIT;
     Gddr__Push p = GDDR__PUSH__INIT;
-    rq.protocol = GDDR__CONST__PROTOCOL_VERSION;
-    rq.req_id = ++r->next_id;
-    rq.rank = r->rank;
-    rq.session = r->session;
+    raw_request(r, &rq);
     p.id = id;
     p.birth_version = p.base_version = version;
     p.step = step;
     p.grad_norm = norm;
+    p.bitmap.data = (uint8_t *)bm;
+    p.bitmap.len = bm ? bmlen : 0;
+    p.held = held;
+    p.flush = flush;
     p.payload_bytes = nvals * 4;
     rq.body_case = GDDR__REQUEST__BODY_PUSH;
     rq.push = &p;
     gddr__raw raw = { vals, nvals * 4, NULL, NULL };
     ck_assert(gddr__send(r->sock, NULL, &rq.base, &raw, 1) >= 0);
     return rq.req_id;
+}
+
+/* A dense push through the wire from r's rank and session, step given. */
+static inline uint64_t raw_push_step(raw_conn *r, uint32_t id, const float *vals, size_t nvals,
+                              uint64_t version, uint64_t step, float norm)
+{
+    return raw_push_send(r, id, vals, nvals, version, step, norm, NULL, 0, 0, 0);
 }
 
 /* An observer client of ep (never counted as a worker), or fails the test. */
