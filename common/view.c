@@ -111,7 +111,7 @@ size_t gddr__view_payload_bytes(size_t n, size_t chunk, const uint8_t *bm, int b
 }
 
 size_t gddr__view_pack(const float *w, size_t n, size_t chunk, const uint8_t *bm, int bits,
-                       const float *scale, float *mirror, uint8_t *inexact, uint8_t *out)
+                       float *scale, float *mirror, uint8_t *inexact, uint8_t *out)
 {
     size_t nch = (n + chunk - 1) / chunk, nsel;
     gddr__view_payload_bytes(n, chunk, bm, bits, &nsel);
@@ -121,8 +121,16 @@ size_t gddr__view_pack(const float *w, size_t n, size_t chunk, const uint8_t *bm
             continue;
         size_t lo = ch * chunk, len = chunk_len(n, chunk, ch);
         if (bits) {
-            memcpy(out + k++ * sizeof(float), &scale[ch], sizeof(float));
-            inexact[ch] = (uint8_t)delta_encode(w + lo, mirror + lo, len, scale[ch], bits, out + o);
+            /* The scale, then the encoding, while the chunk (its values and
+             * its mirror) is still in L1: one read of each from memory. */
+            float a = gddr__view_delta_amax(w + lo, mirror + lo, len);
+            if (!isfinite(a))
+                return SIZE_MAX;
+            float s = gddr__view_delta_scale(a, bits);
+            if (scale)
+                scale[ch] = s;
+            memcpy(out + k++ * sizeof(float), &s, sizeof(float));
+            inexact[ch] = (uint8_t)delta_encode(w + lo, mirror + lo, len, s, bits, out + o);
             o += len * (size_t)(bits / 8);
         } else {
             memcpy(out + o, w + lo, len * sizeof(float));

@@ -32,13 +32,17 @@ static inline float gddr__view_delta_scale(float amax, int bits)
 }
 
 /* Encodes the chunks bm selects of w (n values in chunks of `chunk`) into
- * out, which must hold gddr__view_payload_bytes(). bits 8/16: scale[ch] is
- * chunk ch's scale, and mirror (the worker's view as the server knows it)
- * advances as the worker's view will; inexact[ch] says whether it still
- * differs from w. bits 0: the values; mirror and inexact, when not NULL,
- * become w and 0 for those chunks. Returns the payload's bytes. */
+ * out, which must hold gddr__view_payload_bytes(). bits 8/16: each chunk's
+ * scale comes from its largest difference from mirror (the worker's view as
+ * the server knows it) and goes to scale[ch] too when scale is not NULL;
+ * mirror advances as the worker's view will; inexact[ch] says whether it
+ * still differs from w. bits 0: the values; mirror and inexact, when not
+ * NULL, become w and 0 for those chunks. Returns the payload's bytes, or
+ * SIZE_MAX when a difference overflows float (bits 8/16): the chunks
+ * encoded before it have moved their mirror, so the caller packs the reply
+ * again with bits 0, which sets every selected chunk's mirror to w. */
 size_t gddr__view_pack(const float *w, size_t n, size_t chunk, const uint8_t *bm, int bits,
-                       const float *scale, float *mirror, uint8_t *inexact, uint8_t *out);
+                       float *scale, float *mirror, uint8_t *inexact, uint8_t *out);
 
 /* The bytes of a payload for bitmap bm (n values in chunks of `chunk`);
  * *nsel (may be NULL) gets the chunks it selects. */

@@ -25,6 +25,8 @@ Kinds:
           AdaDelay's factor for its own age, 1 / (1 + ADADELAY * N * pushes held)
   fillv   fill, and v (Adam's second moment) updated from fresh gradients only: not from fills,
           not from releases (the 1-bit Adam idea: keep compression out of v)
+  holdrep hold, and a released chunk stepped age+1 times with the mean of what it held (as if
+          its gradient had stood still while it was held)
   fillnew fill, and the held gradients never sent (lossy: a bound, not a candidate -- it breaks
           GDDR's "nothing is lost")
 WARM=S ramps alpha up from 0 over each worker's first S steps.
@@ -39,6 +41,13 @@ Measured on 2 cores (about 20 s a run, 2 at a time), server's final model, seeds
   fillv 0.3379 0.2056 0.6006 0.7702 0.6672 0.3434   mean 0.4875  (diverges: a release's lump
         enters m, and only v seeing it keeps the step it makes bounded)
   seeds 1-3: sync 0.8397, hold 0.7812
+  holdrep 0.7745 0.7573 0.7748 0.7823 0.7390 0.7810 mean 0.7681  (-3.5 pp; hold 0.7722)
+  fill with a shorter tau (the held mass arrives sooner), against dense, by seeds:
+    TAU=1 seeds 1-6   fill 0.7865                                  (-1.6 pp)
+    TAU=2 seeds 1-6   fill 0.7955                                  (-0.7 pp)
+    TAU=2 seeds 7-12  fill 0.7681, dense 0.8049                    (-3.7 pp)
+    TAU=4 seeds 7-12  fill 0.7797                                  (-2.5 pp)
+  so tau 2 is within the seeds' spread of tau 4 (twelve seeds: -2.2 pp against -2.5 pp).
 So in this model what costs is the held mass arriving late (less the credits: the deviation of
 the held gradients from m-hat), not the fill, nor the first steps: drop it and GDDR is dense;
 scale it by its age, or ramp alpha up, and it still costs. The model is harsher than gddr-ps
@@ -77,6 +86,10 @@ class Server:
         step = (self.m / (1 - self.b1 ** k)) / (np.sqrt(self.v / (1 - self.b2 ** k)) + self.eps)
         self.w = (self.w - lr * step).astype(np.float32)
         self.version = k
+
+
+def r_sent_mean(d, n):
+    return d / np.maximum(n, 1)
 
 
 def run(kind, seed, N=int(E("N", "8")), epochs=int(E("EPOCHS", "2")), lr=float(E("LR", "0.001")),
@@ -119,6 +132,22 @@ def run(kind, seed, N=int(E("N", "8")), epochs=int(E("EPOCHS", "2")), lr=float(E
         m = expand(~held)
         d = np.where(m, r[k], 0).astype(np.float32)
         r[k] = np.where(m, 0, r[k])
+        if kind == "holdrep":
+            # held chunks frozen; at release the summed gradient is applied as (age+1) Adam
+            # sub-steps of its mean (as if the gradient had been constant while held)
+            n = expand(np.where(~held, age_before + 1, 0))
+            dm = np.where(m, r_sent_mean(d, n), 0).astype(np.float32)
+            k1 = srv.version + 1
+            for j in range(int(n.max())):
+                sel = n > j
+                mm = srv.b1 * srv.m + (1 - srv.b1) * dm
+                vv = srv.b2 * srv.v + (1 - srv.b2) * dm * dm
+                srv.m = np.where(sel, mm, srv.m)
+                srv.v = np.where(sel, vv, srv.v)
+                st = (srv.m / (1 - srv.b1 ** k1)) / (np.sqrt(srv.v / (1 - srv.b2 ** k1)) + srv.eps)
+                srv.w = np.where(sel, srv.w - lr_eff * st, srv.w).astype(np.float32)
+            srv.version = k1
+            return
         if kind == "hold":
             # held chunks are not stepped: Adam sees d = 0 there? No: the server skips them
             keep_m, keep_v, keep_w = srv.m.copy(), srv.v.copy(), srv.w.copy()

@@ -387,10 +387,9 @@ static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
     }
     size_t bmlen = (t->nchunks + 7) / 8;
     uint8_t *bm = v ? calloc(bmlen ? bmlen : 1, 1) : NULL;
-    float *scale = bm && bits ? malloc((t->nchunks + 1) * sizeof(float)) : NULL;
-    uint8_t *packed = bm && (scale || !bits) ? malloc(t->n * sizeof(float) + t->nchunks * 4 + 4) : NULL;
+    uint8_t *packed = bm ? malloc(t->n * sizeof(float) + t->nchunks * 4 + 4) : NULL;
     if (!packed) {
-        free(bm), free(scale);
+        free(bm);
         return -1;
     }
     const uint64_t V = t->version;
@@ -399,9 +398,8 @@ static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
     int enc = bits && !fresh && !full ? bits : 0;
     uint64_t view = V;
     size_t held = 0, sent = 0, same = 0;
-    /* Which chunks go (and, for a delta reply, their scales). */
+    /* Which chunks go. */
     for (size_t ch = 0; ch < t->nchunks; ch++) {
-        size_t lo = ch * t->chunk, len = lo + t->chunk <= t->n ? t->chunk : t->n - lo;
         int inexact = v->inexact && v->inexact[ch];
         if (!fresh && !full && t->mod[ch] <= v->seen[ch] && !(inexact && enc)) {
             v->seen[ch] = V; /* unchanged since the worker got it: its copy is current */
@@ -418,12 +416,6 @@ static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
             held++;
             continue;
         }
-        if (enc) {
-            float a = gddr__view_delta_amax(t->w + lo, v->mirror + lo, len);
-            if (!isfinite(a))
-                enc = 0; /* a difference overflows: this reply goes as values */
-            scale[ch] = gddr__view_delta_scale(a, bits);
-        }
         bm[ch / 8] |= (uint8_t)(1u << (ch % 8));
         v->seen[ch] = V;
         v->age[ch] = 0;
@@ -432,8 +424,11 @@ static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
     size_t nsel = sent;
     /* The payload; a delta reply moves the server's copy of the view as the
      * worker's decoder will move the view (common/view.c). */
-    size_t o = gddr__view_pack(t->w, t->n, t->chunk, bm, enc, scale, v->mirror, v->inexact, packed);
-    free(scale);
+    size_t o = gddr__view_pack(t->w, t->n, t->chunk, bm, enc, NULL, v->mirror, v->inexact, packed);
+    if (o == SIZE_MAX) { /* a difference overflows: this reply goes as values */
+        enc = 0;
+        o = gddr__view_pack(t->w, t->n, t->chunk, bm, 0, NULL, v->mirror, v->inexact, packed);
+    }
     ps->lazy_pulls += alpha > 0;
     ps->lazy_chunks_held += held;
     ps->lazy_chunks_sent += sent;

@@ -182,10 +182,6 @@ static void vector_matches_reference(int bits)
         memset(bm, 0xff, sizeof bm);
         memcpy(m1, m0, sizeof m0);
         memcpy(m2, m0, sizeof m0);
-        for (size_t ch = 0; ch < nch; ch++) {
-            size_t lo = ch * CHUNK, len = lo + CHUNK <= VN ? CHUNK : VN - lo;
-            sc[ch] = gddr__view_delta_scale(gddr__view_delta_amax(w + lo, m1 + lo, len), bits);
-        }
         size_t o = gddr__view_pack(w, VN, CHUNK, bm, bits, sc, m1, inex, a);
         reference_pack(w, m2, VN, bits, sc2, b);
         ck_assert_uint_eq(o, nch * 4 + VN * (size_t)(bits / 8));
@@ -207,6 +203,34 @@ START_TEST(test_view_vector_loops_match_the_definition)
 {
     vector_matches_reference(8);
     vector_matches_reference(16);
+}
+END_TEST
+
+/* A difference that overflows float (w and the view of opposite signs near
+ * FLT_MAX) cannot be scaled: the encoder says so, having moved the mirror
+ * of the chunks before it, and the reply packed again as values leaves
+ * every selected chunk's mirror equal to w, the bytes the worker gets. */
+START_TEST(test_view_overflowing_difference_goes_as_values)
+{
+    static float w[N], mirror[N], scale[NCH];
+    static uint8_t inexact[NCH], bm[BM], payload[N * 4 + NCH * 4];
+    for (size_t i = 0; i < N; i++) {
+        w[i] = (float)(uniform() - 0.5);
+        mirror[i] = w[i] + 1e-3f;
+    }
+    size_t last = (NCH - 1) * CHUNK;
+    w[last] = 3e38f, mirror[last] = -3e38f;
+    memset(bm, 0xff, BM);
+    bm[BM - 1] = (uint8_t)((1u << (NCH % 8)) - 1);
+    memset(inexact, 7, sizeof inexact);
+    ck_assert_uint_eq(gddr__view_pack(w, N, CHUNK, bm, 8, scale, mirror, inexact, payload), SIZE_MAX);
+    ck_assert_msg(mirror[0] != w[0] + 1e-3f, "the chunks before the overflow were not encoded");
+    size_t o = gddr__view_pack(w, N, CHUNK, bm, 0, NULL, mirror, inexact, payload);
+    ck_assert_uint_eq(o, N * 4);
+    ck_assert_msg(memcmp(mirror, w, sizeof w) == 0, "the mirror is not the values sent");
+    ck_assert_msg(memcmp(payload, w, sizeof w) == 0, "the payload is not the values");
+    for (size_t ch = 0; ch < NCH; ch++)
+        ck_assert_int_eq(inexact[ch], 0);
 }
 END_TEST
 
@@ -241,6 +265,7 @@ Suite *suite_view(void)
     tcase_add_test(tc, test_view_delta16_decoder_equals_encoder);
     tcase_add_test(tc, test_view_check_refuses_bad_layouts);
     tcase_add_test(tc, test_view_vector_loops_match_the_definition);
+    tcase_add_test(tc, test_view_overflowing_difference_goes_as_values);
     suite_add_tcase(s, tc);
     return s;
 }
