@@ -27,6 +27,8 @@ Kinds:
           not from releases (the 1-bit Adam idea: keep compression out of v)
   holdrep hold, and a released chunk stepped age+1 times with the mean of what it held (as if
           its gradient had stood still while it was held)
+  filldirect fill, and the released deviation applied at once, divided by Adam's sqrt(v-hat), and
+          kept out of m (the same total step it would make through m, without the delay)
   fillnew fill, and the held gradients never sent (lossy: a bound, not a candidate -- it breaks
           GDDR's "nothing is lost")
 WARM=S ramps alpha up from 0 over each worker's first S steps.
@@ -42,6 +44,8 @@ Measured on 2 cores (about 20 s a run, 2 at a time), server's final model, seeds
         enters m, and only v seeing it keeps the step it makes bounded)
   seeds 1-3: sync 0.8397, hold 0.7812
   holdrep 0.7745 0.7573 0.7748 0.7823 0.7390 0.7810 mean 0.7681  (-3.5 pp; hold 0.7722)
+  filldirect 0.5501 0.5440 0.6243 0.7279 0.6815 0.5923 mean 0.6200  (-18 pp: a lump of several
+        gradients divided by a v of single gradients is too large a step at once)
   fill with a shorter tau (the held mass arrives sooner), against dense, by seeds:
     TAU=1 seeds 1-6   fill 0.7865                                  (-1.6 pp)
     TAU=2 seeds 1-6   fill 0.7955                                  (-0.7 pp)
@@ -167,6 +171,14 @@ def run(kind, seed, N=int(E("N", "8")), epochs=int(E("EPOCHS", "2")), lr=float(E
             d = np.where(m, d - cred[k], mh).astype(np.float32)
         elif kind == "zero":      # a held chunk is stepped with a zero gradient (Adam coasts)
             d = np.where(m, d, 0).astype(np.float32)
+        elif kind == "filldirect":  # the late deviation applied at once, preconditioned, not via m
+            d = np.where(m, g, mh).astype(np.float32)
+            cred[k] = np.where(m, 0, cred[k] + mh)
+            srv.adam(d, lr_eff)
+            k1 = srv.version
+            vh = np.sqrt(srv.v / (1 - srv.b2 ** k1)) + srv.eps
+            srv.w = (srv.w - lr_eff * np.where(m, old, 0) / vh).astype(np.float32)
+            return
         elif kind == "fillnew":   # lossy bound: the late deviation is dropped
             d = np.where(m, g, mh).astype(np.float32)
         elif kind == "fillage":   # the late deviation scaled by AdaDelay's factor for its age
