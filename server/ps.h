@@ -158,13 +158,14 @@ typedef struct ps_tensor {
     uint32_t ncontrib; /* distinct ranks in this step */
     uint32_t npushes;  /* pushes folded into this step */
     uint32_t sync_divisor; /* workers the last completed step averaged over */
-    /* Sync steps after a restore (sync.c ps_sync_realign): the Push.step
-     * the open step collects, and while `realign` is set (from a restore
-     * until every live worker pushed the tensor again) a push naming a
-     * later step closes the open one, and one naming an earlier step is
-     * not folded into it. seen: per rank, pushed since the restore (nseen
-     * of them). */
-    uint64_t open_step;
+    /* Sync steps after a restore (sync.c ps_sync_realign), while
+     * `realign` is set (from a restore until every live worker pushed the
+     * tensor again): want[r] + 1 is the Push.step of rank r (0: unknown)
+     * that the step restored open wanted, and open_j how many steps after
+     * that one the open step is. seen: per rank, pushed since the restore
+     * (nseen of them). */
+    uint64_t *want;
+    uint64_t open_j;
     uint8_t realign;
     uint8_t *seen;
     uint32_t nseen;
@@ -412,9 +413,9 @@ long long ps_vbuf_bytes(void);
 int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force);
 /* After a restore: which sync step a push of `step` belongs to (sync.c). */
 void ps_sync_restored(gddr_ps *ps);
-/* Before a sync push joins the open step: closes a restored step the push
- * is past; 1 when the push names an older step than the one collected (it
- * is answered, not folded in). */
+/* Before a sync push joins the open step after a restore: closes the open
+ * step when the push is past it; 1 when the push names an earlier step (it
+ * is answered, not folded in). sync.c. */
 int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step);
 /* Applies a flush (a closing worker's held residual) as its own update.
  * payload: the message vals lives in (the pool takes it), or NULL when the

@@ -312,8 +312,6 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
                        .held = held && fw };
         if (job.held)
             ps_fill_holding(t, fw);
-        if (t->npushes == 0)
-            t->open_step = p->step;
         submit_push(ps, t, &job, NULL, src);
         if (!t->contrib[rq->rank]) {
             t->contrib[rq->rank] = 1;

@@ -92,6 +92,7 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     t->ncontrib = 0;
     t->npushes = 0;
     t->step_lr = 0;
+    t->open_j++; /* (counts only while realign is set: ps_sync_realign) */
     /* Flushes that came in while the step was open go right after it. */
     while (t->flushes) {
         ps_flush *f = t->flushes;
@@ -104,63 +105,69 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     return 1;
 }
 
-/* After a restore, a tensor's sync steps may sit behind the workers'
- * (the checkpoint was taken mid-step, and the steps since were lost). The
- * open step collects one Push.step (restored: the step of the pushes in
- * it, from their ranks' exactly-once records); until every live worker
- * pushed the tensor again, a push of a worker process the checkpoint knew
- * (same session) naming a later step closes the open step as it is, so it
- * does not join a step other shards closed without it, and
- * a push naming an earlier step (whose step was lost or closed here) is
- * answered without joining a later one. docs/protocol.md "Sync steps after
- * a restart". */
+/* After a restore, a tensor's sync steps may sit behind the workers' (the
+ * checkpoint was taken mid-step, and the steps since were lost). The step
+ * restored open wanted one push of each worker: the one it holds (the
+ * rank's exactly-once record), or the rank's next (record + 1). That lines
+ * up each worker's own step numbers with the steps here: a push of step
+ * want[r] + 1 + j belongs j steps after the restored one. Until every live
+ * worker pushed the tensor again, a push of a worker process the
+ * checkpoint knew (same session) that belongs to a later step than the
+ * open one closes the open step as it is (so it does not join a step other
+ * shards closed without it), and one that belongs to an earlier step is
+ * answered without joining a later one. Each worker is measured by its own
+ * numbers, never by another's: those differ once a worker was declared
+ * dead and came back, or a new process took a rank (scripts/soaksync.py
+ * found it: compared across workers, one worker's higher numbers dropped
+ * every other worker's pushes and the run stopped). docs/protocol.md "Sync
+ * steps after a restart". */
 void ps_sync_restored(gddr_ps *ps)
 {
     for (size_t i = 0; i < ps->ntensors; i++) {
         ps_tensor *t = ps->tensors[i];
         t->realign = 1;
-        t->open_step = 0;
+        t->open_j = 0;
         memset(t->seen, 0, (size_t)ps->cfg.max_workers);
         t->nseen = 0;
-        /* The lowest: a rank's record may be of a later push (a flush) */
-        for (int r = 0; t->npushes && r < ps->cfg.max_workers; r++) {
-            ps_worker *w = &ps->workers[r];
-            if (t->contrib[r] && t->id < w->nwt && w->wt[t->id].set &&
-                (!t->open_step || w->wt[t->id].step < t->open_step))
-                t->open_step = w->wt[t->id].step;
+        for (int r = 0; r < ps->cfg.max_workers; r++) {
+            const ps_worker *w = &ps->workers[r];
+            int known = w->ckpt_session && t->id < w->nwt && w->wt[t->id].set;
+            /* (stored + 1: 0 is "unknown") */
+            t->want[r] = known ? w->wt[t->id].step + (t->contrib[r] ? 0 : 1) + 1 : 0;
         }
     }
 }
 
 int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step)
 {
-    int stale = 0;
-    /* A new process for the rank (a new session) numbers its steps anew:
-     * its pushes join the open step as always. */
+    if (!t->realign)
+        return 0;
     const ps_worker *w = &ps->workers[rank];
-    int same = w->ckpt_session && w->session == w->ckpt_session;
-    if (t->realign && same && t->npushes > 0 && t->open_step) {
-        if (step > t->open_step) {
-            gddr_log(GDDR_LOG_INFO, "tensor '%s': worker %u pushed step %llu while the step restored "
-                     "open collects step %llu: that step closes with the %u push(es) it has",
-                     t->key, rank, (unsigned long long)step, (unsigned long long)t->open_step,
-                     t->npushes);
-            ps_sync_try_complete(ps, t, 1);
-        } else if (step < t->open_step) {
-            gddr_log(GDDR_LOG_INFO, "tensor '%s': worker %u pushed step %llu after a restart, when step "
-                     "%llu is collected: its step was lost or closed, not applied",
-                     t->key, rank, (unsigned long long)step, (unsigned long long)t->open_step);
+    int same = w->ckpt_session && w->session == w->ckpt_session, stale = 0;
+    if (same && t->want[rank]) {
+        uint64_t want = t->want[rank] - 1;
+        if (step < want + t->open_j) {
+            gddr_log(GDDR_LOG_INFO, "tensor '%s': worker %u pushed step %llu after a restart, when the "
+                     "step open here wants its step %llu: its step was lost or closed, not applied",
+                     t->key, rank, (unsigned long long)step, (unsigned long long)(want + t->open_j));
             stale = 1;
+        } else if (step > want + t->open_j) {
+            if (t->npushes > 0) {
+                gddr_log(GDDR_LOG_INFO, "tensor '%s': worker %u pushed step %llu, past its step %llu "
+                         "the step open here wants: that step closes with the %u push(es) it has",
+                         t->key, rank, (unsigned long long)step, (unsigned long long)(want + t->open_j),
+                         t->npushes);
+                ps_sync_try_complete(ps, t, 1);
+            }
+            t->open_j = step - want;
         }
     }
-    if (t->realign) {
-        if (!t->seen[rank]) {
-            t->seen[rank] = 1;
-            t->nseen++;
-        }
-        if ((int)t->nseen >= ps_live_workers(ps))
-            t->realign = 0; /* every worker's steps line up again */
+    if (!t->seen[rank]) {
+        t->seen[rank] = 1;
+        t->nseen++;
     }
+    if ((int)t->nseen >= ps_live_workers(ps))
+        t->realign = 0; /* every worker's steps line up again */
     return stale;
 }
 

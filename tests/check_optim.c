@@ -77,20 +77,6 @@ static uint32_t raw_register(raw_conn *r, const char *key, size_t n)
     return id;
 }
 
-/* The server's values of key once it has version v. */
-static void server_values(const char *ep, const char *key, float *out, size_t n, uint64_t v)
-{
-    gddr_client *obs = open_observer_on(ep, WAIT_MS);
-    float *z = calloc(n, 4);
-    int id;
-    ck_assert_int_eq(gddr_register(obs, key, z, n, &id, NULL), GDDR_OK);
-    uint64_t got = 0;
-    ck_assert_int_eq(gddr_pull(obs, id, out, v, &got), GDDR_OK);
-    ck_assert_uint_ge(got, v);
-    gddr_client_close(&obs);
-    free(z);
-}
-
 static void assert_near(const float *got, const float *want, size_t n, float tol, const char *what)
 {
     for (size_t i = 0; i < n; i++)
@@ -138,11 +124,11 @@ static void fill_case(const char *fill, int held, const float *want_a, const cha
     uint32_t id = raw_register(&w0, "f", FN);
     fill_step_a(&w0, &w1, id, held);
     float w[FN];
-    server_values(s.endpoint, "f", w, FN, 1);
+    server_values_within(s.endpoint, "f", w, FN, 1, WAIT_MS);
     assert_same_floats(w, want_a, FN, what);
     if (want_a == FILL_A) {
         fill_step_b(&w0, &w1, id);
-        server_values(s.endpoint, "f", w, FN, 2);
+        server_values_within(s.endpoint, "f", w, FN, 2, WAIT_MS);
         assert_same_floats(w, FILL_B, FN, "fill, step B (credit taken off)");
     }
     raw_close(&w0);
@@ -178,7 +164,7 @@ START_TEST(test_fill_survives_restart)
     uint32_t id = raw_register(&w0, "f", FN);
     fill_step_a(&w0, &w1, id, 1);
     float w[FN];
-    server_values(s.endpoint, "f", w, FN, 1);
+    server_values_within(s.endpoint, "f", w, FN, 1, WAIT_MS);
     stop_server(&s); /* SIGTERM writes the final checkpoint */
     gddr_ckpt c;
     char err[256];
@@ -203,7 +189,7 @@ START_TEST(test_fill_survives_restart)
     raw_hello(&w1, 1, 2);
     id = raw_register(&w0, "f", FN);
     fill_step_b(&w0, &w1, id);
-    server_values(s.endpoint, "f", w, FN, 2);
+    server_values_within(s.endpoint, "f", w, FN, 2, WAIT_MS);
     assert_same_floats(w, FILL_B, FN, "fill across a restart, step B");
     raw_close(&w0);
     raw_close(&w1);
@@ -243,7 +229,7 @@ static void x_adagrad(double *w, double *G, const double d1[4], double lr)
 static void x_expect(const char *ep, const double *want, uint64_t v, const char *what)
 {
     float w[XN], f[XN];
-    server_values(ep, "x", w, XN, v);
+    server_values_within(ep, "x", w, XN, v, WAIT_MS);
     for (int i = 0; i < XN; i++)
         f[i] = (float)want[i];
     assert_near(w, f, XN, 1e-5f, what);
@@ -370,7 +356,7 @@ START_TEST(test_fill_bound_fits_workers)
         raw_push_full(&w[r], id, v, BN - BC, bm, sizeof bm, 1, 0, 0);
     }
     float *got = malloc(BN * sizeof(float));
-    server_values(s.endpoint, "big", got, BN, 1);
+    server_values_within(s.endpoint, "big", got, BN, 1, WAIT_MS);
     free(got);
     for (int r = 0; r < 3; r++)
         raw_close(&w[r]);
@@ -404,14 +390,14 @@ START_TEST(test_flush_joins_step)
     uint32_t id = raw_register(&r, "j", 1);
     float one = 1, two = 2, zero = 0, w;
     raw_push_full(&r, id, &one, 1, NULL, 0, 0, 0, 0);
-    server_values(s.endpoint, "j", &w, 1, 1);
+    server_values_within(s.endpoint, "j", &w, 1, 1, WAIT_MS);
     ck_assert_msg(w == -1.0f, "after the step w = %.9g", (double)w);
     raw_push_full(&r, id, &two, 1, NULL, 0, 0, 1, 1);
-    server_values(s.endpoint, "j", &w, 1, 2);
+    server_values_within(s.endpoint, "j", &w, 1, 2, WAIT_MS);
     ck_assert_msg(fabsf(w - -3.0f) < 1e-6f, "after the flush w = %.9g, expected -3 (a flush that coasts: -3.9)",
                   (double)w);
     raw_push_full(&r, id, &zero, 1, NULL, 0, 0, 0, 2);
-    server_values(s.endpoint, "j", &w, 1, 3);
+    server_values_within(s.endpoint, "j", &w, 1, 3, WAIT_MS);
     ck_assert_msg(fabsf(w - -5.7f) < 1e-5f, "after a zero step w = %.9g, expected -5.7", (double)w);
     raw_close(&r);
     stop_server(&s);
@@ -485,7 +471,7 @@ static double q_run(const char *fill)
     double worst = INFINITY;
     if (!failed) {
         float *w = malloc(QN * 4);
-        server_values(s.endpoint, "q", w, QN, QSTEPS);
+        server_values_within(s.endpoint, "q", w, QN, QSTEPS, WAIT_MS);
         worst = 0;
         for (size_t i = 0; i < QN; i++)
             worst = fmax(worst, isfinite(w[i]) ? fabs(w[i] - 1.0) : INFINITY);
@@ -722,7 +708,7 @@ static void async_fill_case(const char *kind, const char *fill, int filled)
     raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
     raw_push_full(&w0, id, g2, 4, &bm, 1, 1, 0, 1);
     float got[FN], want[FN];
-    server_values(s.endpoint, "af", got, FN, 2);
+    server_values_within(s.endpoint, "af", got, FN, 2, WAIT_MS);
     int adam = strstr(kind, "adam") != NULL;
     float w[FN] = { 0 }, m[FN] = { 0 }, v[FN] = { 0 }, cred[FN] = { 0 };
     for (size_t i = 0; i < FN; i++) {
@@ -744,7 +730,7 @@ static void async_fill_case(const char *kind, const char *fill, int filled)
     assert_near(got, want, FN, 1e-6f, what);
     if (adam) {
         raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
-        server_values(s.endpoint, "af", got, FN, 3);
+        server_values_within(s.endpoint, "af", got, FN, 3, WAIT_MS);
         for (size_t i = 0; i < FN; i++)
             adam_ref(&w[i], &m[i], &v[i], g3[i] - cred[i], 3, lr);
         snprintf(what, sizeof what, "%s %s: the held chunk sent, its credit off", kind, fill);

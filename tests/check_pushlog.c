@@ -149,15 +149,16 @@ static int register_counter(gddr_client *c, const char *key, size_t n)
     return id;
 }
 
-/* A raw push of step `step` (values -1) to tensor id as r's rank; returns
- * its reply (the caller frees it). */
-static Gddr__Reply *push_step_reply(raw_conn *r, uint32_t id, size_t n, uint64_t step, uint64_t base)
+/* A raw push of step `step` (every value val) to tensor id as r's rank;
+ * returns its reply (the caller frees it). */
+static Gddr__Reply *push_val_reply(raw_conn *r, uint32_t id, size_t n, float val, uint64_t step,
+                                   uint64_t base)
 {
     float *g = malloc(n * sizeof *g);
     ck_assert_ptr_nonnull(g);
     for (size_t i = 0; i < n; i++)
-        g[i] = -1.0f;
-    uint64_t rid = raw_push_step(r, id, g, n, base, step, 1.0f);
+        g[i] = val;
+    uint64_t rid = raw_push_step(r, id, g, n, base, step, fabsf(val) * sqrtf((float)n));
     free(g);
     Gddr__Reply *rep = NULL;
     int64_t end = gt_now_ms() + WAIT_MS;
@@ -170,6 +171,12 @@ static Gddr__Reply *push_step_reply(raw_conn *r, uint32_t id, size_t n, uint64_t
     }
     ck_assert_msg(rep != NULL, "raw push of step %" PRIu64 ": no reply", step);
     return rep;
+}
+
+/* A raw push of step `step` (values -1). */
+static Gddr__Reply *push_step_reply(raw_conn *r, uint32_t id, size_t n, uint64_t step, uint64_t base)
+{
+    return push_val_reply(r, id, n, -1.0f, step, base);
 }
 
 /* Waits (up to WAIT_MS) until metric `name` of c's server satisfies
@@ -501,6 +508,87 @@ START_TEST(test_sync_replay)
 }
 END_TEST
 
+/* A raw push of val that must be taken (a push reply, not an error). */
+static void push_taken(raw_conn *r, uint32_t id, size_t n, float val, uint64_t step, uint64_t base)
+{
+    Gddr__Reply *rep = push_val_reply(r, id, n, val, step, base);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_PUSH, "rank %u's push of step %" PRIu64 " refused: %s",
+                  r->rank, step, rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->message : "?");
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+static void hello_as(raw_conn *r, const char *ep, uint32_t rank, uint64_t session)
+{
+    raw_open(r, ep);
+    r->session = session;
+    raw_hello(r, rank, 2);
+}
+
+/* A sync step restored open lines up with each worker's own step numbers,
+ * which need not be alike: here worker 0 counts from 100 and worker 1 from
+ * 5 (a worker declared dead and back, or a new process for a rank, counts
+ * apart from the others). lr 1, two workers, a step adds minus the mean of
+ * its pushes. Step 1: 0 by -2 and 1 by -2 (value 2). Worker 0's step 101
+ * opens step 2; a checkpoint; steps 2 and 3 complete and are lost with a
+ * kill -9. After the restart worker 1 pushes its step 8 (-10): it is past
+ * its step 6 the restored step wanted, so that step closes with worker 0's
+ * push alone (value 3, version 2), and step 8 opens the step after it.
+ * Worker 0's step 103 belongs to that same step (two after the restored
+ * one): value 3 + (10 + 2) / 2 = 9, version 3. Compared across workers
+ * (worker 1's 8 against worker 0's 101), worker 1's push was answered and
+ * dropped, and the step it should have joined waited for it. */
+START_TEST(test_sync_restore_own_step_numbers)
+{
+    char dir[64], log[128], ckd[160], ck[200], lst[300];
+    gt_scratch_log(dir, sizeof dir, log, sizeof log);
+    snprintf(ckd, sizeof ckd, "%s/ckpt", dir);
+    ck_assert_int_eq(mkdir(ckd, 0700), 0);
+    snprintf(ck, sizeof ck, "checkpoint_dir=%s", ckd);
+    gt_server s;
+    const char *sets[] = { "mode=sync", "workers=2", "checkpoint_interval_s=0", ck, NULL, NULL };
+    gt_start_logged(&s, log, sets);
+    gddr_client *c = pl_client(s.endpoint, 0, 2);
+    uint32_t id = (uint32_t)register_counter(c, "t", 4);
+    gddr_client_close(&c);
+    raw_conn a, b;
+    hello_as(&a, s.endpoint, 0, 0xa);
+    hello_as(&b, s.endpoint, 1, 0xb);
+    push_taken(&a, id, 4, -2.0f, 100, 0);
+    push_taken(&b, id, 4, -2.0f, 5, 0);
+    push_taken(&a, id, 4, -2.0f, 101, 1);
+    gddr_client *obs = open_observer_on(s.endpoint, WAIT_MS);
+    double n0 = gt_server_metric(obs, "gddr_checkpoints_total");
+    ck_assert_int_eq(gddr_request_checkpoint(obs), GDDR_OK);
+    ck_assert_msg(wait_metric(obs, "gddr_checkpoints_total", at_least, n0 + 1) >= n0 + 1, "no checkpoint");
+    gddr_client_close(&obs);
+    push_taken(&b, id, 4, -2.0f, 6, 1); /* step 2 completes: lost below */
+    push_taken(&a, id, 4, -2.0f, 102, 2);
+    push_taken(&b, id, 4, -2.0f, 7, 2);
+    raw_close(&a);
+    raw_close(&b);
+    kill(s.pid, SIGKILL);
+    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
+    s.pid = 0;
+    snprintf(lst, sizeof lst, "listen=%s", s.endpoint);
+    sets[4] = lst;
+    gt_start_logged(&s, log, sets);
+    hello_as(&a, s.endpoint, 0, 0xa);
+    hello_as(&b, s.endpoint, 1, 0xb);
+    push_taken(&b, id, 4, -10.0f, 8, 1);
+    push_taken(&a, id, 4, -2.0f, 103, 1);
+    float got[4];
+    server_values_within(s.endpoint, "t", got, 4, 3, WAIT_MS);
+    for (int i = 0; i < 4; i++)
+        ck_assert_msg(got[i] == 9.0f, "value %d is %g after the restart's steps, expected 9", i, (double)got[i]);
+    ck_assert_msg(gt_wait_for_text(log, "worker 1 pushed step 8, past its step 6", 0) >= 0,
+                  "the restored step did not close at worker 1's step 8");
+    raw_close(&a);
+    raw_close(&b);
+    gt_server_stop(&s, WAIT_MS, NULL);
+    gt_rm_rf(dir);
+}
+END_TEST
+
 /* A worker waiting on a server that is killed notices the broken
  * connection and gets back in as soon as the server is back, not after
  * its timeout_ms: here ten minutes, past this case's own timeout, so a
@@ -672,6 +760,7 @@ Suite *suite_pushlog(void)
     GT_ADD_CASE(s, "batch_synced_survives", test_batch_synced_survives, 120);
     GT_ADD_CASE(s, "needs_checkpoint_dir", test_needs_checkpoint_dir, 60);
     GT_ADD_CASE(s, "sync_replay", test_sync_replay, 120);
+    GT_ADD_CASE(s, "sync_restore_own_step_numbers", test_sync_restore_own_step_numbers, 120);
     GT_ADD_CASE(s, "kill_noticed_at_once", test_kill_noticed_at_once, 90);
     GT_ADD_CASE(s, "rows_replay", test_rows_replay, 90);
     GT_ADD_CASE(s, "sync_rows_replay", test_sync_rows_replay, 90);

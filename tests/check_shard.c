@@ -670,7 +670,7 @@ START_TEST(test_shard_restart_sync_steps)
     for (int k = 0; k < kills; k++) {
         char log[160];
         snprintf(log, sizeof log, "%s/s%d-%d.log", dir, k % 3, k + 1);
-        closed += gt_wait_for_text(log, "the step restored open", 0) >= 0;
+        closed += gt_wait_for_text(log, "that step closes with", 0) >= 0;
     }
     printf("shard: %d kills (each server %d times) of a 3-server sync run of 4 workers, %d steps, %.1f s: "
            "the run went on (%d restarts closed a restored open step early; GDDR_SHARD_SEED=%u)\n",

@@ -149,6 +149,24 @@ static inline gddr_client *open_observer_on(const char *ep, int timeout_ms)
     return c;
 }
 
+/* The server's values of key once it has version v (an observer's pull,
+ * within wait_ms). */
+static inline void server_values_within(const char *ep, const char *key, float *out, size_t n, uint64_t v,
+                                        int wait_ms)
+{
+    gddr_client *obs = open_observer_on(ep, wait_ms);
+    float *z = calloc(n, 4);
+    int id;
+    ck_assert_int_eq(gddr_register(obs, key, z, n, &id, NULL), GDDR_OK);
+    uint64_t got = 0;
+    int rc = gddr_pull(obs, id, out, v, &got);
+    ck_assert_msg(rc == GDDR_OK, "pull of '%s' at version %llu: %s (%s)", key, (unsigned long long)v,
+                  gddr_strerror(rc), gddr_client_errmsg(obs));
+    ck_assert_uint_ge(got, v);
+    gddr_client_close(&obs);
+    free(z);
+}
+
 static inline gddr_server_stats get_stats(gddr_client *c)
 {
     gddr_server_stats st;
