@@ -149,7 +149,7 @@ SCDOC    ?= $(shell command -v scdoc 2>/dev/null)
 MAN_SRC  := $(wildcard man/*.scd)
 MANS     := $(patsubst man/%.scd,$(BUILD)/man/%,$(MAN_SRC))
 
-.PHONY: all deps check demo install clean cuda-status bench soak slurm-check config-table deb wheel man \
+.PHONY: all deps check demo install clean cuda-status bench soak soak-sync slurm-check config-table deb wheel man \
         plugin-path abi-check
 all: cuda-status $(LIB_A) $(LIB_SO) $(PLUGIN_SO) $(FAKE_SO) $(BINS) $(TESTBIN) $(BENCHES) \
      $(BUILD)/gddr-client.pc $(if $(SCDOC),$(MANS))
@@ -333,6 +333,13 @@ soak: deps
 	@$(MAKE) --no-print-directory all
 	@SOAK_S=$(SOAK_S) /usr/bin/python3 scripts/soak.py --push-log always --baseline \
 	  --max-rss-growth 0.01 --json $(BUILD)/soak.json
+
+# The soak in sync mode (SOAK_SYNC_S seconds, default ten minutes;
+# docs/soak.md "Sync mode"): make check runs a minute of it.
+SOAK_SYNC_S ?= 600
+soak-sync: deps
+	@$(MAKE) --no-print-directory all
+	@/usr/bin/python3 scripts/soaksync.py --seconds $(SOAK_SYNC_S) --json $(BUILD)/soaksync.json
 
 # Debian packages of this build, made by debhelper from debian/ on a copy
 # under $(BUILD)/debian-tree (scripts/make-deb.sh; make check lints them and

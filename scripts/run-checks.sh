@@ -23,7 +23,8 @@
 # --smoke: two namespaces, a rate-limited veth, one short run; skipped with
 # the reason when not root or without ip netns), three minutes of the soak
 # (scripts/soak.py: faults against a sharded CURVE pair with the push log
-# on; docs/soak.md) and the Check suite
+# on; docs/soak.md), a minute of it in sync mode (scripts/soaksync.py) and
+# the Check suite
 # (build/bin/gddr-tests).
 #
 # Usage: scripts/run-checks.sh [suite...]
@@ -31,7 +32,8 @@
 #   protocol     the protocol test (may be named with Check suites)
 #   python       the Python package's tests (likewise)
 #   network      the network smoke test (likewise)
-#   soak         the 3-minute soak (likewise; SOAK_S to change)
+#   soak         the 3-minute soak and a minute of the sync soak (likewise;
+#                SOAK_S and SOAK_SYNC_S to change)
 #   other names  those Check suites only
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -110,6 +112,10 @@ if [ "$soak" -eq 1 ]; then
   # worker; push_log = always, so nothing acknowledged may be lost.
   timeout 900 env SOAK_S="${SOAK_S:-180}" /usr/bin/python3 scripts/soak.py --push-log always \
     --drain-s 60 --json "$(dirname "$GDDR_BIN")/soak-check.json" || status=$?
+  # A minute of the same faults in sync mode (scripts/soaksync.py): the
+  # steps must go on once they stop, and no step may be torn.
+  timeout 600 /usr/bin/python3 scripts/soaksync.py --seconds "${SOAK_SYNC_S:-60}" --progress-s 90 \
+    --json "$(dirname "$GDDR_BIN")/soaksync-check.json" || status=$?
 fi
 if [ $# -eq 0 ] || [ "${#suites[@]}" -gt 0 ]; then
   timeout 1200 "$GDDR_BIN/gddr-tests" ${suites[@]+"${suites[@]}"} || status=$?

@@ -1,0 +1,320 @@
+#!/usr/bin/python3
+"""soaksync.py -- the soak (scripts/soak.py) in sync mode: faults for a while
+against a sharded pair of gddr-ps whose workers step together, and whether
+the steps went on (docs/soak.md, "Sync mode").
+
+    make soak-sync                     # 10 minutes (SOAK_SYNC_S)
+    scripts/soaksync.py --seconds 120 --push-log always
+
+In sync mode a step completes only when every live worker has pushed it,
+so every worker pushes the same tensors: W conservation workers (this
+file, --worker), each stepping K tensors with a gradient of -1 and lr 1
+(gddr_step: push, then wait for the step's version). The faults are those
+of soak.py: kill -9 of a server (restarted from its checkpoint_dir), a
+server killed while it writes a checkpoint, SIGSTOP of a server, kill -9
+of a worker (started again: it joins the steps again), SIGSTOP of a
+worker, and malformed messages.
+
+What it checks, at the end:
+  - liveness: once the faults stop, every worker completes --progress
+    steps within --progress-s (a step that never completes -- a lost push
+    that nobody resends, a dead worker still counted -- fails it);
+  - no torn step: every value of a tensor is the same, in each worker's
+    parameters after every step and on the servers at the end (every
+    push is -1 everywhere, so a step half applied shows);
+  - no unplanned exit of a server, and no worker that gave up.
+What a step adds is not checked against a count: a step divides by the
+workers that took part in it, and a push that comes after its step
+completed (from a worker that was stopped) joins the next one, so a value
+is not the number of steps (server/sync.c).
+Exit status 0 when all three hold.
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import soak
+from soak import BIN, Server, keygen, last_line, log, malformed, percentile, stop_proc
+
+
+def worker(args):
+    """Steps K tensors with -1 until the stop file appears; a line per step
+    in the steps file; at the end, a JSON account."""
+    sys.path.insert(0, os.path.join(soak.ROOT, "python"))
+    os.environ.setdefault("GDDR_LIB", os.path.join(BIN, "..", "lib", "libgddr-client.so"))
+    import numpy as np
+    import gddr
+    c = gddr.Client(args.servers, rank=args.rank, world_size=args.world, timeout_ms=3000,
+                    reconnect_timeout_ms=600000, heartbeat_ms=500,
+                    curve_server_key=args.server_key, curve_key_file=args.key_file)
+    n = 4096
+    ts = [c.register("sync.%d" % k, np.zeros(n, np.float32), optimizer="sgd lr=1")
+          for k in range(args.tensors)]
+    grads = [-np.ones(n, np.float32) for _ in ts]
+    params = [np.zeros(n, np.float32) for _ in ts]
+    torn, errors, ok = [], 0, 0
+    steps = open(args.steps_file, "a", buffering=1)
+    while not os.path.exists(args.stop_file):
+        try:
+            c.step(grads, params)
+        except gddr.Error as e:
+            errors += 1
+            steps.write("%.6f err %s\n" % (time.time(), str(e).replace("\n", " ")))
+            time.sleep(0.1)
+            continue
+        ok += 1
+        steps.write("%.6f ok\n" % time.time())
+        for k, p in enumerate(params):
+            if not np.all(p == p[0]) and len(torn) < 20:
+                torn.append({"tensor": k, "step": ok, "min": float(p.min()), "max": float(p.max())})
+    final = []
+    if args.rank == 0:
+        for k, t in enumerate(ts):
+            out = np.zeros(n, np.float32)
+            for _ in range(60):
+                try:
+                    c.pull(t, out)
+                    break
+                except gddr.Error:
+                    time.sleep(1)
+            final.append([int(c.version(t)), float(out.min()), float(out.max())])
+            if out.min() != out.max():
+                torn.append({"tensor": k, "final": True, "min": float(out.min()), "max": float(out.max())})
+    c.close()
+    json.dump({"steps": ok, "errors": errors, "torn": torn, "final": final}, open(args.result_file, "w"))
+    return 0
+
+
+class Stepper(soak.Worker):
+    """One conservation worker of the sync soak, run again after a kill."""
+
+    def __init__(self, rank, tmp, eps, keys, world, stop_file):
+        self.steps_file = os.path.join(tmp, "sync%d.steps" % rank)
+        self.result_file = os.path.join(tmp, "sync%d.json" % rank)
+        argv = [sys.executable, os.path.abspath(__file__), "--worker", "--servers", eps,
+                "--rank", str(rank), "--world", str(world), "--server-key", keys["server_pub"],
+                "--key-file", os.path.join(tmp, "client.key"), "--stop-file", stop_file,
+                "--steps-file", self.steps_file, "--result-file", self.result_file]
+        super().__init__(rank, argv, tmp)
+
+    def oks(self, since):
+        try:
+            return [float(ln.split()[0]) for ln in open(self.steps_file)
+                    if ln.split()[1:2] == ["ok"] and float(ln.split()[0]) > since]
+        except OSError:
+            return []
+
+
+def run(args):
+    tmp = tempfile.mkdtemp(prefix="gddr-soaksync.")
+    keys = keygen(tmp)
+    with open(os.path.join(tmp, "authorized_keys"), "w") as f:
+        f.write(keys["client_pub"] + "\n")
+    sets = ["mode=sync", "workers=%d" % args.workers, "log_level=" + args.log_level,
+            "checkpoint_interval_s=%g" % args.ckpt_interval, "worker_timeout_s=3",
+            "curve_secret_key_file=" + os.path.join(tmp, "server.key"),
+            "authorized_keys=" + os.path.join(tmp, "authorized_keys")]
+    if args.push_log != "off":
+        sets.append("push_log=" + args.push_log)
+    servers = [Server(i, tmp, sets) for i in range(2)]
+    for s in servers:
+        s.start()
+    eps = ",".join(s.endpoint for s in servers)
+    stop_file = os.path.join(tmp, "stop")
+    workers = [Stepper(r, tmp, eps, keys, args.workers, stop_file) for r in range(args.workers)]
+    for w in workers:
+        w.start()
+    log("sync soak: 2 servers (%s), %d workers, %s s, push_log %s; files in %s" % (
+        eps, args.workers, args.seconds, args.push_log, tmp))
+    rnd = random.Random(args.seed)
+    stop = threading.Event()
+    counts = {"sent": 0, "dropped": 0}
+    threading.Thread(target=malformed, args=([s.endpoint for s in servers], keys, stop, counts),
+                     daemon=True).start()
+    events = {"server_kill": 0, "server_kill_in_checkpoint": 0, "server_stop": 0,
+              "worker_kill": 0, "worker_stop": 0}
+    kills, pending = [], []   # kill times (wall); (due, action)
+    end = time.monotonic() + args.seconds
+    next_event = time.monotonic() + rnd.uniform(3, 6)
+    last_kill = 0.0
+    ctl_env = dict(os.environ, GDDR_CURVE_SERVER_KEY=keys["server_pub"],
+                   GDDR_CURVE_KEY_FILE=os.path.join(tmp, "client.key"))
+    while time.monotonic() < end:
+        now = time.monotonic()
+        for s in servers:
+            if s.reap() and not any(a[1][0] == "start" and a[1][1] is s for a in pending):
+                s.start()
+        for w in workers:
+            w.check(restart=True)
+        for item in [p for p in pending if p[0] <= now]:
+            pending.remove(item)
+            item[1][1].start() if item[1][0] == "start" else item[1][1].signal(signal.SIGCONT)
+        if now >= next_event:
+            next_event = now + rnd.uniform(args.gap * 0.5, args.gap * 1.5)
+            roll = rnd.random()
+            busy = any(isinstance(p[1][1], Server) for p in pending)
+            if roll < 0.25 and not busy and now - last_kill > args.server_kill_gap:
+                s = rnd.choice(servers)
+                if rnd.random() < 0.3:
+                    subprocess.Popen([os.path.join(BIN, "gddr-ctl"), "-s", s.endpoint, "-t", "1000",
+                                      "checkpoint"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, env=ctl_env)
+                    time.sleep(rnd.uniform(0.0, 0.15))
+                    events["server_kill_in_checkpoint"] += 1
+                s.signal(signal.SIGKILL)
+                s.proc.wait()
+                s.reap()
+                kills.append(time.time())
+                last_kill = now
+                events["server_kill"] += 1
+                pending.append((now + rnd.uniform(0.5, 3.0), ("start", s)))
+                log("kill -9 gddr-ps %d" % s.i)
+            elif roll < 0.4 and not busy:
+                s = rnd.choice(servers)
+                s.signal(signal.SIGSTOP)
+                pending.append((now + rnd.uniform(1, 8), ("cont", s)))
+                events["server_stop"] += 1
+            elif roll < 0.75:
+                w = rnd.choice(workers)
+                if w.proc:
+                    w.signal(signal.SIGKILL)
+                    events["worker_kill"] += 1
+            else:
+                w = rnd.choice(workers)
+                if w.proc:
+                    w.signal(signal.SIGSTOP)
+                    pending.append((now + rnd.uniform(0.5, 5), ("cont", w)))
+                    events["worker_stop"] += 1
+        time.sleep(0.2)
+    stop.set()
+    for _, act in pending:
+        act[1].start() if act[0] == "start" else act[1].signal(signal.SIGCONT)
+    for s in servers:
+        if s.reap():
+            s.start()
+    for w in workers:
+        w.check(restart=True)
+    calm = time.time()
+    log("faults stop; every worker must now complete %d steps within %g s" % (args.progress, args.progress_s))
+    deadline = time.monotonic() + args.progress_s
+    while time.monotonic() < deadline and min(len(w.oks(calm)) for w in workers) < args.progress:
+        for w in workers:
+            w.check(restart=False)
+        time.sleep(0.5)
+    progress = [len(w.oks(calm)) for w in workers]
+    if min(progress) < args.progress:
+        hang_report(tmp, servers, workers, ctl_env)
+    open(stop_file, "w").close()
+    for w in workers:
+        try:
+            w.proc and w.proc.wait(120)
+        except subprocess.TimeoutExpired:
+            stop_proc(w, 10)
+        w.check(restart=False)
+    for s in servers:
+        stop_proc(s, 30)
+        s.planned = True
+        s.reap()
+    return account(args, tmp, servers, workers, kills, events, counts, progress)
+
+
+def hang_report(tmp, servers, workers, env):
+    """What the servers count and where each worker waits, for a hang."""
+    log("steps stopped: the servers' metrics and the workers' stacks go to %s/hang-*.txt" % tmp)
+    for s in servers:
+        with open(os.path.join(tmp, "hang-ps%d.txt" % s.i), "w") as f:
+            subprocess.run([os.path.join(BIN, "gddr-ctl"), "-s", s.endpoint, "metrics"], stdout=f,
+                           stderr=subprocess.STDOUT, env=env, timeout=30)
+    for w in workers:
+        if w.proc and w.proc.poll() is None:
+            with open(os.path.join(tmp, "hang-w%d.txt" % w.rank), "w") as f:
+                try:
+                    subprocess.run(["gdb", "-p", str(w.proc.pid), "-batch", "-ex", "thread apply all bt"],
+                                   stdout=f, stderr=subprocess.STDOUT, timeout=60)
+                except (OSError, subprocess.TimeoutExpired):
+                    pass
+
+
+def account(args, tmp, servers, workers, kills, events, counts, progress):
+    results = []
+    for w in workers:
+        try:
+            results.append(json.load(open(w.result_file)))
+        except (OSError, ValueError):
+            results.append(None)
+    torn = [t for r in results if r for t in r["torn"]]
+    unplanned = [u for s in servers for u in s.unplanned] + [u for w in workers for u in w.unplanned]
+    unplanned += ["worker %d left no account" % w.rank for w, r in zip(workers, results) if r is None]
+    oks = sorted(t for w in workers for t in w.oks(0))
+    rec = []
+    for t_kill in kills:
+        after = [t for t in oks if t > t_kill]
+        if after:
+            rec.append(after[0] - t_kill)
+    steps = sum(len(w.oks(0)) for w in workers)
+    errors = sum(r["errors"] for r in results if r)
+    ok = not torn and not unplanned and min(progress) >= args.progress
+    rep = {"seconds": args.seconds, "push_log": args.push_log, "events": events,
+           "malformed_sent": counts["sent"], "worker_steps": steps, "step_errors": errors,
+           "progress_after_faults": progress, "torn": torn, "unplanned_exits": unplanned,
+           "final": results[0]["final"] if results and results[0] else None,
+           "recovery_from_kill_s": {"median": statistics.median(rec) if rec else None,
+                                    "p95": percentile(rec, 0.95) if rec else None, "n": len(rec)},
+           "ok": ok, "tmp": tmp}
+    print("\n## sync soak: %d s, %d workers, push_log %s\n" % (args.seconds, args.workers, args.push_log))
+    print("| | |\n|---|---|")
+    print("| steps completed (all workers) | %d, %d failed calls |" % (steps, errors))
+    print("| faults | %s; %d malformed messages |" % (
+        ", ".join("%s %d" % kv for kv in events.items()), counts["sent"]))
+    r = rep["recovery_from_kill_s"]
+    print("| a server kill to the next step (s) | median %s, p95 %s over %d kills |" % (
+        soak.fmt(r["median"]), soak.fmt(r["p95"]), r["n"]))
+    print("| steps per worker once the faults stopped | %s (at least %d within %g s) |" % (
+        progress, args.progress, args.progress_s))
+    print("| final versions, values (tensor: version, min, max) | %s |" % rep["final"])
+    print("| torn | %s |" % (torn or "none"))
+    print("| unplanned exits | %d |" % len(unplanned))
+    for u in unplanned:
+        print("  - " + u)
+    print("\nsync soak: %s (files in %s)" % ("OK" if ok else "FAILED", tmp))
+    if args.json:
+        json.dump(rep, open(args.json, "w"), indent=1)
+    return rep
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=float(os.environ.get("SOAK_SYNC_S", 600)))
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--ckpt-interval", type=float, default=5.0)
+    p.add_argument("--push-log", default="off", choices=["off", "batch", "always"])
+    p.add_argument("--gap", type=float, default=4.0, help="mean seconds between faults")
+    p.add_argument("--server-kill-gap", type=float, default=15.0)
+    p.add_argument("--progress", type=int, default=20,
+                   help="steps every worker must complete once the faults stop")
+    p.add_argument("--progress-s", type=float, default=120.0)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--log-level", default="info")
+    p.add_argument("--json", default=None)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    for a in ("--servers", "--server-key", "--key-file", "--stop-file", "--steps-file", "--result-file"):
+        p.add_argument(a, help=argparse.SUPPRESS)
+    p.add_argument("--rank", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--world", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--tensors", type=int, default=6, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+    return 0 if run(args)["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
