@@ -340,9 +340,59 @@ def evaluate(servers, keys, tmp, data):
     return float("nan")
 
 
+def fault(rnd, args, servers, workers, pending, events, kills, ctl_env, now, last_server_kill):
+    """One fault at random (kill -9 of a server of args.kill_servers, also
+    while it writes a checkpoint; SIGSTOP of a server; kill -9 or SIGSTOP
+    of a worker), its second half queued in pending; returns the time of
+    the last server kill."""
+    roll = rnd.random()
+    busy = any(p[1][0] == "start" or (p[1][0] == "cont" and isinstance(p[1][1], Server))
+               for p in pending)
+    if roll < 0.25 and not busy and now - last_server_kill > args.server_kill_gap:
+        s = servers[rnd.choice(args.kill_servers)]
+        in_ckpt = rnd.random() < 0.3
+        if in_ckpt:
+            subprocess.Popen([os.path.join(BIN, "gddr-ctl"), "-s", s.endpoint, "-t", "1000", "checkpoint"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ctl_env)
+            time.sleep(rnd.uniform(0.0, 0.15))
+            events["server_kill_in_checkpoint"] += 1
+        s.signal(signal.SIGKILL)
+        s.proc.wait()
+        s.reap()
+        kills.append([time.monotonic(), time.time(), None])
+        events["server_kill"] += 1
+        pending.append((time.monotonic() + rnd.uniform(0.5, 3.0), ("start", s, len(kills) - 1)))
+        log("kill -9 gddr-ps %d%s" % (s.i, " while it writes a checkpoint" if in_ckpt else ""))
+        return now
+    if roll < 0.4 and not busy:
+        s = rnd.choice(servers)
+        s.signal(signal.SIGSTOP)
+        pending.append((now + rnd.uniform(1, 8), ("cont", s)))
+        events["server_stop"] += 1
+    elif roll < 0.75:
+        w = rnd.choice(workers)
+        if w.proc:
+            w.signal(signal.SIGKILL)
+            events["worker_kill"] += 1
+    else:
+        w = rnd.choice(workers)
+        if w.proc:
+            w.signal(signal.SIGSTOP)
+            pending.append((now + rnd.uniform(0.5, 5), ("cont", w)))
+            events["worker_stop"] += 1
+    return last_server_kill
+
+
+def ctl_env_of(keys, tmp):
+    """The environment gddr-ctl needs for the pair's CURVE."""
+    return dict(os.environ, GDDR_CURVE_SERVER_KEY=keys["server_pub"],
+                GDDR_CURVE_KEY_FILE=os.path.join(tmp, "client.key"))
+
+
 def run(args, chaos):
     tmp = tempfile.mkdtemp(prefix="gddr-soak.")
     keys = keygen(tmp)
+    ctl_env = ctl_env_of(keys, tmp)
     with open(os.path.join(tmp, "authorized_keys"), "w") as f:
         f.write(keys["client_pub"] + "\n")
     world = args.workers + 1
@@ -413,44 +463,8 @@ def run(args, chaos):
             do_action(item[1], kills)
         if chaos and now >= next_event:
             next_event = now + rnd.uniform(args.gap * 0.5, args.gap * 1.5)
-            roll = rnd.random()
-            busy = any(p[1][0] == "start" or (p[1][0] == "cont" and isinstance(p[1][1], Server))
-                       for p in pending)
-            if roll < 0.25 and not busy and now - last_server_kill > args.server_kill_gap:
-                s = servers[rnd.choice(args.kill_servers)]
-                in_ckpt = rnd.random() < 0.3
-                if in_ckpt:
-                    subprocess.Popen([os.path.join(BIN, "gddr-ctl"), "-s", s.endpoint, "-t", "1000",
-                                      "checkpoint"], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL,
-                                     env=dict(os.environ, GDDR_CURVE_SERVER_KEY=keys["server_pub"],
-                                              GDDR_CURVE_KEY_FILE=os.path.join(tmp, "client.key")))
-                    time.sleep(rnd.uniform(0.0, 0.15))
-                    events["server_kill_in_checkpoint"] += 1
-                s.signal(signal.SIGKILL)
-                s.proc.wait()
-                s.reap()
-                kills.append([time.monotonic(), time.time(), None])
-                last_server_kill = now
-                events["server_kill"] += 1
-                pending.append((time.monotonic() + rnd.uniform(0.5, 3.0), ("start", s, len(kills) - 1)))
-                log("kill -9 gddr-ps %d%s" % (s.i, " while it writes a checkpoint" if in_ckpt else ""))
-            elif roll < 0.4 and not busy:
-                s = rnd.choice(servers)
-                s.signal(signal.SIGSTOP)
-                pending.append((now + rnd.uniform(1, 8), ("cont", s)))
-                events["server_stop"] += 1
-            elif roll < 0.75:
-                w = rnd.choice(workers)
-                if w.proc:
-                    w.signal(signal.SIGKILL)
-                    events["worker_kill"] += 1
-            else:
-                w = rnd.choice(workers)
-                if w.proc:
-                    w.signal(signal.SIGSTOP)
-                    pending.append((now + rnd.uniform(0.5, 5), ("cont", w)))
-                    events["worker_stop"] += 1
+            last_server_kill = fault(rnd, args, servers, workers, pending, events, kills, ctl_env, now,
+                                     last_server_kill)
         for s in servers:
             s.sample()
         time.sleep(0.2)
@@ -481,8 +495,7 @@ def run(args, chaos):
     for s in servers:
         r = subprocess.run([os.path.join(BIN, "gddr-ctl"), "-s", s.endpoint, "metrics"],
                            capture_output=True, text=True,
-                           env=dict(os.environ, GDDR_CURVE_SERVER_KEY=keys["server_pub"],
-                                    GDDR_CURVE_KEY_FILE=os.path.join(tmp, "client.key")))
+                           env=ctl_env)
         for line in r.stdout.splitlines():
             if line.startswith("gddr_duplicate_pushes_total "):
                 dup += int(float(line.split()[1]))

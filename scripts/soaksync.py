@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -42,7 +41,7 @@ import threading
 import time
 
 import soak
-from soak import BIN, Server, keygen, last_line, log, malformed, percentile, stop_proc
+from soak import BIN, Server, keygen, log, malformed, percentile, stop_proc
 
 
 def worker(args):
@@ -113,6 +112,35 @@ class Stepper(soak.Worker):
             return []
 
 
+class Trainer(soak.Worker):
+    """A gddr-train rank of the sync soak (--trainers): the MLP with GDDR
+    pushes and 8-bit delta pulls, run again when it finishes or is killed.
+    Its steps are counted on the servers (gddr_versions_total)."""
+
+    def __init__(self, rank, tmp, eps, keys, world, args):
+        data = [] if os.path.exists(soak.FMNIST) else ["--synthetic", "20000"]
+        argv = [os.path.join(BIN, "gddr-train"), "--server", eps, "--rank", str(rank),
+                "--world", str(world), "--workload", "mlp", "--steps", "3000", "--seed", str(rank + 1),
+                "--delay-fraction", "0.4", "--pull-delta-bits", "8", "--progress", "0",
+                "--opt", "curve_server_key=" + keys["server_pub"],
+                "--opt", "curve_key_file=" + os.path.join(tmp, "client.key")] + data
+        super().__init__(rank, argv, tmp)
+        self.result_file = None
+
+
+def versions(servers, env):
+    """gddr_versions_total over the servers (None when one does not answer)."""
+    total = 0
+    for s in servers:
+        r = subprocess.run([os.path.join(BIN, "gddr-ctl"), "-s", s.endpoint, "metrics"], capture_output=True,
+                           text=True, env=env, timeout=30)
+        v = [ln.split()[1] for ln in r.stdout.splitlines() if ln.startswith("gddr_versions_total ")]
+        if not v:
+            return None
+        total += int(float(v[0]))
+    return total
+
+
 def run(args):
     tmp = tempfile.mkdtemp(prefix="gddr-soaksync.")
     keys = keygen(tmp)
@@ -124,12 +152,17 @@ def run(args):
             "authorized_keys=" + os.path.join(tmp, "authorized_keys")]
     if args.push_log != "off":
         sets.append("push_log=" + args.push_log)
+    if args.trainers:
+        sets.append("lr=0.1")
     servers = [Server(i, tmp, sets) for i in range(2)]
     for s in servers:
         s.start()
     eps = ",".join(s.endpoint for s in servers)
     stop_file = os.path.join(tmp, "stop")
-    workers = [Stepper(r, tmp, eps, keys, args.workers, stop_file) for r in range(args.workers)]
+    if args.trainers:
+        workers = [Trainer(r, tmp, eps, keys, args.workers, args) for r in range(args.workers)]
+    else:
+        workers = [Stepper(r, tmp, eps, keys, args.workers, stop_file) for r in range(args.workers)]
     for w in workers:
         w.start()
     log("sync soak: 2 servers (%s), %d workers, %s s, push_log %s; files in %s" % (
@@ -141,12 +174,11 @@ def run(args):
                      daemon=True).start()
     events = {"server_kill": 0, "server_kill_in_checkpoint": 0, "server_stop": 0,
               "worker_kill": 0, "worker_stop": 0}
-    kills, pending = [], []   # kill times (wall); (due, action)
+    kills, pending = [], []   # [monotonic, wall, restart wall] per server kill; (due, action)
     end = time.monotonic() + args.seconds
     next_event = time.monotonic() + rnd.uniform(3, 6)
     last_kill = 0.0
-    ctl_env = dict(os.environ, GDDR_CURVE_SERVER_KEY=keys["server_pub"],
-                   GDDR_CURVE_KEY_FILE=os.path.join(tmp, "client.key"))
+    ctl_env = soak.ctl_env_of(keys, tmp)
     while time.monotonic() < end:
         now = time.monotonic()
         for s in servers:
@@ -156,55 +188,46 @@ def run(args):
             w.check(restart=True)
         for item in [p for p in pending if p[0] <= now]:
             pending.remove(item)
-            item[1][1].start() if item[1][0] == "start" else item[1][1].signal(signal.SIGCONT)
+            soak.do_action(item[1], kills)
         if now >= next_event:
             next_event = now + rnd.uniform(args.gap * 0.5, args.gap * 1.5)
-            roll = rnd.random()
-            busy = any(isinstance(p[1][1], Server) for p in pending)
-            if roll < 0.25 and not busy and now - last_kill > args.server_kill_gap:
-                s = rnd.choice(servers)
-                if rnd.random() < 0.3:
-                    subprocess.Popen([os.path.join(BIN, "gddr-ctl"), "-s", s.endpoint, "-t", "1000",
-                                      "checkpoint"], stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, env=ctl_env)
-                    time.sleep(rnd.uniform(0.0, 0.15))
-                    events["server_kill_in_checkpoint"] += 1
-                s.signal(signal.SIGKILL)
-                s.proc.wait()
-                s.reap()
-                kills.append(time.time())
-                last_kill = now
-                events["server_kill"] += 1
-                pending.append((now + rnd.uniform(0.5, 3.0), ("start", s)))
-                log("kill -9 gddr-ps %d" % s.i)
-            elif roll < 0.4 and not busy:
-                s = rnd.choice(servers)
-                s.signal(signal.SIGSTOP)
-                pending.append((now + rnd.uniform(1, 8), ("cont", s)))
-                events["server_stop"] += 1
-            elif roll < 0.75:
-                w = rnd.choice(workers)
-                if w.proc:
-                    w.signal(signal.SIGKILL)
-                    events["worker_kill"] += 1
-            else:
-                w = rnd.choice(workers)
-                if w.proc:
-                    w.signal(signal.SIGSTOP)
-                    pending.append((now + rnd.uniform(0.5, 5), ("cont", w)))
-                    events["worker_stop"] += 1
+            last_kill = soak.fault(rnd, args, servers, workers, pending, events, kills, ctl_env, now, last_kill)
         time.sleep(0.2)
     stop.set()
     for _, act in pending:
-        act[1].start() if act[0] == "start" else act[1].signal(signal.SIGCONT)
+        soak.do_action(act, kills)
     for s in servers:
         if s.reap():
             s.start()
     for w in workers:
         w.check(restart=True)
     calm = time.time()
-    log("faults stop; every worker must now complete %d steps within %g s" % (args.progress, args.progress_s))
     deadline = time.monotonic() + args.progress_s
+    if args.trainers:
+        # Every step of every trainer makes one version of each of its
+        # tensors on the servers: they must keep coming.
+        log("faults stop; the servers must now make %d versions within %g s" % (
+            args.progress, args.progress_s))
+        v0 = None
+        while v0 is None and time.monotonic() < deadline:
+            v0 = versions(servers, ctl_env)
+        v1 = v0
+        while v0 is not None and time.monotonic() < deadline and (v1 or 0) - v0 < args.progress:
+            for w in workers:
+                w.check(restart=True)
+            time.sleep(0.5)
+            v1 = versions(servers, ctl_env)
+        progress = [(v1 or 0) - (v0 or 0)]
+        if progress[0] < args.progress:
+            hang_report(tmp, servers, workers, ctl_env)
+        acc = soak.evaluate(eps, keys, tmp, [] if os.path.exists(soak.FMNIST) else ["--synthetic", "20000"])
+        for w in workers:
+            if w.proc and w.proc.poll() is None:
+                stop_proc(w, 30)
+            w.check(restart=False)
+        stop_servers(servers)
+        return account(args, tmp, servers, workers, kills, events, counts, progress, acc)
+    log("faults stop; every worker must now complete %d steps within %g s" % (args.progress, args.progress_s))
     while time.monotonic() < deadline and min(len(w.oks(calm)) for w in workers) < args.progress:
         for w in workers:
             w.check(restart=False)
@@ -219,11 +242,15 @@ def run(args):
         except subprocess.TimeoutExpired:
             stop_proc(w, 10)
         w.check(restart=False)
+    stop_servers(servers)
+    return account(args, tmp, servers, workers, kills, events, counts, progress, None)
+
+
+def stop_servers(servers):
     for s in servers:
         stop_proc(s, 30)
         s.planned = True
         s.reap()
-    return account(args, tmp, servers, workers, kills, events, counts, progress)
 
 
 def hang_report(tmp, servers, workers, env):
@@ -243,23 +270,24 @@ def hang_report(tmp, servers, workers, env):
                     pass
 
 
-def account(args, tmp, servers, workers, kills, events, counts, progress):
+def account(args, tmp, servers, workers, kills, events, counts, progress, acc):
     results = []
     for w in workers:
         try:
-            results.append(json.load(open(w.result_file)))
+            results.append(json.load(open(w.result_file)) if w.result_file else {"torn": [], "errors": 0,
+                                                                                 "final": None})
         except (OSError, ValueError):
             results.append(None)
     torn = [t for r in results if r for t in r["torn"]]
     unplanned = [u for s in servers for u in s.unplanned] + [u for w in workers for u in w.unplanned]
     unplanned += ["worker %d left no account" % w.rank for w, r in zip(workers, results) if r is None]
-    oks = sorted(t for w in workers for t in w.oks(0))
+    oks = sorted(t for w in workers if w.result_file for t in w.oks(0))
     rec = []
-    for t_kill in kills:
+    for _, t_kill, _ in kills:
         after = [t for t in oks if t > t_kill]
         if after:
             rec.append(after[0] - t_kill)
-    steps = sum(len(w.oks(0)) for w in workers)
+    steps = sum(len(w.oks(0)) for w in workers if w.result_file) if not args.trainers else "-"
     errors = sum(r["errors"] for r in results if r)
     ok = not torn and not unplanned and min(progress) >= args.progress
     rep = {"seconds": args.seconds, "push_log": args.push_log, "events": events,
@@ -268,18 +296,23 @@ def account(args, tmp, servers, workers, kills, events, counts, progress):
            "final": results[0]["final"] if results and results[0] else None,
            "recovery_from_kill_s": {"median": statistics.median(rec) if rec else None,
                                     "p95": percentile(rec, 0.95) if rec else None, "n": len(rec)},
-           "ok": ok, "tmp": tmp}
+           "accuracy": acc, "ok": ok, "tmp": tmp}
     print("\n## sync soak: %d s, %d workers, push_log %s\n" % (args.seconds, args.workers, args.push_log))
     print("| | |\n|---|---|")
-    print("| steps completed (all workers) | %d, %d failed calls |" % (steps, errors))
+    print("| steps completed (all workers) | %s, %d failed calls |" % (steps, errors))
     print("| faults | %s; %d malformed messages |" % (
         ", ".join("%s %d" % kv for kv in events.items()), counts["sent"]))
     r = rep["recovery_from_kill_s"]
-    print("| a server kill to the next step (s) | median %s, p95 %s over %d kills |" % (
-        soak.fmt(r["median"]), soak.fmt(r["p95"]), r["n"]))
-    print("| steps per worker once the faults stopped | %s (at least %d within %g s) |" % (
-        progress, args.progress, args.progress_s))
-    print("| final versions, values (tensor: version, min, max) | %s |" % rep["final"])
+    if not args.trainers:
+        print("| a server kill to the next step (s) | median %s, p95 %s over %d kills |" % (
+            soak.fmt(r["median"]), soak.fmt(r["p95"]), r["n"]))
+    print("| %s once the faults stopped | %s (at least %d within %g s) |" % (
+        "versions on the servers" if args.trainers else "steps per worker", progress, args.progress,
+        args.progress_s))
+    if args.trainers:
+        print("| the servers' model, test accuracy | %s |" % acc)
+    if not args.trainers:
+        print("| final versions, values (tensor: version, min, max) | %s |" % rep["final"])
     print("| torn | %s |" % (torn or "none"))
     print("| unplanned exits | %d |" % len(unplanned))
     for u in unplanned:
@@ -303,6 +336,9 @@ def main():
     p.add_argument("--progress-s", type=float, default=120.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--log-level", default="info")
+    p.add_argument("--trainers", action="store_true",
+                   help="gddr-train workers (MLP, GDDR pushes, delta pulls) instead of the constant ones: "
+                        "progress counted in the servers' versions, and the model scored at the end")
     p.add_argument("--json", default=None)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     for a in ("--servers", "--server-key", "--key-file", "--stop-file", "--steps-file", "--result-file"):
@@ -311,6 +347,7 @@ def main():
     p.add_argument("--world", type=int, help=argparse.SUPPRESS)
     p.add_argument("--tensors", type=int, default=6, help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.kill_servers = [0, 1]
     if args.worker:
         return worker(args)
     return 0 if run(args)["ok"] else 1

@@ -393,6 +393,16 @@ typedef struct beater {
     atomic_int stop;
 } beater;
 
+/* A scratch directory, its log, and the --set for a checkpoint_dir in it. */
+static void scratch_with_ckpt(char dir[64], char log[128], char ck[200])
+{
+    char ckd[160];
+    gt_scratch_log(dir, 64, log, 128);
+    snprintf(ckd, sizeof ckd, "%s/ckpt", dir);
+    ck_assert_int_eq(mkdir(ckd, 0700), 0);
+    snprintf(ck, 200, "checkpoint_dir=%s", ckd);
+}
+
 static void *beat_main(void *arg)
 {
     beater *bt = arg;
@@ -426,11 +436,8 @@ static void *beat_main(void *arg)
  * of its last step is a duplicate. */
 START_TEST(test_sync_replay)
 {
-    char dir[64], log[128], ckd[160], ck[200], lst[300];
-    gt_scratch_log(dir, sizeof dir, log, sizeof log);
-    snprintf(ckd, sizeof ckd, "%s/ckpt", dir);
-    ck_assert_int_eq(mkdir(ckd, 0700), 0);
-    snprintf(ck, sizeof ck, "checkpoint_dir=%s", ckd);
+    char dir[64], log[128], ck[200], lst[300];
+    scratch_with_ckpt(dir, log, ck);
     gt_server s;
     const char *sets[] = { "mode=sync", "workers=3", "worker_timeout_s=1.5", "lr=0.5", "push_log=always",
                            "checkpoint_interval_s=0", ck, NULL, NULL };
@@ -539,11 +546,8 @@ static void hello_as(raw_conn *r, const char *ep, uint32_t rank, uint64_t sessio
  * dropped, and the step it should have joined waited for it. */
 START_TEST(test_sync_restore_own_step_numbers)
 {
-    char dir[64], log[128], ckd[160], ck[200], lst[300];
-    gt_scratch_log(dir, sizeof dir, log, sizeof log);
-    snprintf(ckd, sizeof ckd, "%s/ckpt", dir);
-    ck_assert_int_eq(mkdir(ckd, 0700), 0);
-    snprintf(ck, sizeof ck, "checkpoint_dir=%s", ckd);
+    char dir[64], log[128], ck[200], lst[300];
+    scratch_with_ckpt(dir, log, ck);
     gt_server s;
     const char *sets[] = { "mode=sync", "workers=2", "checkpoint_interval_s=0", ck, NULL, NULL };
     gt_start_logged(&s, log, sets);
@@ -700,11 +704,8 @@ END_TEST
  * checkpoint, and every row and the table's version come back. */
 START_TEST(test_sync_rows_replay)
 {
-    char dir[64], log[128], ckd[160], ck[200], lst[300];
-    gt_scratch_log(dir, sizeof dir, log, sizeof log);
-    snprintf(ckd, sizeof ckd, "%s/ckpt", dir);
-    ck_assert_int_eq(mkdir(ckd, 0700), 0);
-    snprintf(ck, sizeof ck, "checkpoint_dir=%s", ckd);
+    char dir[64], log[128], ck[200], lst[300];
+    scratch_with_ckpt(dir, log, ck);
     gt_server s;
     const char *sets[] = { "mode=sync", "workers=2", "lr=0.5", "push_log=always", "checkpoint_interval_s=0",
                            ck, NULL, NULL };
