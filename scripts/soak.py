@@ -383,6 +383,20 @@ def fault(rnd, args, servers, workers, pending, events, kills, ctl_env, now, las
     return last_server_kill
 
 
+def tend(servers, workers, pending, kills, now):
+    """One turn of a soak's loop: a server that exited unplanned is started
+    again (the run goes on), a worker that finished runs again, and the
+    faults' second halves that are due are done."""
+    for s in servers:
+        if s.reap() and not any(a[1][0] == "start" and a[1][1] is s for a in pending):
+            s.start()
+    for w in workers:
+        w.check(restart=True)
+    for item in [p for p in pending if p[0] <= now]:
+        pending.remove(item)
+        do_action(item[1], kills)
+
+
 def ctl_env_of(keys, tmp):
     """The environment gddr-ctl needs for the pair's CURVE."""
     return dict(os.environ, GDDR_CURVE_SERVER_KEY=keys["server_pub"],
@@ -450,17 +464,9 @@ def run(args, chaos):
     last_server_kill = 0.0
     while time.monotonic() < end:
         now = time.monotonic()
-        for s in servers:
-            if s.reap() and not any(a[1][0] == "start" and a[1][1] is s for a in pending):
-                # an exit nobody planned: start it again so the run goes on
-                s.start()
-        for w in workers:
-            w.check(restart=True)
+        tend(servers, workers, pending, kills, now)
         if cons.poll() is not None:
             raise RuntimeError("the conservation worker died: %s" % last_line(cons_err.name))
-        for item in [p for p in pending if p[0] <= now]:
-            pending.remove(item)
-            do_action(item[1], kills)
         if chaos and now >= next_event:
             next_event = now + rnd.uniform(args.gap * 0.5, args.gap * 1.5)
             last_server_kill = fault(rnd, args, servers, workers, pending, events, kills, ctl_env, now,

@@ -181,14 +181,7 @@ def run(args):
     ctl_env = soak.ctl_env_of(keys, tmp)
     while time.monotonic() < end:
         now = time.monotonic()
-        for s in servers:
-            if s.reap() and not any(a[1][0] == "start" and a[1][1] is s for a in pending):
-                s.start()
-        for w in workers:
-            w.check(restart=True)
-        for item in [p for p in pending if p[0] <= now]:
-            pending.remove(item)
-            soak.do_action(item[1], kills)
+        soak.tend(servers, workers, pending, kills, now)
         if now >= next_event:
             next_event = now + rnd.uniform(args.gap * 0.5, args.gap * 1.5)
             last_kill = soak.fault(rnd, args, servers, workers, pending, events, kills, ctl_env, now, last_kill)

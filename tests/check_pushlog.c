@@ -403,6 +403,18 @@ static void scratch_with_ckpt(char dir[64], char log[128], char ck[200])
     snprintf(ck, 200, "checkpoint_dir=%s", ckd);
 }
 
+/* kill -9 of s, and s started again on its endpoint with sets (whose
+ * slot `at` gets the listen= in lst). */
+static void kill9_restart(gt_server *s, const char *log, const char **sets, int at, char lst[300])
+{
+    kill(s->pid, SIGKILL);
+    ck_assert_int_eq(gt_wait_pid(s->pid, WAIT_MS, NULL), 1);
+    s->pid = 0;
+    snprintf(lst, 300, "listen=%s", s->endpoint);
+    sets[at] = lst;
+    gt_start_logged(s, log, sets);
+}
+
 static void *beat_main(void *arg)
 {
     beater *bt = arg;
@@ -486,12 +498,7 @@ START_TEST(test_sync_replay)
     ck_assert_int_eq(gddr_pull(a, id, got, 5, &v), GDDR_OK);
     ck_assert_float_eq(got[0], 6.0f);
     raw_close(&b);
-    kill(s.pid, SIGKILL);
-    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
-    s.pid = 0;
-    snprintf(lst, sizeof lst, "listen=%s", s.endpoint);
-    sets[7] = lst;
-    gt_start_logged(&s, log, sets);
+    kill9_restart(&s, log, sets, 7, lst);
     ck_assert_int_eq(gddr_pull(a, id, got, 0, &v), GDDR_OK);
     ck_assert_msg(v == 5 && got[0] == 6.0f, "after the replay: version %" PRIu64 ", value %g (expected 5, 6)",
                   v, (double)got[0]);
@@ -570,12 +577,7 @@ START_TEST(test_sync_restore_own_step_numbers)
     push_taken(&b, id, 4, -2.0f, 7, 2);
     raw_close(&a);
     raw_close(&b);
-    kill(s.pid, SIGKILL);
-    ck_assert_int_eq(gt_wait_pid(s.pid, WAIT_MS, NULL), 1);
-    s.pid = 0;
-    snprintf(lst, sizeof lst, "listen=%s", s.endpoint);
-    sets[4] = lst;
-    gt_start_logged(&s, log, sets);
+    kill9_restart(&s, log, sets, 4, lst);
     hello_as(&a, s.endpoint, 0, 0xa);
     hello_as(&b, s.endpoint, 1, 0xb);
     push_taken(&b, id, 4, -10.0f, 8, 1);
