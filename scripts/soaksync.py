@@ -154,6 +154,7 @@ def run(args):
         sets.append("push_log=" + args.push_log)
     if args.trainers:
         sets.append("lr=0.1")
+    sets += args.server_set
     servers = [Server(i, tmp, sets) for i in range(2)]
     for s in servers:
         s.start()
@@ -329,6 +330,8 @@ def main():
     p.add_argument("--progress-s", type=float, default=120.0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--log-level", default="info")
+    p.add_argument("--server-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a gddr-ps setting for both servers (repeatable; e.g. kind=adam lr=0.001)")
     p.add_argument("--trainers", action="store_true",
                    help="gddr-train workers (MLP, GDDR pushes, delta pulls) instead of the constant ones: "
                         "progress counted in the servers' versions, and the model scored at the end")

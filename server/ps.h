@@ -160,8 +160,8 @@ typedef struct ps_tensor {
     uint32_t sync_divisor; /* workers the last completed step averaged over */
     /* Sync steps after a restore (sync.c ps_sync_realign), while
      * `realign` is set (from a restore until every live worker pushed the
-     * tensor again): want[r] + 1 is the Push.step of rank r (0: unknown)
-     * that the step restored open wanted, and open_j how many steps after
+     * tensor again): want[r] - 1 is the Push.step of rank r (0: unknown)
+     * that the step restored open wanted (allocated for that while only), and open_j how many steps after
      * that one the open step is. seen: per rank, pushed since the restore
      * (nseen of them). */
     uint64_t *want;

@@ -108,9 +108,10 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
 /* After a restore, a tensor's sync steps may sit behind the workers' (the
  * checkpoint was taken mid-step, and the steps since were lost). The step
  * restored open wanted one push of each worker: the one it holds (the
- * rank's exactly-once record), or the rank's next (record + 1). That lines
- * up each worker's own step numbers with the steps here: a push of step
- * want[r] + 1 + j belongs j steps after the restored one. Until every live
+ * rank's exactly-once record), or the rank's next (record + 1): its step
+ * `wanted`. That lines up each worker's own step numbers with the steps
+ * here: its push of step wanted + j belongs j steps after the restored
+ * one (open_j counts the steps here since). Until every live
  * worker pushed the tensor again, a push of a worker process the
  * checkpoint knew (same session) that belongs to a later step than the
  * open one closes the open step as it is (so it does not join a step other
@@ -129,6 +130,13 @@ void ps_sync_restored(gddr_ps *ps)
         t->open_j = 0;
         memset(t->seen, 0, (size_t)ps->cfg.max_workers);
         t->nseen = 0;
+        /* Only from a restore until the steps line up again: max_workers
+         * words per tensor are not kept for good. Without them (no
+         * memory) every push joins the open step, as a new session's do. */
+        if (!t->want && !(t->want = calloc((size_t)ps->cfg.max_workers, sizeof *t->want))) {
+            gddr_log(GDDR_LOG_WARN, "tensor '%s': no memory to line the restored sync step up", t->key);
+            continue;
+        }
         for (int r = 0; r < ps->cfg.max_workers; r++) {
             const ps_worker *w = &ps->workers[r];
             int known = w->ckpt_session && t->id < w->nwt && w->wt[t->id].set;
@@ -144,7 +152,7 @@ int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step)
         return 0;
     const ps_worker *w = &ps->workers[rank];
     int same = w->ckpt_session && w->session == w->ckpt_session, stale = 0;
-    if (same && t->want[rank]) {
+    if (same && t->want && t->want[rank]) {
         uint64_t want = t->want[rank] - 1;
         if (step < want + t->open_j) {
             gddr_log(GDDR_LOG_INFO, "tensor '%s': worker %u pushed step %llu after a restart, when the "
@@ -166,8 +174,11 @@ int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step)
         t->seen[rank] = 1;
         t->nseen++;
     }
-    if ((int)t->nseen >= ps_live_workers(ps))
+    if ((int)t->nseen >= ps_live_workers(ps)) {
         t->realign = 0; /* every worker's steps line up again */
+        free(t->want);
+        t->want = NULL;
+    }
     return stale;
 }
 

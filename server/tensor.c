@@ -230,10 +230,9 @@ ps_tensor *ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
     t->keyhash = gddr_key_hash(t->key);
     t->contrib = calloc((size_t)ps->cfg.max_workers, 1);
     t->seen = calloc((size_t)ps->cfg.max_workers, 1);
-    t->want = calloc((size_t)ps->cfg.max_workers, sizeof *t->want);
     t->tau = (int)ps->cfg.tau_init;
     ps_tensor **arr = t->w && t->acc && t->touched && t->cnt && t->holders && t->holders_alt &&
-                              t->off && t->mod && t->contrib && t->seen && t->want
+                              t->off && t->mod && t->contrib && t->seen
                           ? realloc(ps->tensors, (ps->ntensors + 1) * sizeof *arr)
                           : NULL;
     if (!arr) {
