@@ -23,6 +23,10 @@ What it checks, at the end:
     parameters after every step and on the servers at the end (every
     push is -1 everywhere, so a step half applied shows);
   - no unplanned exit of a server, and no worker that gave up.
+--trainers runs gddr-train workers instead (the MLP, GDDR pushes, 8-bit
+delta pulls): progress is then counted in the servers' versions, and the
+model the servers keep is scored at the end; --server-set passes a
+setting to both servers (kind=adam lr=0.001, momentum=0.9, ...).
 What a step adds is not checked against a count: a step divides by the
 workers that took part in it, and a push that comes after its step
 completed (from a worker that was stopped) joins the next one, so a value
