@@ -63,11 +63,25 @@ def worker(args):
           for k in range(args.tensors)]
     grads = [-np.ones(n, np.float32) for _ in ts]
     params = [np.zeros(n, np.float32) for _ in ts]
+    # A sparse table stepped alongside (--rows): every worker pushes -1 to
+    # the same rows each step, so every value of a row is alike.
+    tb = c.register_table("sync.rows", 8, optimizer="sgd lr=1") if args.rows else None
+    keys = np.arange(args.rows, dtype=np.uint64)
+    rgrad = -np.ones((args.rows, 8), np.float32)
     torn, errors, ok = [], 0, 0
     steps = open(args.steps_file, "a", buffering=1)
     while not os.path.exists(args.stop_file):
         try:
             c.step(grads, params)
+            if tb:
+                tb.push(keys, rgrad)
+                rows = tb.pull(keys)
+                # (rows on two shards may differ: a restart takes one
+                # shard's steps back; a row's own values may not)
+                bad = np.nonzero(rows.min(axis=1) != rows.max(axis=1))[0]
+                if bad.size and len(torn) < 20:
+                    torn.append({"table": "sync.rows", "step": ok, "row": int(bad[0]),
+                                 "min": float(rows[bad[0]].min()), "max": float(rows[bad[0]].max())})
         except gddr.Error as e:
             errors += 1
             steps.write("%.6f err %s\n" % (time.time(), str(e).replace("\n", " ")))
@@ -99,10 +113,10 @@ def worker(args):
 class Stepper(soak.Worker):
     """One conservation worker of the sync soak, run again after a kill."""
 
-    def __init__(self, rank, tmp, eps, keys, world, stop_file):
+    def __init__(self, rank, tmp, eps, keys, world, stop_file, rows=0):
         self.steps_file = os.path.join(tmp, "sync%d.steps" % rank)
         self.result_file = os.path.join(tmp, "sync%d.json" % rank)
-        argv = [sys.executable, os.path.abspath(__file__), "--worker", "--servers", eps,
+        argv = [sys.executable, os.path.abspath(__file__), "--worker", "--rows", str(rows), "--servers", eps,
                 "--rank", str(rank), "--world", str(world), "--server-key", keys["server_pub"],
                 "--key-file", os.path.join(tmp, "client.key"), "--stop-file", stop_file,
                 "--steps-file", self.steps_file, "--result-file", self.result_file]
@@ -167,7 +181,8 @@ def run(args):
     if args.trainers:
         workers = [Trainer(r, tmp, eps, keys, args.workers, args) for r in range(args.workers)]
     else:
-        workers = [Stepper(r, tmp, eps, keys, args.workers, stop_file) for r in range(args.workers)]
+        workers = [Stepper(r, tmp, eps, keys, args.workers, stop_file, args.rows)
+                   for r in range(args.workers)]
     for w in workers:
         w.start()
     log("sync soak: 2 servers (%s), %d workers, %s s, push_log %s; files in %s" % (
@@ -336,6 +351,9 @@ def main():
     p.add_argument("--log-level", default="info")
     p.add_argument("--server-set", action="append", default=[], metavar="KEY=VALUE",
                    help="a gddr-ps setting for both servers (repeatable; e.g. kind=adam lr=0.001)")
+    p.add_argument("--rows", type=int, default=0,
+                   help="also step a sparse table of this many rows (0: none). Known to stop: "
+                        "docs/soak.md, 'Sync mode with a table'")
     p.add_argument("--trainers", action="store_true",
                    help="gddr-train workers (MLP, GDDR pushes, delta pulls) instead of the constant ones: "
                         "progress counted in the servers' versions, and the model scored at the end")
