@@ -549,13 +549,13 @@ int ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
     size_t nw = restore_workers(ps, gddr__ckpt_find(&c, "workers"), (int)format);
     ps_fill_restore(ps, &c);
     ps_orphan_restore(ps, &c, (int)format);
-    ps_sync_restored(ps);
     uint64_t ntab = format >= 4 ? ((uint64_t *)meta->data)[3] : 0;
     if (ps_tables_ckpt_restore(ps, &c, &base, ntab, lerr, sizeof lerr) < 0) {
         snprintf(err, errlen, "%s: %s", c.path, lerr);
         gddr__ckpt_free(&c), gddr__ckpt_free(&base);
         return GDDR_EIO;
     }
+    ps_sync_restored(ps); /* tensors' and tables' open sync steps */
     gddr_log(GDDR_LOG_INFO, "restored checkpoint %s: %llu tensors, %zu workers, %llu tables", c.path,
              (unsigned long long)nt, nw, (unsigned long long)ntab);
     gddr__ckpt_free(&c), gddr__ckpt_free(&base);

@@ -120,6 +120,20 @@ typedef struct ps_fillw {
                            * is a release: its own gradients minus the credits) */
 } ps_fillw;
 
+/* Sync steps after a restore (sync.c ps_align_*), for a tensor or a table:
+ * from the restore until every live worker pushed it again (`on`),
+ * want[r] - 1 is the Push.step of rank r (0: unknown) that the step
+ * restored open wanted, and open_j how many steps after that one the open
+ * step is; seen: per rank, pushed since the restore (nseen of them). The
+ * arrays live only while `on`. */
+typedef struct ps_align {
+    uint64_t *want;
+    uint8_t *seen;
+    uint32_t nseen;
+    uint64_t open_j;
+    uint8_t on;
+} ps_align;
+
 typedef struct ps_tensor {
     char key[128];
     uint32_t id;
@@ -158,17 +172,7 @@ typedef struct ps_tensor {
     uint32_t ncontrib; /* distinct ranks in this step */
     uint32_t npushes;  /* pushes folded into this step */
     uint32_t sync_divisor; /* workers the last completed step averaged over */
-    /* Sync steps after a restore (sync.c ps_sync_realign), while
-     * `realign` is set (from a restore until every live worker pushed the
-     * tensor again): want[r] - 1 is the Push.step of rank r (0: unknown)
-     * that the step restored open wanted (allocated for that while only), and open_j how many steps after
-     * that one the open step is. seen: per rank, pushed since the restore
-     * (nseen of them). */
-    uint64_t *want;
-    uint64_t open_j;
-    uint8_t realign;
-    uint8_t *seen;
-    uint32_t nseen;
+    ps_align align; /* sync steps after a restore (sync.c) */
     ps_flush *flushes; /* flushes waiting for the step to complete */
     uint32_t nflushes;
     /* dynamic tau */
@@ -417,6 +421,15 @@ void ps_sync_restored(gddr_ps *ps);
  * step when the push is past it; 1 when the push names an earlier step (it
  * is answered, not folded in). sync.c. */
 int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step);
+/* The aligner under it, for tables too (sync.c): begin at a restore, with
+ * wanted(ps, arg, r) = the step of rank r the restored open step wants, + 1
+ * (0: unknown); push for each sync push of a session the restore knew
+ * (same) or not, has_open whether the open step holds a push (close(arg)
+ * closes it as it is); completed at each completed step; free. */
+void ps_align_begin(gddr_ps *ps, ps_align *a, uint64_t (*wanted)(gddr_ps *ps, const void *arg, int r), const void *arg);
+int ps_align_push(gddr_ps *ps, ps_align *a, uint32_t rank, int same, uint64_t step, int has_open,
+                  void (*close)(gddr_ps *ps, void *arg), void *arg, const char *what);
+void ps_align_free(ps_align *a);
 /* Applies a flush (a closing worker's held residual) as its own update.
  * payload: the message vals lives in (the pool takes it), or NULL when the
  * caller frees vals right after: then the update is waited for. */

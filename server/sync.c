@@ -92,7 +92,7 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     t->ncontrib = 0;
     t->npushes = 0;
     t->step_lr = 0;
-    t->open_j++; /* (counts only while realign is set: ps_sync_realign) */
+    t->align.open_j++; /* (counts only while it is on: ps_align_push) */
     /* Flushes that came in while the step was open go right after it. */
     while (t->flushes) {
         ps_flush *f = t->flushes;
@@ -105,81 +105,107 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     return 1;
 }
 
-/* After a restore, a tensor's sync steps may sit behind the workers' (the
- * checkpoint was taken mid-step, and the steps since were lost). The step
- * restored open wanted one push of each worker: the one it holds (the
- * rank's exactly-once record), or the rank's next (record + 1): its step
- * `wanted`. That lines up each worker's own step numbers with the steps
- * here: its push of step wanted + j belongs j steps after the restored
- * one (open_j counts the steps here since). Until every live
- * worker pushed the tensor again, a push of a worker process the
- * checkpoint knew (same session) that belongs to a later step than the
- * open one closes the open step as it is (so it does not join a step other
- * shards closed without it), and one that belongs to an earlier step is
- * answered without joining a later one. Each worker is measured by its own
- * numbers, never by another's: those differ once a worker was declared
- * dead and came back, or a new process took a rank (scripts/soaksync.py
- * found it: compared across workers, one worker's higher numbers dropped
- * every other worker's pushes and the run stopped). docs/protocol.md "Sync
- * steps after a restart". */
-void ps_sync_restored(gddr_ps *ps)
+/* After a restore, a tensor's (or a table's) sync steps may sit behind the
+ * workers' (the checkpoint was taken mid-step, and the steps since were
+ * lost). The step restored open wanted one push of each worker: the one it
+ * holds (the rank's exactly-once record), or the rank's next (record + 1):
+ * its step `wanted`. That lines up each worker's own step numbers with the
+ * steps here: its push of step wanted + j belongs j steps after the
+ * restored one (open_j counts the steps here since). Until every live
+ * worker pushed again, a push of a worker process the checkpoint knew
+ * (same session) that belongs to a later step than the open one closes the
+ * open step as it is (so it does not join a step other shards closed
+ * without it), and one that belongs to an earlier step is answered without
+ * joining a later one. Each worker is measured by its own numbers, never
+ * by another's: those differ once a worker was declared dead and came
+ * back, or a new process took a rank (scripts/soaksync.py found it:
+ * compared across workers, one worker's higher numbers dropped every other
+ * worker's pushes and the run stopped). docs/protocol.md "Sync steps after
+ * a restart". */
+void ps_align_free(ps_align *a)
 {
-    for (size_t i = 0; i < ps->ntensors; i++) {
-        ps_tensor *t = ps->tensors[i];
-        t->realign = 1;
-        t->open_j = 0;
-        memset(t->seen, 0, (size_t)ps->cfg.max_workers);
-        t->nseen = 0;
-        /* Only from a restore until the steps line up again: max_workers
-         * words per tensor are not kept for good. Without them (no
-         * memory) every push joins the open step, as a new session's do. */
-        if (!t->want && !(t->want = calloc((size_t)ps->cfg.max_workers, sizeof *t->want))) {
-            gddr_log(GDDR_LOG_WARN, "tensor '%s': no memory to line the restored sync step up", t->key);
-            continue;
-        }
-        for (int r = 0; r < ps->cfg.max_workers; r++) {
-            const ps_worker *w = &ps->workers[r];
-            int known = w->ckpt_session && t->id < w->nwt && w->wt[t->id].set;
-            /* (stored + 1: 0 is "unknown") */
-            t->want[r] = known ? w->wt[t->id].step + (t->contrib[r] ? 0 : 1) + 1 : 0;
+    free(a->want);
+    free(a->seen);
+    memset(a, 0, sizeof *a);
+}
+
+void ps_align_begin(gddr_ps *ps, ps_align *a, uint64_t (*wanted)(gddr_ps *ps, const void *arg, int r), const void *arg)
+{
+    ps_align_free(a);
+    int mw = ps->cfg.max_workers;
+    /* Without memory every push joins the open step, as a new session's do. */
+    if (!(a->want = calloc((size_t)mw, sizeof *a->want)) || !(a->seen = calloc((size_t)mw, 1))) {
+        gddr_log(GDDR_LOG_WARN, "no memory to line a restored sync step up");
+        ps_align_free(a);
+        return;
+    }
+    for (int r = 0; r < mw; r++)
+        a->want[r] = wanted(ps, arg, r);
+    a->on = 1;
+}
+
+int ps_align_push(gddr_ps *ps, ps_align *a, uint32_t rank, int same, uint64_t step, int has_open,
+                  void (*close)(gddr_ps *ps, void *arg), void *arg, const char *what)
+{
+    if (!a->on)
+        return 0;
+    int stale = 0;
+    if (same && a->want[rank]) {
+        uint64_t want = a->want[rank] - 1 + a->open_j;
+        if (step < want) {
+            gddr_log(GDDR_LOG_INFO, "%s: worker %u pushed step %llu after a restart, when the step open "
+                     "here wants its step %llu: its step was lost or closed, not applied",
+                     what, rank, (unsigned long long)step, (unsigned long long)want);
+            stale = 1;
+        } else if (step > want) {
+            if (has_open) {
+                gddr_log(GDDR_LOG_INFO, "%s: worker %u pushed step %llu, past its step %llu the step "
+                         "open here wants: that step closes with the push(es) it has",
+                         what, rank, (unsigned long long)step, (unsigned long long)want);
+                close(ps, arg);
+            }
+            a->open_j = step - (a->want[rank] - 1);
         }
     }
+    if (!a->seen[rank]) {
+        a->seen[rank] = 1;
+        a->nseen++;
+    }
+    if ((int)a->nseen >= ps_live_workers(ps))
+        ps_align_free(a); /* every worker's steps line up again */
+    return stale;
+}
+
+static uint64_t tensor_wanted(gddr_ps *ps, const void *arg, int r)
+{
+    const ps_tensor *t = arg;
+    const ps_worker *w = &ps->workers[r];
+    if (!w->ckpt_session || t->id >= w->nwt || !w->wt[t->id].set)
+        return 0;
+    return w->wt[t->id].step + (t->contrib[r] ? 0 : 1) + 1;
+}
+
+void ps_sync_restored(gddr_ps *ps)
+{
+    for (size_t i = 0; i < ps->ntensors; i++)
+        ps_align_begin(ps, &ps->tensors[i]->align, tensor_wanted, ps->tensors[i]);
+    ps_tables_sync_restored(ps);
+}
+
+static void tensor_close(gddr_ps *ps, void *arg)
+{
+    ps_sync_try_complete(ps, arg, 1);
 }
 
 int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step)
 {
-    if (!t->realign)
-        return 0;
     const ps_worker *w = &ps->workers[rank];
-    int same = w->ckpt_session && w->session == w->ckpt_session, stale = 0;
-    if (same && t->want && t->want[rank]) {
-        uint64_t want = t->want[rank] - 1;
-        if (step < want + t->open_j) {
-            gddr_log(GDDR_LOG_INFO, "tensor '%s': worker %u pushed step %llu after a restart, when the "
-                     "step open here wants its step %llu: its step was lost or closed, not applied",
-                     t->key, rank, (unsigned long long)step, (unsigned long long)(want + t->open_j));
-            stale = 1;
-        } else if (step > want + t->open_j) {
-            if (t->npushes > 0) {
-                gddr_log(GDDR_LOG_INFO, "tensor '%s': worker %u pushed step %llu, past its step %llu "
-                         "the step open here wants: that step closes with the %u push(es) it has",
-                         t->key, rank, (unsigned long long)step, (unsigned long long)(want + t->open_j),
-                         t->npushes);
-                ps_sync_try_complete(ps, t, 1);
-            }
-            t->open_j = step - want;
-        }
-    }
-    if (!t->seen[rank]) {
-        t->seen[rank] = 1;
-        t->nseen++;
-    }
-    if ((int)t->nseen >= ps_live_workers(ps)) {
-        t->realign = 0; /* every worker's steps line up again */
-        free(t->want);
-        t->want = NULL;
-    }
-    return stale;
+    int same = w->ckpt_session && w->session == w->ckpt_session;
+    char what[160];
+    if (!t->align.on)
+        return 0;
+    snprintf(what, sizeof what, "tensor '%s'", t->key);
+    return ps_align_push(ps, &t->align, rank, same, step, t->npushes > 0, tensor_close, t, what);
 }
 
 void ps_membership_changed(gddr_ps *ps)

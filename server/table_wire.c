@@ -170,6 +170,7 @@ static void stable_free(ps_stable *s, int max_workers)
             free(s->step[r].keys), free(s->step[r].vals);
     free(s->step);
     free(s->rec);
+    ps_align_free(&s->align);
     ps_rowsum_free(s->sum);
     ps_table_free(s->tab);
     free(s);
@@ -419,6 +420,7 @@ static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
         memset(p, 0, sizeof *p);
     }
     s->ncontrib = 0;
+    s->align.open_j++; /* (counts only while it is on: ps_align_push) */
     const uint64_t *keys;
     const float *sums;
     size_t n = ps_rowsum_get(s->sum, &keys, &sums);
@@ -428,6 +430,12 @@ static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
     ps_table_advance(s->tab);
     ps->versions_total++;
     return 1;
+}
+
+/* A restored open step a push is past closes as it is (ps_align_push). */
+static void table_close(gddr_ps *ps, void *arg)
+{
+    sync_try_complete(ps, arg, 1);
 }
 
 int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f)
@@ -480,7 +488,15 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     double fac = 1.0 / (1.0 + ps->cfg.adadelay * (double)tau);
     int mode = ps_tensor_mode(ps, NULL) /* the server's; async in a warm-up */;
     tw_rec out = { session, p->step, 0, 0, tau, 1, 0, (uint8_t)mode };
-    if (mode == GDDR_PS_MODE_SYNC) {
+    char what[160];
+    snprintf(what, sizeof what, "table '%s'", s->key);
+    if (mode == GDDR_PS_MODE_SYNC &&
+        ps_align_push(ps, &s->align, rank, rec->set, p->step, s->ncontrib > 0, table_close, s, what)) {
+        /* After a restart: a push for a step that was lost (or closed)
+         * here does not join the step being collected (sync.c). */
+        out.applied = 1;
+        out.sync_target = v;
+    } else if (mode == GDDR_PS_MODE_SYNC) {
         tw_push *sp = &s->step[rank];
         if (sp->have) {
             /* A second step from this rank before the first completed (a
@@ -536,6 +552,23 @@ void ps_table_sync_replay(gddr_ps *ps, uint32_t id, int live)
     ps->replay_live = live > 0 ? live : 1;
     sync_try_complete(ps, ts->t[id], 1);
     ps->replay_live = 0;
+}
+
+/* A table's sync steps after a restore, lined up as tensors' are (sync.c
+ * ps_align_push): the step restored open wanted each rank's push it holds
+ * (its exactly-once record) or its next one. */
+static uint64_t table_wanted(gddr_ps *ps, const void *arg, int r)
+{
+    (void)ps;
+    const ps_stable *s = arg;
+    return s->rec[r].set ? s->rec[r].step + (s->step[r].have ? 0 : 1) + 1 : 0;
+}
+
+void ps_tables_sync_restored(gddr_ps *ps)
+{
+    struct ps_tables *ts = ps->tables;
+    for (size_t i = 0; ts && i < ts->n; i++)
+        ps_align_begin(ps, &ts->t[i]->align, table_wanted, ts->t[i]);
 }
 
 void ps_tables_membership_changed(gddr_ps *ps)

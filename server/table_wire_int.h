@@ -9,6 +9,7 @@
 #include <zmq.h>
 
 #include "gddr.pb-c.h"
+#include "ps.h"
 #include "table.h"
 
 struct gddr_ps;
@@ -45,6 +46,7 @@ typedef struct ps_stable {
     tw_push *step;      /* per rank (max_workers) */
     uint32_t ncontrib;
     tw_rec *rec;        /* per rank */
+    ps_align align;     /* sync steps after a restore (ps_tables_sync_restored) */
     ps_rowsum *sum;
     uint64_t pushes, pulls, rows_pulled, rows_pushed, duplicates; /* metrics, checkpointed */
 } ps_stable;

@@ -595,6 +595,105 @@ START_TEST(test_sync_restore_own_step_numbers)
 }
 END_TEST
 
+/* A raw row push of step `step` (every value val) of key to table sid as
+ * r's rank; it must be taken (a push reply, not an error). */
+static void rows_taken(raw_conn *r, uint32_t sid, uint64_t key, uint32_t dim, float val, uint64_t step,
+                       uint64_t base)
+{
+    Gddr__Request rq = GDDR__REQUEST__INIT;
+    Gddr__PushRows p = GDDR__PUSH_ROWS__INIT;
+    raw_request(r, &rq);
+    p.table = sid;
+    p.nkeys = 1;
+    p.step = step;
+    p.base_version = base;
+    p.payload_bytes = dim * 4;
+    rq.body_case = GDDR__REQUEST__BODY_PUSH_ROWS;
+    rq.push_rows = &p;
+    float g[16];
+    for (uint32_t i = 0; i < dim; i++)
+        g[i] = val;
+    gddr__raw raws[2] = { { &key, 8, NULL, NULL }, { g, dim * 4, NULL, NULL } };
+    ck_assert(gddr__send(r->sock, NULL, &rq.base, raws, 2) >= 0);
+    Gddr__Reply *rep = NULL;
+    int64_t end = gt_now_ms() + WAIT_MS;
+    while (!rep && gt_now_ms() < end) {
+        rep = raw_recv(r, 1000, NULL);
+        if (rep && rep->req_id != rq.req_id) {
+            gddr__reply__free_unpacked(rep, NULL);
+            rep = NULL;
+        }
+    }
+    ck_assert_msg(rep != NULL, "row push of step %" PRIu64 ": no reply", step);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_PUSH, "rank %u's row push of step %" PRIu64 " refused: %s",
+                  r->rank, step, rep->body_case == GDDR__REPLY__BODY_ERROR ? rep->error->message : "?");
+    gddr__reply__free_unpacked(rep, NULL);
+}
+
+/* The same for a table's sync steps: worker 0 counts from 10, worker 1 from
+ * 50; step 1 (value 2); worker 0's step 11 opens step 2; a checkpoint;
+ * steps 2 and 3 complete and are lost with a kill -9. After the restart
+ * worker 1 pushes its step 53 (-10), past its step 51 the restored step
+ * wanted: that step closes with worker 0's push alone (value 3), and 53
+ * opens the step two after it, which worker 0's step 13 joins: value 3 + (10
+ * + 2) / 2 = 9 at version 3. Without the rule, worker 1's step 53 completed
+ * the restored step (value 8) and worker 0's step 13 opened a step of its
+ * own that waited for worker 1's next push -- here until worker 1, which
+ * sends no heartbeats, was declared dead (value 10); in a run that steps
+ * tensors and the table in turn, for good (docs/soak.md). */
+START_TEST(test_sync_restore_table_own_step_numbers)
+{
+    char dir[64], log[128], ck[200], lst[300];
+    scratch_with_ckpt(dir, log, ck);
+    gt_server s;
+    const char *sets[] = { "mode=sync", "workers=2", "checkpoint_interval_s=0", ck, NULL, NULL };
+    gt_start_logged(&s, log, sets);
+    gddr_client *c = pl_client(s.endpoint, 0, 2);
+    gddr_table_opts to = GDDR_TABLE_OPTS_INIT;
+    to.optimizer = "sgd lr=1";
+    int tid = -1;
+    ck_assert_int_eq(gddr_table_register(c, "rows", 2, &to, &tid), GDDR_OK);
+    gddr_client_close(&c);
+    const uint32_t sid = 0; /* the server's id of the first table */
+    raw_conn a, b;
+    hello_as(&a, s.endpoint, 0, 0xa);
+    hello_as(&b, s.endpoint, 1, 0xb);
+    rows_taken(&a, sid, 7, 2, -2.0f, 10, 0);
+    rows_taken(&b, sid, 7, 2, -2.0f, 50, 0);
+    rows_taken(&a, sid, 7, 2, -2.0f, 11, 1);
+    gddr_client *obs = open_observer_on(s.endpoint, WAIT_MS);
+    double n0 = gt_server_metric(obs, "gddr_checkpoints_total");
+    ck_assert_int_eq(gddr_request_checkpoint(obs), GDDR_OK);
+    ck_assert_msg(wait_metric(obs, "gddr_checkpoints_total", at_least, n0 + 1) >= n0 + 1, "no checkpoint");
+    gddr_client_close(&obs);
+    rows_taken(&b, sid, 7, 2, -2.0f, 51, 1); /* step 2 completes: lost below */
+    rows_taken(&a, sid, 7, 2, -2.0f, 12, 2);
+    rows_taken(&b, sid, 7, 2, -2.0f, 52, 2);
+    raw_close(&a);
+    raw_close(&b);
+    kill9_restart(&s, log, sets, 4, lst);
+    hello_as(&a, s.endpoint, 0, 0xa);
+    hello_as(&b, s.endpoint, 1, 0xb);
+    rows_taken(&b, sid, 7, 2, -10.0f, 53, 1);
+    rows_taken(&a, sid, 7, 2, -2.0f, 13, 1);
+    obs = open_observer_on(s.endpoint, WAIT_MS);
+    int ot = -1;
+    ck_assert_int_eq(gddr_table_register(obs, "rows", 2, NULL, &ot), GDDR_OK);
+    uint64_t key = 7, v = 0;
+    float got[2] = { 0, 0 };
+    int rc = gddr_pull_rows(obs, ot, &key, 1, got, GDDR_ROWS_NOCREATE, 3, &v);
+    ck_assert_msg(rc == GDDR_OK, "row pull at version 3: %s (%s)", gddr_strerror(rc), gddr_client_errmsg(obs));
+    ck_assert_msg(v == 3 && got[0] == 9.0f && got[1] == 9.0f,
+                  "after the restart's steps: version %" PRIu64 ", row %g %g (expected 3, 9 9)", v,
+                  (double)got[0], (double)got[1]);
+    gddr_client_close(&obs);
+    raw_close(&a);
+    raw_close(&b);
+    gt_server_stop(&s, WAIT_MS, NULL);
+    gt_rm_rf(dir);
+}
+END_TEST
+
 /* A worker waiting on a server that is killed notices the broken
  * connection and gets back in as soon as the server is back, not after
  * its timeout_ms: here ten minutes, past this case's own timeout, so a
@@ -764,6 +863,7 @@ Suite *suite_pushlog(void)
     GT_ADD_CASE(s, "needs_checkpoint_dir", test_needs_checkpoint_dir, 60);
     GT_ADD_CASE(s, "sync_replay", test_sync_replay, 120);
     GT_ADD_CASE(s, "sync_restore_own_step_numbers", test_sync_restore_own_step_numbers, 120);
+    GT_ADD_CASE(s, "sync_restore_table_own_step_numbers", test_sync_restore_table_own_step_numbers, 120);
     GT_ADD_CASE(s, "kill_noticed_at_once", test_kill_noticed_at_once, 90);
     GT_ADD_CASE(s, "rows_replay", test_rows_replay, 90);
     GT_ADD_CASE(s, "sync_rows_replay", test_sync_rows_replay, 90);
