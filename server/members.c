@@ -1,8 +1,12 @@
 /* members.c -- who counts as a worker now: the expected world, the live
  * ranks, the slowest live clock. Read by whatever waits for the workers
  * (sync steps, ssp pulls, the snapshot bound, the metrics); the changes
- * themselves -- hellos, byes, deaths -- are workers.c's. */
+ * themselves -- hellos, byes, deaths -- are workers.c's. And the aligner
+ * of sync steps after a restore (ps_align_*), by each worker's own step
+ * numbers, for tensors (sync.c) and tables (table_wire.c). */
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "log.h"
 #include "ps.h"
@@ -97,4 +101,60 @@ uint64_t ps_min_live_clock(gddr_ps *ps)
         if (ps->workers[r].state == PS_W_LIVE && ps->workers[r].clock < m)
             m = ps->workers[r].clock;
     return m;
+}
+
+/* ---- sync steps after a restore (the aligner: sync.c says what it is for) ---- */
+
+void ps_align_free(ps_align *a)
+{
+    free(a->want);
+    free(a->seen);
+    memset(a, 0, sizeof *a);
+}
+
+void ps_align_begin(gddr_ps *ps, ps_align *a, uint64_t (*wanted)(gddr_ps *ps, const void *arg, int r), const void *arg)
+{
+    ps_align_free(a);
+    int mw = ps->cfg.max_workers;
+    /* Without memory every push joins the open step, as a new session's do. */
+    if (!(a->want = calloc((size_t)mw, sizeof *a->want)) || !(a->seen = calloc((size_t)mw, 1))) {
+        gddr_log(GDDR_LOG_WARN, "no memory to line a restored sync step up");
+        ps_align_free(a);
+        return;
+    }
+    for (int r = 0; r < mw; r++)
+        a->want[r] = wanted(ps, arg, r);
+    a->on = 1;
+}
+
+int ps_align_push(gddr_ps *ps, ps_align *a, uint32_t rank, int same, uint64_t step, int has_open,
+                  void (*close)(gddr_ps *ps, void *arg), void *arg, const char *what)
+{
+    if (!a->on)
+        return 0;
+    int stale = 0;
+    if (same && a->want[rank]) {
+        uint64_t want = a->want[rank] - 1 + a->open_j;
+        if (step < want) {
+            gddr_log(GDDR_LOG_INFO, "%s: worker %u pushed step %llu after a restart, when the step open "
+                     "here wants its step %llu: its step was lost or closed, not applied",
+                     what, rank, (unsigned long long)step, (unsigned long long)want);
+            stale = 1;
+        } else if (step > want) {
+            if (has_open) {
+                gddr_log(GDDR_LOG_INFO, "%s: worker %u pushed step %llu, past its step %llu the step "
+                         "open here wants: that step closes with the push(es) it has",
+                         what, rank, (unsigned long long)step, (unsigned long long)want);
+                close(ps, arg);
+            }
+            a->open_j = step - (a->want[rank] - 1);
+        }
+    }
+    if (!a->seen[rank]) {
+        a->seen[rank] = 1;
+        a->nseen++;
+    }
+    if ((int)a->nseen >= ps_live_workers(ps))
+        ps_align_free(a); /* every worker's steps line up again */
+    return stale;
 }

@@ -120,7 +120,8 @@ typedef struct ps_fillw {
                            * is a release: its own gradients minus the credits) */
 } ps_fillw;
 
-/* Sync steps after a restore (sync.c ps_align_*), for a tensor or a table:
+/* Sync steps after a restore (members.c ps_align_*, explained in sync.c),
+ * for a tensor or a table:
  * from the restore until every live worker pushed it again (`on`),
  * want[r] - 1 is the Push.step of rank r (0: unknown) that the step
  * restored open wanted, and open_j how many steps after that one the open
@@ -421,7 +422,7 @@ void ps_sync_restored(gddr_ps *ps);
  * step when the push is past it; 1 when the push names an earlier step (it
  * is answered, not folded in). sync.c. */
 int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step);
-/* The aligner under it, for tables too (sync.c): begin at a restore, with
+/* The aligner under it, for tables too (members.c; what it is for: sync.c): begin at a restore, with
  * wanted(ps, arg, r) = the step of rank r the restored open step wants, + 1
  * (0: unknown); push for each sync push of a session the restore knew
  * (same) or not, has_open whether the open step holds a push (close(arg)

@@ -522,6 +522,31 @@ START_TEST(test_sync_replay)
 }
 END_TEST
 
+/* A sync server for two workers with a checkpoint_dir, in a scratch
+ * directory (sets: its settings, slot 4 free for a listen=), and its rank 0
+ * as a library client (to register with, then close). */
+static gddr_client *sync_pair(gt_server *s, char dir[64], char log[128], char ck[200], const char *sets[6])
+{
+    scratch_with_ckpt(dir, log, ck);
+    sets[0] = "mode=sync";
+    sets[1] = "workers=2";
+    sets[2] = "checkpoint_interval_s=0";
+    sets[3] = ck;
+    sets[4] = sets[5] = NULL;
+    gt_start_logged(s, log, sets);
+    return pl_client(s->endpoint, 0, 2);
+}
+
+/* A checkpoint of the server at ep, asked for by an observer and waited for. */
+static void checkpoint_now(const char *ep)
+{
+    gddr_client *obs = open_observer_on(ep, WAIT_MS);
+    double n0 = gt_server_metric(obs, "gddr_checkpoints_total");
+    ck_assert_int_eq(gddr_request_checkpoint(obs), GDDR_OK);
+    ck_assert_msg(wait_metric(obs, "gddr_checkpoints_total", at_least, n0 + 1) >= n0 + 1, "no checkpoint");
+    gddr_client_close(&obs);
+}
+
 /* A raw push of val that must be taken (a push reply, not an error). */
 static void push_taken(raw_conn *r, uint32_t id, size_t n, float val, uint64_t step, uint64_t base)
 {
@@ -554,11 +579,9 @@ static void hello_as(raw_conn *r, const char *ep, uint32_t rank, uint64_t sessio
 START_TEST(test_sync_restore_own_step_numbers)
 {
     char dir[64], log[128], ck[200], lst[300];
-    scratch_with_ckpt(dir, log, ck);
     gt_server s;
-    const char *sets[] = { "mode=sync", "workers=2", "checkpoint_interval_s=0", ck, NULL, NULL };
-    gt_start_logged(&s, log, sets);
-    gddr_client *c = pl_client(s.endpoint, 0, 2);
+    const char *sets[6];
+    gddr_client *c = sync_pair(&s, dir, log, ck, sets);
     uint32_t id = (uint32_t)register_counter(c, "t", 4);
     gddr_client_close(&c);
     raw_conn a, b;
@@ -567,11 +590,7 @@ START_TEST(test_sync_restore_own_step_numbers)
     push_taken(&a, id, 4, -2.0f, 100, 0);
     push_taken(&b, id, 4, -2.0f, 5, 0);
     push_taken(&a, id, 4, -2.0f, 101, 1);
-    gddr_client *obs = open_observer_on(s.endpoint, WAIT_MS);
-    double n0 = gt_server_metric(obs, "gddr_checkpoints_total");
-    ck_assert_int_eq(gddr_request_checkpoint(obs), GDDR_OK);
-    ck_assert_msg(wait_metric(obs, "gddr_checkpoints_total", at_least, n0 + 1) >= n0 + 1, "no checkpoint");
-    gddr_client_close(&obs);
+    checkpoint_now(s.endpoint);
     push_taken(&b, id, 4, -2.0f, 6, 1); /* step 2 completes: lost below */
     push_taken(&a, id, 4, -2.0f, 102, 2);
     push_taken(&b, id, 4, -2.0f, 7, 2);
@@ -644,11 +663,9 @@ static void rows_taken(raw_conn *r, uint32_t sid, uint64_t key, uint32_t dim, fl
 START_TEST(test_sync_restore_table_own_step_numbers)
 {
     char dir[64], log[128], ck[200], lst[300];
-    scratch_with_ckpt(dir, log, ck);
     gt_server s;
-    const char *sets[] = { "mode=sync", "workers=2", "checkpoint_interval_s=0", ck, NULL, NULL };
-    gt_start_logged(&s, log, sets);
-    gddr_client *c = pl_client(s.endpoint, 0, 2);
+    const char *sets[6];
+    gddr_client *c = sync_pair(&s, dir, log, ck, sets);
     gddr_table_opts to = GDDR_TABLE_OPTS_INIT;
     to.optimizer = "sgd lr=1";
     int tid = -1;
@@ -661,11 +678,7 @@ START_TEST(test_sync_restore_table_own_step_numbers)
     rows_taken(&a, sid, 7, 2, -2.0f, 10, 0);
     rows_taken(&b, sid, 7, 2, -2.0f, 50, 0);
     rows_taken(&a, sid, 7, 2, -2.0f, 11, 1);
-    gddr_client *obs = open_observer_on(s.endpoint, WAIT_MS);
-    double n0 = gt_server_metric(obs, "gddr_checkpoints_total");
-    ck_assert_int_eq(gddr_request_checkpoint(obs), GDDR_OK);
-    ck_assert_msg(wait_metric(obs, "gddr_checkpoints_total", at_least, n0 + 1) >= n0 + 1, "no checkpoint");
-    gddr_client_close(&obs);
+    checkpoint_now(s.endpoint);
     rows_taken(&b, sid, 7, 2, -2.0f, 51, 1); /* step 2 completes: lost below */
     rows_taken(&a, sid, 7, 2, -2.0f, 12, 2);
     rows_taken(&b, sid, 7, 2, -2.0f, 52, 2);
@@ -676,7 +689,7 @@ START_TEST(test_sync_restore_table_own_step_numbers)
     hello_as(&b, s.endpoint, 1, 0xb);
     rows_taken(&b, sid, 7, 2, -10.0f, 53, 1);
     rows_taken(&a, sid, 7, 2, -2.0f, 13, 1);
-    obs = open_observer_on(s.endpoint, WAIT_MS);
+    gddr_client *obs = open_observer_on(s.endpoint, WAIT_MS);
     int ot = -1;
     ck_assert_int_eq(gddr_table_register(obs, "rows", 2, NULL, &ot), GDDR_OK);
     uint64_t key = 7, v = 0;
