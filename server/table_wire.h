@@ -18,7 +18,7 @@ int ps_on_push_rows(struct gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *r
 /* A worker came or went: sync steps of tables may complete. */
 void ps_tables_membership_changed(struct gddr_ps *ps);
 /* After a restore: the tables' open sync steps lined up with each rank's
- * own step numbers (sync.c ps_align_push). */
+ * own step numbers (members.c ps_align_push; why: sync.c). */
 void ps_tables_sync_restored(struct gddr_ps *ps);
 /* Answers parked row pulls whose version exists or whose time is up. */
 void ps_tables_release_pulls(struct gddr_ps *ps);
