@@ -555,7 +555,7 @@ void ps_table_sync_replay(gddr_ps *ps, uint32_t id, int live)
 }
 
 /* A table's sync steps after a restore, lined up as tensors' are (sync.c
- * ps_align_push): the step restored open wanted each rank's push it holds
+ * says why, members.c ps_align_push does it): the step restored open wanted each rank's push it holds
  * (its exactly-once record) or its next one. */
 static uint64_t table_wanted(gddr_ps *ps, const void *arg, int r)
 {
