@@ -58,6 +58,11 @@ if not os.path.isabs(BIN):
 FMNIST = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz"
 
 
+def data_args():
+    """gddr-train's data: Debian's Fashion-MNIST, or synthetic without it."""
+    return [] if os.path.exists(FMNIST) else ["--synthetic", "20000"]
+
+
 def log(msg):
     print("[soak %7.1f] %s" % (time.monotonic() - T0, msg), flush=True)
 
@@ -421,7 +426,7 @@ def run(args, chaos):
     for s in servers:
         s.start()
     eps = ",".join(s.endpoint for s in servers)
-    data = [] if os.path.exists(FMNIST) else ["--synthetic", "20000"]
+    data = data_args()
     curve = ["--opt", "curve_server_key=" + keys["server_pub"],
              "--opt", "curve_key_file=" + os.path.join(tmp, "client.key")]
     workers = []

@@ -135,13 +135,12 @@ class Trainer(soak.Worker):
     pushes and 8-bit delta pulls, run again when it finishes or is killed.
     Its steps are counted on the servers (gddr_versions_total)."""
 
-    def __init__(self, rank, tmp, eps, keys, world, args):
-        data = [] if os.path.exists(soak.FMNIST) else ["--synthetic", "20000"]
+    def __init__(self, rank, tmp, eps, keys, world):
         argv = [os.path.join(BIN, "gddr-train"), "--server", eps, "--rank", str(rank),
                 "--world", str(world), "--workload", "mlp", "--steps", "3000", "--seed", str(rank + 1),
                 "--delay-fraction", "0.4", "--pull-delta-bits", "8", "--progress", "0",
                 "--opt", "curve_server_key=" + keys["server_pub"],
-                "--opt", "curve_key_file=" + os.path.join(tmp, "client.key")] + data
+                "--opt", "curve_key_file=" + os.path.join(tmp, "client.key")] + soak.data_args()
         super().__init__(rank, argv, tmp)
         self.result_file = None
 
@@ -179,7 +178,7 @@ def run(args):
     eps = ",".join(s.endpoint for s in servers)
     stop_file = os.path.join(tmp, "stop")
     if args.trainers:
-        workers = [Trainer(r, tmp, eps, keys, args.workers, args) for r in range(args.workers)]
+        workers = [Trainer(r, tmp, eps, keys, args.workers) for r in range(args.workers)]
     else:
         workers = [Stepper(r, tmp, eps, keys, args.workers, stop_file, args.rows)
                    for r in range(args.workers)]
@@ -233,7 +232,7 @@ def run(args):
         progress = [(v1 or 0) - (v0 or 0)]
         if progress[0] < args.progress:
             hang_report(tmp, servers, workers, ctl_env)
-        acc = soak.evaluate(eps, keys, tmp, [] if os.path.exists(soak.FMNIST) else ["--synthetic", "20000"])
+        acc = soak.evaluate(eps, keys, tmp, soak.data_args())
         for w in workers:
             if w.proc and w.proc.poll() is None:
                 stop_proc(w, 30)

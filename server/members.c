@@ -112,7 +112,8 @@ void ps_align_free(ps_align *a)
     memset(a, 0, sizeof *a);
 }
 
-void ps_align_begin(gddr_ps *ps, ps_align *a, uint64_t (*wanted)(gddr_ps *ps, const void *arg, int r), const void *arg)
+void ps_align_begin(gddr_ps *ps, ps_align *a, uint64_t (*wanted)(gddr_ps *ps, const void *arg, int r),
+                    const void *arg)
 {
     ps_align_free(a);
     int mw = ps->cfg.max_workers;
@@ -128,7 +129,7 @@ void ps_align_begin(gddr_ps *ps, ps_align *a, uint64_t (*wanted)(gddr_ps *ps, co
 }
 
 int ps_align_push(gddr_ps *ps, ps_align *a, uint32_t rank, int same, uint64_t step, int has_open,
-                  void (*close)(gddr_ps *ps, void *arg), void *arg, const char *what)
+                  void (*close)(gddr_ps *ps, void *arg), void *arg, const char *kind, const char *key)
 {
     if (!a->on)
         return 0;
@@ -136,15 +137,15 @@ int ps_align_push(gddr_ps *ps, ps_align *a, uint32_t rank, int same, uint64_t st
     if (same && a->want[rank]) {
         uint64_t want = a->want[rank] - 1 + a->open_j;
         if (step < want) {
-            gddr_log(GDDR_LOG_INFO, "%s: worker %u pushed step %llu after a restart, when the step open "
-                     "here wants its step %llu: its step was lost or closed, not applied",
-                     what, rank, (unsigned long long)step, (unsigned long long)want);
+            gddr_log(GDDR_LOG_INFO, "%s '%s': worker %u pushed step %llu after a restart, when the step "
+                     "open here wants its step %llu: its step was lost or closed, not applied",
+                     kind, key, rank, (unsigned long long)step, (unsigned long long)want);
             stale = 1;
         } else if (step > want) {
             if (has_open) {
-                gddr_log(GDDR_LOG_INFO, "%s: worker %u pushed step %llu, past its step %llu the step "
-                         "open here wants: that step closes with the push(es) it has",
-                         what, rank, (unsigned long long)step, (unsigned long long)want);
+                gddr_log(GDDR_LOG_INFO, "%s '%s': worker %u pushed step %llu, past its step %llu the "
+                         "step open here wants: that step closes with the push(es) it has",
+                         kind, key, rank, (unsigned long long)step, (unsigned long long)want);
                 close(ps, arg);
             }
             a->open_j = step - (a->want[rank] - 1);

@@ -121,12 +121,12 @@ typedef struct ps_fillw {
 } ps_fillw;
 
 /* Sync steps after a restore (members.c ps_align_*, explained in sync.c),
- * for a tensor or a table:
- * from the restore until every live worker pushed it again (`on`),
- * want[r] - 1 is the Push.step of rank r (0: unknown) that the step
- * restored open wanted, and open_j how many steps after that one the open
- * step is; seen: per rank, pushed since the restore (nseen of them). The
- * arrays live only while `on`. */
+ * for a tensor or a table, from the restore until every live worker pushed
+ * it again (`on`): want[r] - 1 is the Push.step of rank r (0: unknown)
+ * that the step restored open wanted, and open_j how many steps after that
+ * one the open step is (the owner counts each step it completes); seen:
+ * per rank, pushed since the restore (nseen of them). The arrays live only
+ * while `on`. */
 typedef struct ps_align {
     uint64_t *want;
     uint8_t *seen;
@@ -422,14 +422,17 @@ void ps_sync_restored(gddr_ps *ps);
  * step when the push is past it; 1 when the push names an earlier step (it
  * is answered, not folded in). sync.c. */
 int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step);
-/* The aligner under it, for tables too (members.c; what it is for: sync.c): begin at a restore, with
- * wanted(ps, arg, r) = the step of rank r the restored open step wants, + 1
- * (0: unknown); push for each sync push of a session the restore knew
- * (same) or not, has_open whether the open step holds a push (close(arg)
- * closes it as it is); completed at each completed step; free. */
-void ps_align_begin(gddr_ps *ps, ps_align *a, uint64_t (*wanted)(gddr_ps *ps, const void *arg, int r), const void *arg);
+/* The aligner under it, for tables too (members.c; what it is for:
+ * sync.c). begin at a restore, with wanted(ps, arg, r) = the step of rank r
+ * the restored open step wants, + 1 (0: unknown). push for each sync push
+ * while it is on: same says whether the push's session is the one the
+ * restore knew, has_open whether the open step holds a push, close(ps, arg)
+ * closes it as it is; 1: the push belongs to an earlier step (answer it,
+ * do not fold it in). kind and key name the tensor or table in the log. */
+void ps_align_begin(gddr_ps *ps, ps_align *a, uint64_t (*wanted)(gddr_ps *ps, const void *arg, int r),
+                    const void *arg);
 int ps_align_push(gddr_ps *ps, ps_align *a, uint32_t rank, int same, uint64_t step, int has_open,
-                  void (*close)(gddr_ps *ps, void *arg), void *arg, const char *what);
+                  void (*close)(gddr_ps *ps, void *arg), void *arg, const char *kind, const char *key);
 void ps_align_free(ps_align *a);
 /* Applies a flush (a closing worker's held residual) as its own update.
  * payload: the message vals lives in (the pool takes it), or NULL when the

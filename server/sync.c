@@ -147,11 +147,7 @@ int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step)
 {
     const ps_worker *w = &ps->workers[rank];
     int same = w->ckpt_session && w->session == w->ckpt_session;
-    char what[160];
-    if (!t->align.on)
-        return 0;
-    snprintf(what, sizeof what, "tensor '%s'", t->key);
-    return ps_align_push(ps, &t->align, rank, same, step, t->npushes > 0, tensor_close, t, what);
+    return ps_align_push(ps, &t->align, rank, same, step, t->npushes > 0, tensor_close, t, "tensor", t->key);
 }
 
 void ps_membership_changed(gddr_ps *ps)

@@ -488,10 +488,9 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     double fac = 1.0 / (1.0 + ps->cfg.adadelay * (double)tau);
     int mode = ps_tensor_mode(ps, NULL) /* the server's; async in a warm-up */;
     tw_rec out = { session, p->step, 0, 0, tau, 1, 0, (uint8_t)mode };
-    char what[160];
-    snprintf(what, sizeof what, "table '%s'", s->key);
     if (mode == GDDR_PS_MODE_SYNC &&
-        ps_align_push(ps, &s->align, rank, rec->set, p->step, s->ncontrib > 0, table_close, s, what)) {
+        ps_align_push(ps, &s->align, rank, rec->set, p->step, s->ncontrib > 0, table_close, s, "table",
+                      s->key)) {
         /* After a restart: a push for a step that was lost (or closed)
          * here does not join the step being collected (sync.c). */
         out.applied = 1;
@@ -555,8 +554,8 @@ void ps_table_sync_replay(gddr_ps *ps, uint32_t id, int live)
 }
 
 /* A table's sync steps after a restore, lined up as tensors' are (sync.c
- * says why, members.c ps_align_push does it): the step restored open wanted each rank's push it holds
- * (its exactly-once record) or its next one. */
+ * says why, members.c ps_align_push does it): the step restored open
+ * wanted each rank's push it holds (its exactly-once record) or its next. */
 static uint64_t table_wanted(gddr_ps *ps, const void *arg, int r)
 {
     (void)ps;
