@@ -51,30 +51,55 @@ static int rank_live(gddr_ps *ps, int r, int64_t now)
     return 0;
 }
 
-/* The live workers, and how many of them pushed() says nothing for yet
- * (pushed NULL: none counted). */
-static int count_live(gddr_ps *ps, int (*pushed)(const void *arg, int r), const void *arg,
-                      int *missing)
+/* The live workers, how many of them pushed() says are still to push, and
+ * how many it excuses (pushed NULL: none counted). */
+static int count_live(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, int *missing,
+                      int *excused)
 {
     int64_t now = gddr__now_ms();
     int exp = ps_expected_workers(ps), live = 0;
-    *missing = 0;
+    *missing = *excused = 0;
     for (int r = 0; r < ps->cfg.max_workers; r++)
         if ((r < exp && rank_live(ps, r, now)) || (r >= exp && ps->workers[r].state == PS_W_LIVE)) {
             live++;
-            *missing += pushed && !pushed(arg, r);
+            int s = pushed ? pushed(ps, arg, r) : 1;
+            *missing += s == 0;
+            *excused += s < 0;
         }
     return live;
 }
 
-int ps_live_workers(gddr_ps *ps)
+int ps_sync_rank(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, int r)
 {
-    int missing;
-    return count_live(ps, NULL, NULL, &missing);
+    int exp = ps_expected_workers(ps);
+    int live = r < exp ? rank_live(ps, r, gddr__now_ms()) : ps->workers[r].state == PS_W_LIVE;
+    return live ? pushed(ps, arg, r) : -2;
 }
 
-int ps_sync_may_complete(gddr_ps *ps, int (*pushed)(const void *arg, int r), const void *arg, int force,
-                         int *live)
+uint64_t ps_sync_place(uint64_t *sstep, int known, uint64_t last, uint64_t step, uint64_t open)
+{
+    uint64_t belongs = known && *sstep && step > last ? *sstep + (step - last) : open;
+    if (belongs >= open) {
+        *sstep = open; /* not known, or ahead of the steps here: it joins the open step */
+        return 0;
+    }
+    *sstep = belongs;
+    return open - belongs;
+}
+
+int ps_sync_excused(const gddr_ps *ps, int r, uint64_t seen)
+{
+    uint64_t j = ps->workers[r].joined;
+    return j && seen < j;
+}
+
+int ps_live_workers(gddr_ps *ps)
+{
+    int missing, excused;
+    return count_live(ps, NULL, NULL, &missing, &excused);
+}
+
+int ps_sync_may_complete(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, int force, int *live)
 {
     if (ps->replaying) {
         /* The push log's replay: a step completes where the log says it
@@ -85,12 +110,13 @@ int ps_sync_may_complete(gddr_ps *ps, int (*pushed)(const void *arg, int r), con
     return ps_sync_ready(ps, pushed, arg, live) || force;
 }
 
-int ps_sync_ready(gddr_ps *ps, int (*pushed)(const void *arg, int r), const void *arg, int *live)
+int ps_sync_ready(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, int *live)
 {
-    int missing, n = count_live(ps, pushed, arg, &missing);
+    int missing, excused, n = count_live(ps, pushed, arg, &missing, &excused);
     *live = n < 1 ? 1 : n;
-    if (ps->cfg.sync_quorum > 0 && ps->cfg.sync_quorum < n)
-        return n - missing >= ps->cfg.sync_quorum;
+    int waited = n - excused; /* the live workers this step waits for */
+    if (ps->cfg.sync_quorum > 0 && ps->cfg.sync_quorum < waited)
+        return waited - missing >= ps->cfg.sync_quorum;
     return missing == 0;
 }
 

@@ -101,9 +101,9 @@ static int check_layout(const ps_tensor *t, const ProtobufCBinaryData *bm, uint6
 }
 
 static void send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, const ps_tensor *t,
-                            const ps_wtensor *out, int duplicate)
+                            const ps_wtensor *out, int duplicate, uint64_t behind)
 {
-    ps_push_answer a = { out->version, out->sync_target, out->staleness, out->applied, out->mode };
+    ps_push_answer a = { out->version, out->sync_target, out->staleness, out->applied, out->mode, behind };
     ps_send_push_reply(ps, ident, req_id, t, t->id, &a, duplicate);
 }
 
@@ -283,6 +283,7 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
     double lr = p->lr > 0 ? p->lr : ps_optim_of(ps, t, &otmp)->lr;
     int mode = ps_tensor_mode(ps, t);
     ps_wtensor out = { p->step, 0, 0, tau, 0, 0, (uint8_t)mode, p->residual_l1 };
+    uint64_t behind = 0; /* sync: a late push (ps_sync_place) */
     if (ps_optim_state(ps, t) < 0)
         return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for the optimizer state of '%s'", t->key);
     if (mode == GDDR_PS_MODE_SYNC && p->flush) {
@@ -305,6 +306,13 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         out.applied = 1;
         out.sync_target = t->version;
     } else if (mode == GDDR_PS_MODE_SYNC) {
+        /* Late (its step here completed without it: its worker was declared
+         * dead, or sync_quorum went on): its values join the open step as
+         * mass, not as the worker's push of it, and it is answered at once,
+         * so the worker neither waits for a step the others may not make
+         * first (tensors and a table stepped in turn) nor lands its later
+         * pushes a step early (docs/protocol.md, "Late pushes"). */
+        behind = ps_sync_place(&t->sstep[rq->rank], wt->set, wt->step, p->step, t->version + 1);
         /* Fill (fill.c): a push whose absent chunks are held gets credits. */
         int held = push_holds(ps, p, src, t);
         ps_fillw *fw = held ? ps_fill_get(ps, rq->rank, t) : ps_fill_find(ps, rq->rank, t->id);
@@ -313,15 +321,17 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         if (job.held)
             ps_fill_holding(t, fw);
         submit_push(ps, t, &job, NULL, src);
-        if (!t->contrib[rq->rank]) {
+        if (!behind && !t->contrib[rq->rank]) {
             t->contrib[rq->rank] = 1;
             t->ncontrib++;
         }
         t->npushes++;
         if (p->lr > 0)
             t->step_lr = p->lr;
-        out.sync_target = t->version + 1;
+        out.sync_target = t->version + (behind ? 0 : 1);
         out.applied = (uint8_t)ps_sync_try_complete(ps, t, 0);
+        if (out.applied)
+            out.sync_target = t->version;
     } else if (fuse) {
         /* Validate while applying: into a fresh buffer, made current only
          * if the norm read on the way says the push is good. */
@@ -357,6 +367,7 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
     }
     double fresh_norm = p->norm_from_payload ? measured : (double)p->grad_norm;
     out.version = t->version;
+    t->seen[rq->rank] = ps->joins;
     out.mode = (uint8_t)ps_tensor_mode(ps, t); /* may end the warm-up */
     out.set = 1;
     *wt = out;
@@ -379,7 +390,7 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
     if (!p->flush && ps_tau_update(&ps->cfg, t, fresh_norm))
         gddr_log(GDDR_LOG_DEBUG, "tensor '%s': tau now %d (norm EMA %.4g, change rate %.3f)",
                  t->key, t->tau, t->norm_ema, t->rate_ema);
-    send_push_reply(ps, ident, id, t, wt, 0);
+    send_push_reply(ps, ident, id, t, wt, 0, behind);
     ps_orphans_pushed(ps, ident, t, rq->rank, p, f);
     ps_release_pulls(ps);
     return GDDR_OK;
@@ -422,7 +433,7 @@ int ps_on_push(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__fra
         w->duplicates++;
         gddr_log(GDDR_LOG_DEBUG, "worker %u: push of step %llu to '%s' is a resend (last taken %llu)",
                  rq->rank, (unsigned long long)p->step, t->key, (unsigned long long)wt->step);
-        send_push_reply(ps, ident, id, t, wt, 1);
+        send_push_reply(ps, ident, id, t, wt, 1, 0);
         return GDDR_OK;
     }
     push_src src = { 0 };

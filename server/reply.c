@@ -30,6 +30,7 @@ void ps_send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, const ps
     pr.staleness = a->staleness;
     pr.mode = (Gddr__Mode)a->mode;
     pr.sync_target = a->sync_target;
+    pr.behind = a->behind;
     pr.duplicate = duplicate;
     r.body_case = GDDR__REPLY__BODY_PUSH;
     r.push = &pr;

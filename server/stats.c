@@ -162,6 +162,21 @@ char *ps_metrics_text(gddr_ps *ps)
     for (size_t i = 0; i < ps->ntensors; i++)
         sb_printf(&b, "gddr_tensor_version{tensor=\"%s\"} %llu\n", ps->tensors[i]->key,
                   (unsigned long long)ps->tensors[i]->version);
+    /* Who an open sync step waits for: when a sync run stops, which worker
+     * (the family only while a step is open: no family without a sample). */
+    int said = 0;
+    for (size_t i = 0; i < ps->ntensors; i++) {
+        const ps_tensor *t = ps->tensors[i];
+        for (int r = 0; t->npushes && r < ps->cfg.max_workers; r++) {
+            int st = ps_sync_rank(ps, ps_sync_tensor_pushed, t, r);
+            if (st > -2 && !said++)
+                sb_printf(&b, "# HELP gddr_sync_step_rank A rank in a tensor's open sync step: 1 pushed, 0 "
+                              "waited for, -1 excused (a new process that has not pushed to it yet).\n"
+                              "# TYPE gddr_sync_step_rank gauge\n");
+            if (st > -2)
+                sb_printf(&b, "gddr_sync_step_rank{tensor=\"%s\",rank=\"%d\"} %d\n", t->key, r, st);
+        }
+    }
     if (ps->plog) {
         ps_plog_stats pst;
         ps_plog_stats_get(ps, &pst);

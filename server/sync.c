@@ -48,9 +48,10 @@ void ps_flush_apply(gddr_ps *ps, ps_tensor *t, const float *vals, const uint8_t 
  * and a late push folded into a later step counts with the same weight:
  * over a run, N * (sum of applied gradients) = sum of pushed gradients
  * (fill credits included: fill.c). */
-static int contributed(const void *t, int r)
+int ps_sync_tensor_pushed(const gddr_ps *ps, const void *arg, int r)
 {
-    return ((const ps_tensor *)t)->contrib[r];
+    const ps_tensor *t = arg;
+    return t->contrib[r] ? 1 : ps_sync_excused(ps, r, t->seen[r]) ? -1 : 0;
 }
 
 int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
@@ -58,7 +59,7 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     if (t->npushes == 0)
         return 0;
     int live;
-    if (!ps_sync_may_complete(ps, contributed, t, force, &live))
+    if (!ps_sync_may_complete(ps, ps_sync_tensor_pushed, t, force, &live))
         return 0;
     if (ps->log_event)
         ps->log_event(ps, PS_PLOG_EV_SYNC, t->id, (uint64_t)live);

@@ -64,9 +64,11 @@ typedef struct ttab_rec {
 } ttab_rec;
 
 typedef struct ttab_step {
-    uint32_t rank, pad;
+    uint32_t rank, flags; /* flags: TTAB_STEP_MASS (before 2026-12: 0) */
     uint64_t n;
 } ttab_step;
+/* Only late pushes of the rank, not its push of the step (tw_push.mass). */
+#define TTAB_STEP_MASS 1u
 
 _Static_assert(sizeof(ttab_head) == 264 && sizeof(ttab_rec) == 48 && sizeof(ttab_step) == 16,
                "checkpoint records without padding surprises");
@@ -106,7 +108,7 @@ static void *head_section(gddr_ps *ps, const ps_stable *s, uint64_t *len)
     uint64_t steplen = 0;
     for (int r = 0; r < mw; r++) {
         nrec += s->rec[r].set != 0;
-        if (s->step[r].have) {
+        if (s->step[r].have || s->step[r].mass) {
             nstep++;
             steplen += sizeof(ttab_step) + 8 + a8(s->step[r].n * 8 + s->step[r].n * c->dim * 4);
         }
@@ -147,9 +149,9 @@ static void *head_section(gddr_ps *ps, const ps_stable *s, uint64_t *len)
     p = pad8(buf, put(p, v.sightings, v.npend * 4));
     for (int r = 0; r < mw; r++) {
         const tw_push *q = &s->step[r];
-        if (!q->have)
+        if (!q->have && !q->mass)
             continue;
-        ttab_step ts = { (uint32_t)r, 0, q->n };
+        ttab_step ts = { (uint32_t)r, q->have ? 0u : TTAB_STEP_MASS, q->n };
         p = put(p, &ts, sizeof ts);
         p = put(p, &q->lr, 8);
         p = put(p, q->keys, q->n * 8);
@@ -548,7 +550,7 @@ static int restore_one(gddr_ps *ps, const gddr_ckpt *c, const gddr_ckpt *base, u
         if (tr.rank >= mw)
             continue; /* max_workers was lowered: that rank cannot push any more */
         s->rec[tr.rank] = (tw_rec){ tr.session, tr.step, tr.version, tr.sync_target, tr.staleness,
-                                    1, tr.applied, tr.mode };
+                                    1, tr.applied, tr.mode, 0, 0 };
     }
     int sync = ps->cfg.mode == GDDR_PS_MODE_SYNC;
     for (uint32_t i = 0; i < h.nstep; i++) {
@@ -584,8 +586,12 @@ static int restore_one(gddr_ps *ps, const gddr_ckpt *c, const gddr_ckpt *base, u
         memcpy(q->vals, g, ts.n * d * 4);
         q->n = ts.n;
         q->lr = isfinite(lr) && lr >= 0 && lr <= 1e6 ? lr : 0;
-        q->have = 1;
-        s->ncontrib++;
+        if (ts.flags & TTAB_STEP_MASS) {
+            q->mass = 1;
+        } else {
+            q->have = 1;
+            s->ncontrib++;
+        }
     }
     if (r.p != r.end) {
         snprintf(why, wl, "%zu stray bytes", (size_t)(r.end - r.p));

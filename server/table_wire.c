@@ -376,9 +376,9 @@ int ps_tables_next_timeout(gddr_ps *ps, int cap)
 /* ---- pushes ------------------------------------------------------------------ */
 
 static void send_push_reply(gddr_ps *ps, zmq_msg_t *ident, uint64_t req_id, const ps_stable *s,
-                            const tw_rec *o, int duplicate)
+                            const tw_rec *o, int duplicate, uint64_t behind)
 {
-    ps_push_answer a = { o->version, o->sync_target, o->staleness, o->applied, o->mode };
+    ps_push_answer a = { o->version, o->sync_target, o->staleness, o->applied, o->mode, behind };
     ps_send_push_reply(ps, ident, req_id, NULL, s->id, &a, duplicate);
 }
 
@@ -390,9 +390,10 @@ static float table_lr(const gddr_ps *ps, const ps_stable *s, double push_lr)
 /* Completes the sync step being collected when every live worker pushed
  * (or force: membership changed and fewer are left). The pushes are
  * summed in rank order and applied as their mean. Returns 1 if applied. */
-static int step_pushed(const void *s, int r)
+static int step_pushed(const gddr_ps *ps, const void *arg, int r)
 {
-    return ((const ps_stable *)s)->step[r].have;
+    const ps_stable *s = arg;
+    return s->step[r].have ? 1 : ps_sync_excused(ps, r, s->rec[r].seen) ? -1 : 0;
 }
 
 static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
@@ -410,7 +411,7 @@ static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
     double lr = 0; /* the first push (in rank order) that brought its own lr, as for tensors */
     for (int r = 0; r < (int)ps->cfg.max_workers; r++) {
         tw_push *p = &s->step[r];
-        if (!p->have)
+        if (!p->have && !p->mass)
             continue;
         if (lr == 0)
             lr = p->lr;
@@ -464,7 +465,7 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     if (rec->set && p->step <= rec->step) {
         s->duplicates++;
         ps->duplicates++;
-        send_push_reply(ps, ident, id, s, rec, 1);
+        send_push_reply(ps, ident, id, s, rec, 1, 0);
         return GDDR_OK;
     }
     uint64_t v = ps_table_version(s->tab);
@@ -487,7 +488,8 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     uint64_t tau = v - p->base_version;
     double fac = 1.0 / (1.0 + ps->cfg.adadelay * (double)tau);
     int mode = ps_tensor_mode(ps, NULL) /* the server's; async in a warm-up */;
-    tw_rec out = { session, p->step, 0, 0, tau, 1, 0, (uint8_t)mode };
+    tw_rec out = { session, p->step, 0, 0, tau, 1, 0, (uint8_t)mode, 0, 0 };
+    uint64_t behind = 0; /* sync: a late push (ps_sync_place) */
     if (mode == GDDR_PS_MODE_SYNC &&
         ps_align_push(ps, &s->align, rank, rec->set, p->step, s->ncontrib > 0, table_close, s, "table",
                       s->key)) {
@@ -496,30 +498,48 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
         out.applied = 1;
         out.sync_target = v;
     } else if (mode == GDDR_PS_MODE_SYNC) {
+        /* A late push joins the open step as mass and is answered at once,
+         * as for tensors (push.c). */
+        uint64_t sstep = rec->sstep;
+        behind = ps_sync_place(&sstep, rec->set, rec->step, p->step, v + 1);
+        out.sstep = sstep;
         tw_push *sp = &s->step[rank];
-        if (sp->have) {
+        /* A new process whose predecessor's push of the open step is in:
+         * its push joins that one (as a tensor's second push does). */
+        int fold = !behind && sp->have && !rec->set;
+        if (!behind && sp->have && !fold) {
             /* A second step from this rank before the first completed (a
              * worker ahead of the others): it waits its turn. */
             return ps_reject_retry(ps, ident, id, GDDR_EBUSY, 10,
                                    "row push of step %llu to table '%s': this rank's push of the open step is not applied yet",
                                    (unsigned long long)p->step, s->key);
         }
-        sp->keys = malloc(n ? n * 8 : 1);
-        sp->vals = malloc(n ? n * dim * 4 : 1);
-        if (!sp->keys || !sp->vals) {
-            free(sp->keys), free(sp->vals);
-            memset(sp, 0, sizeof *sp);
+        /* Appended: the rank's late pushes (mass) and its push of the step
+         * sum in it (ps_rowsum adds a key met twice). */
+        uint64_t *k2 = realloc(sp->keys, (sp->n + n) * 8 + 8);
+        if (k2)
+            sp->keys = k2;
+        float *v2 = k2 ? realloc(sp->vals, (sp->n + n) * dim * 4 + 4) : NULL;
+        if (v2)
+            sp->vals = v2;
+        if (!k2 || !v2)
             return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for a row push");
-        }
-        memcpy(sp->keys, keys, n * 8);
+        memcpy(sp->keys + sp->n, keys, n * 8);
         for (size_t i = 0; i < n * dim; i++)
-            sp->vals[i] = (float)fac * g[i];
-        sp->n = n;
-        sp->lr = p->lr;
-        sp->have = 1;
-        s->ncontrib++;
-        out.sync_target = v + 1;
+            sp->vals[sp->n * dim + i] = (float)fac * g[i];
+        sp->n += n;
+        if (sp->lr == 0)
+            sp->lr = p->lr;
+        if (behind) {
+            sp->mass = 1;
+        } else if (!fold) {
+            sp->have = 1;
+            s->ncontrib++;
+        }
+        out.sync_target = v + (behind ? 0 : 1);
         out.applied = (uint8_t)sync_try_complete(ps, s, 0);
+        if (out.applied)
+            out.sync_target = ps_table_version(s->tab);
     } else {
         if (ps_table_apply(s->tab, keys, n, g, 1.0f, (float)(table_lr(ps, s, p->lr) * fac)) < 0)
             return ps_reject(ps, ident, id, GDDR_ENOMEM, "no memory for rows of table '%s'", s->key);
@@ -529,6 +549,7 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
         out.applied = 1;
     }
     out.version = ps_table_version(s->tab);
+    out.seen = ps->joins;
     *rec = out;
     s->pushes++;
     ps->pushes++;
@@ -538,7 +559,7 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
         w->clock = p->step + 1;
     ps_stale_add(&ps->stale, tau, ps->cfg.staleness_ema_decay);
     ps_stale_add(&w->stale, tau, ps->cfg.staleness_ema_decay);
-    send_push_reply(ps, ident, id, s, rec, 0);
+    send_push_reply(ps, ident, id, s, rec, 0, behind);
     ps_tables_release_pulls(ps);
     return GDDR_OK;
 }
@@ -620,7 +641,7 @@ char *ps_tables_metrics_text(gddr_ps *ps)
     struct ps_tables *ts = ps->tables;
     size_t n = ts ? ts->n : 0;
     /* a sample line is at most 250 bytes (a key is under 128) */
-    size_t cap = 4096 + n * TM_N * 250, len = 0;
+    size_t cap = 4096 + n * TM_N * 250 + n * (size_t)ps->cfg.max_workers * 200, len = 0;
     char *b = malloc(cap);
     uint64_t (*v)[TM_N] = calloc(n ? n : 1, sizeof *v);
     if (!b || !v) {
@@ -640,6 +661,22 @@ char *ps_tables_metrics_text(gddr_ps *ps)
                                     ts->t[i]->key, tm_family[f].label, (unsigned long long)v[i][f]);
     }
     free(v);
+    /* Who an open sync step waits for (as gddr_sync_step_rank for tensors;
+     * the family only while a step is open). */
+    int said = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ps_stable *s = ts->t[i];
+        for (int r = 0; s->ncontrib && r < (int)ps->cfg.max_workers; r++) {
+            int st = ps_sync_rank(ps, step_pushed, s, r);
+            if (st > -2 && !said++)
+                len += (size_t)snprintf(b + len, cap - len, "# HELP gddr_table_sync_step_rank A rank in a "
+                                        "table's open sync step: 1 pushed, 0 waited for, -1 excused.\n"
+                                        "# TYPE gddr_table_sync_step_rank gauge\n");
+            if (st > -2)
+                len += (size_t)snprintf(b + len, cap - len, "gddr_table_sync_step_rank{table=\"%s\",rank=\"%d\"} %d\n",
+                                        s->key, r, st);
+        }
+    }
     return b;
 }
 

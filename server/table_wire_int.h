@@ -21,13 +21,16 @@ typedef struct tw_push {
     float *vals;
     size_t n;
     double lr;          /* the push's own lr (0: the table's); in checkpoints from table format 2 */
-    int have;
+    int have;           /* the rank's push of the step is in */
+    int mass;           /* late pushes of the rank are in (not its push of the step: ps_sync_place) */
 } tw_push;
 
 /* Exactly once: the last step taken from a rank's session, and its answer. */
 typedef struct tw_rec {
     uint64_t session, step, version, sync_target, staleness;
     uint8_t set, applied, mode;
+    uint64_t seen;      /* ps->joins at this push (ps_sync_excused); not checkpointed */
+    uint64_t sstep;     /* the sync step here it belonged to (ps_sync_place); not checkpointed */
 } tw_rec;
 
 /* The registration's optimizer, as InitTable gave it. */

@@ -198,6 +198,8 @@ void ps_tensor_free(ps_tensor *t)
     free(t->holders);
     free(t->holders_alt);
     free(t->contrib);
+    free(t->seen);
+    free(t->sstep);
     ps_align_free(&t->align);
     while (t->flushes) {
         ps_flush *f = t->flushes;
@@ -228,9 +230,11 @@ ps_tensor *ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
     t->mod = calloc(t->nchunks, sizeof *t->mod);
     t->keyhash = gddr_key_hash(t->key);
     t->contrib = calloc((size_t)ps->cfg.max_workers, 1);
+    t->seen = calloc((size_t)ps->cfg.max_workers, sizeof *t->seen);
+    t->sstep = calloc((size_t)ps->cfg.max_workers, sizeof *t->sstep);
     t->tau = (int)ps->cfg.tau_init;
     ps_tensor **arr = t->w && t->acc && t->touched && t->cnt && t->holders && t->holders_alt &&
-                              t->off && t->mod && t->contrib
+                              t->off && t->mod && t->contrib && t->seen && t->sstep
                           ? realloc(ps->tensors, (ps->ntensors + 1) * sizeof *arr)
                           : NULL;
     if (!arr) {

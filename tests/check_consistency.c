@@ -194,10 +194,12 @@ END_TEST
 
 /* ---- 2. sync_quorum: late pushes are folded, never dropped ------------------ */
 
-/* server.c sync_try_complete: a step is applied once K distinct ranks
- * pushed, and it is divided by the number of LIVE workers (not by K, not by
- * the pushes that arrived), so every push counts with weight lr/N however
- * late it comes: N * (sum applied) = lr * (sum pushed). */
+/* sync.c ps_sync_try_complete: a step is applied once K distinct ranks
+ * pushed their push of it, and it is divided by the number of LIVE workers
+ * (not by K, not by the pushes that arrived), so every push counts with
+ * weight lr/N however late it comes: N * (sum applied) = lr * (sum pushed).
+ * A late push (its step completed without it: members.c ps_sync_place) is
+ * mass in the open step, not a rank's push of it. */
 START_TEST(test_sync_quorum_folds_late_pushes)
 {
     enum { W = 4, N = 4 };
@@ -232,30 +234,34 @@ START_TEST(test_sync_quorum_folds_late_pushes)
     for (int i = 0; i < N; i++)
         want[i] = w0[i] - 0.5f * 3.0f * base[i] / 4.0f;
     assert_state(c[0], id[0], want, N, 1, "quorum step 1 (2 of 4 pushes, divided by 4)");
-    /* Ranks 2 and 3 computed on version 0 too but arrive late: folded into
-     * step 2 (tau 1). */
+    /* Ranks 2 and 3 computed on version 0 too; their first pushes (the
+     * server knows no earlier one) are their pushes of step 2. */
     QPUSH(2, 3, 0, 1);
     QPUSH(3, 4, 0, 2);
-    /* Step 3: rank 0 twice is one rank, not a quorum; rank 1 (which last
-     * saw version 1) completes it with all three pushes. */
+    /* Rank 0's next push belonged to step 2, which completed without it:
+     * late, its values join step 3 as mass (not as rank 0's push of it).
+     * Its push after that is its push of step 3; rank 1's (step 2 went on
+     * without it too) is late mass; rank 2's completes step 3. */
     QPUSH(0, 5, 2, 2);
     QPUSH(0, 6, 2, 2);
-    QPUSH(1, 7, 1, 3);
-    /* A push waiting in an open step is not lost: the next completes it. */
-    QPUSH(2, 8, 2, 3);
+    QPUSH(1, 7, 1, 2);
     gddr_server_stats st = get_stats(c[3]);
-    ck_assert_uint_eq(st.versions_total, 3);
-    QPUSH(3, 9, 3, 4);
+    ck_assert_uint_eq(st.versions_total, 2);
+    QPUSH(2, 8, 2, 3);
+    /* A late push is not lost: it waits in the open step for a quorum. */
+    QPUSH(3, 9, 3, 3);
+    QPUSH(0, 10, 3, 3);
+    QPUSH(2, 11, 3, 4);
 #undef QPUSH
-    ck_assert_msg(sum == 45.0f, "test bookkeeping: sum %g", (double)sum);
+    ck_assert_msg(sum == 66.0f, "test bookkeeping: sum %g", (double)sum);
     for (int i = 0; i < N; i++)
-        want[i] = w0[i] - 0.5f * 45.0f * base[i] / 4.0f; /* w0 - lr * sum(g) / N */
-    assert_state(c[0], id[0], want, N, 4, "after 9 pushes in 4 quorum steps");
+        want[i] = w0[i] - 0.5f * 66.0f * base[i] / 4.0f; /* w0 - lr * sum(g) / N */
+    assert_state(c[0], id[0], want, N, 4, "after 11 pushes in 4 quorum steps");
     st = get_stats(c[0]);
-    ck_assert_uint_eq(st.pushes, 9);
+    ck_assert_uint_eq(st.pushes, 11);
     ck_assert_uint_eq(st.versions_total, 4);
-    /* tau = version at apply - birth: 0,0 | 1,1 | 0,0,1 | 1,0. */
-    const uint64_t hist[5] = { 5, 4, 0, 0, 0 };
+    /* tau = version at the push - base: 0,0 | 1,1 | 0,0,1,0 | 0,0,0. */
+    const uint64_t hist[5] = { 8, 3, 0, 0, 0 };
     for (int t = 0; t < 5; t++)
         ck_assert_msg(st.staleness_hist[t] == hist[t], "staleness_hist[%d] = %" PRIu64
                       ", expected %" PRIu64, t, st.staleness_hist[t], hist[t]);

@@ -300,6 +300,87 @@ def test_sync_step_is_the_mean_of_every_workers_rows(pb, server, connect):
     assert v5.tolist() == [[-1.5, -2.0]]
 
 
+def test_sync_new_process_mid_run_is_not_waited_for_where_it_has_not_pushed(pb, server, connect):
+    # A new process for a rank starts its loop at the top (the tensors'
+    # step) whatever phase the others are in. Were the table's step to wait
+    # for it, the others would wait for its rows while it waits for them in
+    # the tensors' step, for good (the sync soak's hang). It is waited for
+    # on a tensor or table from its first push there.
+    srv = server(lr=1.0, mode="sync", workers=2)
+    a = worker(pb, connect, srv, rank=0, world=2)
+    b = worker(pb, connect, srv, rank=1, world=2)
+    tid = init_table(pb, a, "emb", 1).body.id
+    assert init_table(pb, b, "emb", 1).body.id == tid
+    xid = a.call(pb.InitTensor(key="w", n=1, payload_bytes=4), [rows_frame([[0.0]])]).body.id
+
+    def push_w(c, g, step, base):
+        return c.call(pb.Push(id=xid, birth_version=base, base_version=base, step=step,
+                              grad_norm=abs(g), payload_bytes=4), [rows_frame([[g]])])
+
+    assert b.call(pb.InitTensor(key="w", n=1, payload_bytes=4), [rows_frame([[0.0]])]).body.id == xid
+    assert not push_w(a, 1.0, 1, 0).body.applied
+    assert push_w(b, 3.0, 1, 0).body.version == 1
+    assert not push_rows(pb, a, tid, [1], [[2.0]], step=1).body.applied
+    assert push_rows(pb, b, tid, [1], [[4.0]], step=1).body.version == 1
+    assert b.call(pb.Bye()).body.text == "bye"          # rank 1's process ends
+    assert push_w(a, 2.0, 2, 1).body.applied              # alone: version 2
+    b2 = worker(pb, connect, srv, rank=1, world=2)      # a new process for rank 1
+    # a's rows: b2 has pushed no rows yet, so the step does not wait for it.
+    r = push_rows(pb, a, tid, [1], [[6.0]], step=2, base=1)
+    assert r.body.applied and r.body.version == 2, "the table's step waited for a new process"
+    # b2 starts at the tensors' step, and is waited for there from now on.
+    r = b2.call(pb.InitTensor(key="w", n=1, payload_bytes=4), [rows_frame([[0.0]])])
+    assert r.body.id == xid and r.body.version == 2
+    r = push_w(b2, 5.0, 1, 2)
+    assert not r.body.applied and r.body.sync_target == 3
+    # The metrics say who the open step waits for: rank 0.
+    text = a.call(pb.StatsRequest(prometheus=True)).body.prometheus
+    assert re.findall(r'^gddr_sync_step_rank\{tensor="w",rank="(\d)"\} (-?\d)$', text, re.M) == [
+        ("0", "0"), ("1", "1")], text
+    assert push_w(a, 7.0, 3, 2).body.applied
+    assert init_table(pb, b2, "emb", 1).body.version == 2
+    assert not push_rows(pb, b2, tid, [1], [[8.0]], step=1, base=2).body.applied
+    text = a.call(pb.StatsRequest(prometheus=True)).body.prometheus
+    assert re.findall(r'^gddr_table_sync_step_rank\{table="emb",rank="(\d)"\} (-?\d)$', text, re.M) == [
+        ("0", "0"), ("1", "1")], text
+    r = push_rows(pb, a, tid, [1], [[2.0]], step=3, base=2)
+    assert r.body.applied and r.body.version == 3
+    # Divided by the live workers: rows -(2+4)/2 - 6/2 (b2 live, excused)
+    # - (8+2)/2; the tensor -(1+3)/2 - 2/1 (a alone, b gone) - (5+7)/2.
+    assert pull_rows(pb, a, tid, [1])[1].tolist() == [-11.0]
+    r = a.call(pb.Pull(id=xid, min_version=3, wait_ms=int(WAIT_S * 1000)))
+    assert r.body.version == 3 and np.frombuffer(r.frames[0], "<f4").tolist() == [-10.0]
+
+
+def test_sync_late_row_push_is_folded_and_not_waited_for(pb, server, connect):
+    # As for tensors (test_wire.py): a row push whose step here completed
+    # without it joins the open step as mass and is answered at once, so
+    # its worker's row pull does not wait on a step the others are not in
+    # (tensors then a table in one loop: the sync soak's hang).
+    srv = server(lr=1.0, mode="sync", workers=3, sync_quorum=2)
+    w = [worker(pb, connect, srv, rank=r, world=3) for r in range(3)]
+    tid = init_table(pb, w[0], "emb", 1).body.id
+    for x in w[1:]:
+        assert init_table(pb, x, "emb", 1).body.id == tid
+    assert not push_rows(pb, w[0], tid, [1], [[3.0]], step=1).body.applied
+    assert push_rows(pb, w[1], tid, [1], [[6.0]], step=1).body.version == 1  # quorum
+    assert not push_rows(pb, w[0], tid, [2], [[3.0]], step=2, base=1).body.applied
+    assert push_rows(pb, w[2], tid, [1], [[3.0]], step=1, base=1).body.version == 2
+    r = push_rows(pb, w[1], tid, [1, 2], [[9.0], [3.0]], step=2, base=1)
+    assert not r.body.applied and r.body.version == 2 and r.body.behind == 1
+    assert r.body.sync_target == 2, "a late row push must not wait for the open step"
+    body, v = pull_rows(pb, w[1], tid, [1, 2], min_version=r.body.sync_target)
+    assert body.version == 2 and v.tolist() == [-4.0, -1.0]
+    # Step 3 still wants rank 1's push of it (its late one is mass): rank 0
+    # alone is no quorum.
+    r = push_rows(pb, w[0], tid, [1], [[3.0]], step=3, base=2)
+    assert not r.body.applied and r.body.sync_target == 3
+    r = push_rows(pb, w[1], tid, [2], [[3.0]], step=3, base=2)
+    assert r.body.applied and r.body.version == 3 and r.body.behind == 0
+    _, v = pull_rows(pb, w[2], tid, [1, 2], min_version=3)
+    assert v.tolist() == [-8.0, -3.0]
+
+
 def test_sync_step_completes_when_a_worker_leaves(pb, server, connect):
     srv = server(lr=1.0, mode="sync", workers=2)
     w0 = worker(pb, connect, srv, rank=0, world=2)

@@ -823,6 +823,56 @@ def test_sync_parked_pull_out_of_order(pb, server, connect):
     assert r.body.duplicate and not r.body.applied and r.body.sync_target == 1
 
 
+def test_sync_late_push_is_folded_and_not_waited_for(pb, server, connect):
+    # A push whose step here completed without it (by its worker's own step
+    # numbers: quorum here, a worker declared dead in a real run) is late:
+    # its values join the open step as mass, not as its worker's push of
+    # it, and it is answered at once with `behind`. A worker parked on the
+    # open step while the others wait for it in another phase of their
+    # loop (a table's step) would wait for good; one counted in the open
+    # step would land its later pushes a step early.
+    srv = server(chunk=4, lr=0.5, mode="sync", workers=3, sync_quorum=2)
+    a, b, c = (worker(pb, connect, srv, rank=r, world=3) for r in range(3))
+    tid = register(pb, a, "w", W6).body.id
+    for x in (b, c):
+        assert register(pb, x, "w", W6).body.id == tid
+    g1 = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    g2 = [3.0, 2.0, 1.0, 0.0, -1.0, -2.0]
+    g3 = [0.5] * 6
+    assert not push(pb, a, tid, g1, step=1).body.applied
+    assert push(pb, b, tid, g2, step=1).body.version == 1  # the quorum
+    assert push(pb, a, tid, g3, step=2, version=1).body.behind == 0
+    assert push(pb, c, tid, g3, step=1).body.version == 2  # c's first: step 2
+    # b's step 2 completed without it: late, one step behind.
+    r = push(pb, b, tid, g1, step=2, version=1)
+    assert not r.body.applied and r.body.version == 2 and r.body.behind == 1
+    assert r.body.sync_target == 2, "a late push must not wait for the open step"
+    v, _ = pull(pb, b, tid, min_version=r.body.sync_target)
+    assert v == 2
+    # Step 3 still wants b's push of it; a alone is no quorum (b's late
+    # push is mass, not b's push).
+    r = push(pb, a, tid, g2, step=3, version=2)
+    assert not r.body.applied and r.body.sync_target == 3
+    r = push(pb, b, tid, g3, step=3, version=2)
+    assert r.body.applied and r.body.version == 3 and r.body.behind == 0
+    step1 = [w - 0.5 * (x + y) / 3 for w, x, y in zip(W6, g1, g2)]
+    step2 = [w - 0.5 * (x + y) / 3 for w, x, y in zip(step1, g3, g3)]
+    want = [w - 0.5 * (x + y + z) / 3 for w, x, y, z in zip(step2, g1, g2, g3)]
+    v, vals = pull(pb, c, tid, min_version=3)
+    assert v == 3
+    assert all(abs(x - y) <= 1e-5 * max(1.0, abs(y)) for x, y in zip(unf32(vals), want))
+    # Two steps behind: c misses steps 3 and 4. It catches up one push a
+    # step, each answered at once, and is waited for from step 5 on.
+    assert not push(pb, a, tid, g1, step=4, version=3).body.applied
+    assert push(pb, b, tid, g1, step=4, version=3).body.version == 4
+    r = push(pb, c, tid, g1, step=2, version=2)
+    assert r.body.behind == 2 and r.body.sync_target == 4 and not r.body.applied
+    r = push(pb, c, tid, g1, step=3, version=4)
+    assert r.body.behind == 1 and r.body.sync_target == 4
+    r = push(pb, c, tid, g1, step=4, version=4)
+    assert r.body.behind == 0 and r.body.sync_target == 5 and not r.body.applied
+
+
 def test_sync_step_waits_for_the_live_worker_after_one_left(pb, server, connect):
     # Worker 0 pushes its step and leaves; the step must wait for worker 1's
     # push (a count of one push for one live worker would have let it go
