@@ -245,12 +245,13 @@ def run(args):
             w.check(restart=False)
         time.sleep(0.5)
     progress = [len(w.oks(calm)) for w in workers]
-    if min(progress) < args.progress:
+    hung = min(progress) < args.progress
+    if hung:
         hang_report(tmp, servers, workers, ctl_env)
     open(stop_file, "w").close()
     for w in workers:
         try:
-            w.proc and w.proc.wait(120)
+            w.proc and w.proc.wait(5 if hung else 120)  # a hung worker does not see the stop file
         except subprocess.TimeoutExpired:
             stop_proc(w, 10)
         w.check(restart=False)
