@@ -164,7 +164,7 @@ int ps_align_push(gddr_ps *ps, ps_align *a, uint32_t rank, int same, uint64_t st
         uint64_t want = a->want[rank] - 1 + a->open_j;
         if (step < want) {
             gddr_log(GDDR_LOG_INFO, "%s '%s': worker %u pushed step %llu after a restart, when the step "
-                     "open here wants its step %llu: its step was lost or closed, not applied",
+                     "open here wants its step %llu: its step was lost or closed, it is late (mass in the open step)",
                      kind, key, rank, (unsigned long long)step, (unsigned long long)want);
             stale = 1;
         } else if (step > want) {

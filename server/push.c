@@ -300,19 +300,19 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
                              t->key);
         }
         out.sync_target = t->version + (out.applied ? 0 : 1);
-    } else if (mode == GDDR_PS_MODE_SYNC && ps_sync_realign(ps, t, rq->rank, p->step)) {
-        /* After a restart: a push for a step that was lost (or closed) here
-         * does not join the step being collected (sync.c). */
-        out.applied = 1;
-        out.sync_target = t->version;
     } else if (mode == GDDR_PS_MODE_SYNC) {
         /* Late (its step here completed without it: its worker was declared
-         * dead, or sync_quorum went on): its values join the open step as
-         * mass, not as the worker's push of it, and it is answered at once,
-         * so the worker neither waits for a step the others may not make
-         * first (tensors and a table stepped in turn) nor lands its later
-         * pushes a step early (docs/protocol.md, "Late pushes"). */
-        behind = ps_sync_place(&t->sstep[rq->rank], wt->set, wt->step, p->step, t->version + 1);
+         * dead, or sync_quorum went on; or, after a restart, its step was
+         * lost or closed here: sync.c ps_sync_realign): its values join the
+         * open step as mass, not as the worker's push of it, and it is
+         * answered at once, so the worker neither waits for a step the
+         * others may not make first (tensors and a table stepped in turn)
+         * nor lands its later pushes a step early (docs/protocol.md, "Late
+         * pushes"). */
+        if (ps_sync_realign(ps, t, rq->rank, p->step))
+            behind = 1, t->sstep[rq->rank] = 0; /* placed by the aligner until it is done */
+        else
+            behind = ps_sync_place(&t->sstep[rq->rank], wt->set, wt->step, p->step, t->version + 1);
         /* Fill (fill.c): a push whose absent chunks are held gets credits. */
         int held = push_holds(ps, p, src, t);
         ps_fillw *fw = held ? ps_fill_get(ps, rq->rank, t) : ps_fill_find(ps, rq->rank, t->id);

@@ -490,19 +490,19 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     int mode = ps_tensor_mode(ps, NULL) /* the server's; async in a warm-up */;
     tw_rec out = { session, p->step, 0, 0, tau, 1, 0, (uint8_t)mode, 0, 0 };
     uint64_t behind = 0; /* sync: a late push (ps_sync_place) */
-    if (mode == GDDR_PS_MODE_SYNC &&
-        ps_align_push(ps, &s->align, rank, rec->set, p->step, s->ncontrib > 0, table_close, s, "table",
-                      s->key)) {
-        /* After a restart: a push for a step that was lost (or closed)
-         * here does not join the step being collected (sync.c). */
-        out.applied = 1;
-        out.sync_target = v;
-    } else if (mode == GDDR_PS_MODE_SYNC) {
+    /* After a restart the aligner may close the restored step first (v
+     * moves), and a push for a step that was lost (or closed) here is late
+     * (sync.c ps_sync_realign). */
+    int stale = mode == GDDR_PS_MODE_SYNC &&
+                ps_align_push(ps, &s->align, rank, rec->set, p->step, s->ncontrib > 0, table_close, s, "table",
+                              s->key);
+    v = ps_table_version(s->tab);
+    if (mode == GDDR_PS_MODE_SYNC) {
         /* A late push joins the open step as mass and is answered at once,
          * as for tensors (push.c). */
         uint64_t sstep = rec->sstep;
-        behind = ps_sync_place(&sstep, rec->set, rec->step, p->step, v + 1);
-        out.sstep = sstep;
+        behind = stale ? 1 : ps_sync_place(&sstep, rec->set, rec->step, p->step, v + 1);
+        out.sstep = stale ? 0 : sstep;
         tw_push *sp = &s->step[rank];
         /* A new process whose predecessor's push of the open step is in:
          * its push joins that one (as a tensor's second push does). */

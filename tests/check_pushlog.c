@@ -572,10 +572,13 @@ static void hello_as(raw_conn *r, const char *ep, uint32_t rank, uint64_t sessio
  * kill -9. After the restart worker 1 pushes its step 8 (-10): it is past
  * its step 6 the restored step wanted, so that step closes with worker 0's
  * push alone (value 3, version 2), and step 8 opens the step after it.
- * Worker 0's step 103 belongs to that same step (two after the restored
- * one): value 3 + (10 + 2) / 2 = 9, version 3. Compared across workers
- * (worker 1's 8 against worker 0's 101), worker 1's push was answered and
- * dropped, and the step it should have joined waited for it. */
+ * Worker 0 then sends its step 102 again (-4): that step was lost here, so
+ * the push is late -- mass in the open step, answered at once (before, it
+ * was answered and dropped). Its step 103 belongs to the open step (two
+ * after the restored one): value 3 + (10 + 4 + 2) / 2 = 11, version 3.
+ * Compared across workers (worker 1's 8 against worker 0's 101), worker
+ * 1's push was answered and dropped, and the step it should have joined
+ * waited for it. */
 START_TEST(test_sync_restore_own_step_numbers)
 {
     char dir[64], log[128], ck[200], lst[300];
@@ -600,11 +603,14 @@ START_TEST(test_sync_restore_own_step_numbers)
     hello_as(&a, s.endpoint, 0, 0xa);
     hello_as(&b, s.endpoint, 1, 0xb);
     push_taken(&b, id, 4, -10.0f, 8, 1);
+    push_taken(&a, id, 4, -4.0f, 102, 1);
     push_taken(&a, id, 4, -2.0f, 103, 1);
     float got[4];
     server_values_within(s.endpoint, "t", got, 4, 3, WAIT_MS);
     for (int i = 0; i < 4; i++)
-        ck_assert_msg(got[i] == 9.0f, "value %d is %g after the restart's steps, expected 9", i, (double)got[i]);
+        ck_assert_msg(got[i] == 11.0f, "value %d is %g after the restart's steps, expected 11", i, (double)got[i]);
+    ck_assert_msg(gt_wait_for_text(log, "worker 0 pushed step 102 after a restart", 0) >= 0,
+                  "worker 0's step 102 was not taken as late");
     ck_assert_msg(gt_wait_for_text(log, "worker 1 pushed step 8, past its step 6", 0) >= 0,
                   "the restored step did not close at worker 1's step 8");
     raw_close(&a);
@@ -654,12 +660,14 @@ static void rows_taken(raw_conn *r, uint32_t sid, uint64_t key, uint32_t dim, fl
  * steps 2 and 3 complete and are lost with a kill -9. After the restart
  * worker 1 pushes its step 53 (-10), past its step 51 the restored step
  * wanted: that step closes with worker 0's push alone (value 3), and 53
- * opens the step two after it, which worker 0's step 13 joins: value 3 + (10
- * + 2) / 2 = 9 at version 3. Without the rule, worker 1's step 53 completed
- * the restored step (value 8) and worker 0's step 13 opened a step of its
- * own that waited for worker 1's next push -- here until worker 1, which
- * sends no heartbeats, was declared dead (value 10); in a run that steps
- * tensors and the table in turn, for good (docs/soak.md). */
+ * opens the step two after it. Worker 0 sends its lost step 12 again (-4):
+ * late, mass in that step; its step 13 joins it: value 3 + (10 + 4 + 2) / 2
+ * = 11 at version 3 (before, the step 12 was answered and dropped: 9).
+ * Without the rule, worker 1's step 53 completed the restored step (value
+ * 8) and worker 0's step 13 opened a step of its own that waited for
+ * worker 1's next push -- here until worker 1, which sends no heartbeats,
+ * was declared dead; in a run that steps tensors and the table in turn,
+ * for good (docs/soak.md). */
 START_TEST(test_sync_restore_table_own_step_numbers)
 {
     char dir[64], log[128], ck[200], lst[300];
@@ -688,6 +696,7 @@ START_TEST(test_sync_restore_table_own_step_numbers)
     hello_as(&a, s.endpoint, 0, 0xa);
     hello_as(&b, s.endpoint, 1, 0xb);
     rows_taken(&b, sid, 7, 2, -10.0f, 53, 1);
+    rows_taken(&a, sid, 7, 2, -4.0f, 12, 1);
     rows_taken(&a, sid, 7, 2, -2.0f, 13, 1);
     gddr_client *obs = open_observer_on(s.endpoint, WAIT_MS);
     int ot = -1;
@@ -696,8 +705,8 @@ START_TEST(test_sync_restore_table_own_step_numbers)
     float got[2] = { 0, 0 };
     int rc = gddr_pull_rows(obs, ot, &key, 1, got, GDDR_ROWS_NOCREATE, 3, &v);
     ck_assert_msg(rc == GDDR_OK, "row pull at version 3: %s (%s)", gddr_strerror(rc), gddr_client_errmsg(obs));
-    ck_assert_msg(v == 3 && got[0] == 9.0f && got[1] == 9.0f,
-                  "after the restart's steps: version %" PRIu64 ", row %g %g (expected 3, 9 9)", v,
+    ck_assert_msg(v == 3 && got[0] == 11.0f && got[1] == 11.0f,
+                  "after the restart's steps: version %" PRIu64 ", row %g %g (expected 3, 11 11)", v,
                   (double)got[0], (double)got[1]);
     gddr_client_close(&obs);
     raw_close(&a);
