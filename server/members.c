@@ -76,15 +76,27 @@ int ps_sync_rank(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, int r)
     return live ? pushed(ps, arg, r) : -2;
 }
 
-uint64_t ps_sync_place(uint64_t *sstep, int known, uint64_t last, uint64_t step, uint64_t open)
+uint64_t ps_sync_place(uint64_t *sstep, int known, uint64_t last, uint64_t step, uint64_t open, int jump)
 {
     uint64_t belongs = known && *sstep && step > last ? *sstep + (step - last) : open;
     if (belongs >= open) {
         *sstep = open; /* not known, or ahead of the steps here: it joins the open step */
         return 0;
     }
-    *sstep = belongs;
+    *sstep = jump ? open - 1 : belongs;
     return open - belongs;
+}
+
+
+int ps_sync_tensor_pushed(const gddr_ps *ps, const void *arg, int r)
+{
+    const ps_tensor *t = arg;
+    return t->contrib[r] ? 1 : ps_sync_excused(ps, r, t->seen[r]) ? -1 : 0;
+}
+
+int ps_sync_one_phase(const gddr_ps *ps, size_t ntables)
+{
+    return (ps->ntensors > 0) + ntables <= 1;
 }
 
 int ps_sync_excused(const gddr_ps *ps, int r, uint64_t seen)

@@ -478,12 +478,19 @@ int ps_sync_excused(const gddr_ps *ps, int r, uint64_t seen);
  * worker's steps completed here without it before this one (0: the push
  * joins the open step): such a push is late, its values join the open
  * step as mass, not as the worker's push of it, and it is answered at
- * once (docs/protocol.md, "Late pushes"). Sets *sstep. */
-uint64_t ps_sync_place(uint64_t *sstep, int known, uint64_t last, uint64_t step, uint64_t open);
+ * once (docs/protocol.md, "Late pushes"). Sets *sstep: jump (one phase
+ * here: ps_sync_one_phase) places the worker's next push in the open step
+ * -- it skips the steps it missed; otherwise each of its later pushes is
+ * late until its own numbers reach the open step, which keeps its place
+ * in every tensor and table alike. */
+uint64_t ps_sync_place(uint64_t *sstep, int known, uint64_t last, uint64_t step, uint64_t open, int jump);
+/* Whether sync steps here have one phase (tensors only, stepped together,
+ * or one table only): then a late worker skips the steps it missed. */
+int ps_sync_one_phase(const gddr_ps *ps, size_t ntables);
 /* For the metrics (gddr_sync_step_rank): pushed()'s answer for rank r
  * when it counts as live, -2 when it does not count. */
 int ps_sync_rank(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, int r);
-/* pushed() of a tensor's open sync step (sync.c). */
+/* pushed() of a tensor's open sync step. */
 int ps_sync_tensor_pushed(const gddr_ps *ps, const void *arg, int r);
 /* Whether a sync step may complete: every live worker not excused has
  * pushed to it, or sync_quorum of them when that is fewer -- not a count

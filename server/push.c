@@ -312,7 +312,8 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         if (ps_sync_realign(ps, t, rq->rank, p->step))
             behind = 1, t->sstep[rq->rank] = 0; /* placed by the aligner until it is done */
         else
-            behind = ps_sync_place(&t->sstep[rq->rank], wt->set, wt->step, p->step, t->version + 1);
+            behind = ps_sync_place(&t->sstep[rq->rank], wt->set, wt->step, p->step, t->version + 1,
+                                   ps_sync_one_phase(ps, ps_tables_count(ps)));
         /* Fill (fill.c): a push whose absent chunks are held gets credits. */
         int held = push_holds(ps, p, src, t);
         ps_fillw *fw = held ? ps_fill_get(ps, rq->rank, t) : ps_fill_find(ps, rq->rank, t->id);

@@ -48,12 +48,6 @@ void ps_flush_apply(gddr_ps *ps, ps_tensor *t, const float *vals, const uint8_t 
  * and a late push folded into a later step counts with the same weight:
  * over a run, N * (sum of applied gradients) = sum of pushed gradients
  * (fill credits included: fill.c). */
-int ps_sync_tensor_pushed(const gddr_ps *ps, const void *arg, int r)
-{
-    const ps_tensor *t = arg;
-    return t->contrib[r] ? 1 : ps_sync_excused(ps, r, t->seen[r]) ? -1 : 0;
-}
-
 int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
 {
     if (t->npushes == 0)

@@ -501,7 +501,7 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
         /* A late push joins the open step as mass and is answered at once,
          * as for tensors (push.c). */
         uint64_t sstep = rec->sstep;
-        behind = stale ? 1 : ps_sync_place(&sstep, rec->set, rec->step, p->step, v + 1);
+        behind = stale ? 1 : ps_sync_place(&sstep, rec->set, rec->step, p->step, v + 1, ps_sync_one_phase(ps, ps->tables->n));
         out.sstep = stale ? 0 : sstep;
         tw_push *sp = &s->step[rank];
         /* A new process whose predecessor's push of the open step is in:

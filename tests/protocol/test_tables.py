@@ -379,6 +379,21 @@ def test_sync_late_row_push_is_folded_and_not_waited_for(pb, server, connect):
     assert r.body.applied and r.body.version == 3 and r.body.behind == 0
     _, v = pull_rows(pb, w[2], tid, [1, 2], min_version=3)
     assert v.tolist() == [-8.0, -3.0]
+    # With a tensor registered too (two phases), a worker two steps behind
+    # catches up one push a step, so its place moves alike in the tensor's
+    # steps and the table's; one phase skips (test_wire.py).
+    w[0].call(pb.InitTensor(key="x", n=1, payload_bytes=4), [rows_frame([[0.0]])])
+    assert not push_rows(pb, w[0], tid, [1], [[1.0]], step=4, base=3).body.applied
+    assert push_rows(pb, w[1], tid, [1], [[1.0]], step=4, base=3).body.version == 4
+    assert not push_rows(pb, w[0], tid, [1], [[1.0]], step=5, base=4).body.applied
+    assert push_rows(pb, w[1], tid, [1], [[1.0]], step=5, base=4).body.version == 5
+    # Rank 2's step 1 was step 2 here: its steps 2, 3 and 4 are 3, 4 and 5,
+    # all completed without it; its step 5 is the open step 6.
+    for step, behind in ((2, 3), (3, 2), (4, 1)):
+        r = push_rows(pb, w[2], tid, [1], [[1.0]], step=step, base=5)
+        assert r.body.behind == behind and r.body.sync_target == 5, (step, r)
+    r = push_rows(pb, w[2], tid, [1], [[1.0]], step=5, base=5)
+    assert r.body.behind == 0 and r.body.sync_target == 6 and not r.body.applied
 
 
 def test_sync_step_completes_when_a_worker_leaves(pb, server, connect):

@@ -861,15 +861,15 @@ def test_sync_late_push_is_folded_and_not_waited_for(pb, server, connect):
     v, vals = pull(pb, c, tid, min_version=3)
     assert v == 3
     assert all(abs(x - y) <= 1e-5 * max(1.0, abs(y)) for x, y in zip(unf32(vals), want))
-    # Two steps behind: c misses steps 3 and 4. It catches up one push a
-    # step, each answered at once, and is waited for from step 5 on.
+    # Two steps behind: c misses steps 3 and 4. With tensors only (one
+    # phase) a late worker skips what it missed: its next push is its push
+    # of the open step. (With a table too it catches up one push a step:
+    # test_tables.py.)
     assert not push(pb, a, tid, g1, step=4, version=3).body.applied
     assert push(pb, b, tid, g1, step=4, version=3).body.version == 4
     r = push(pb, c, tid, g1, step=2, version=2)
     assert r.body.behind == 2 and r.body.sync_target == 4 and not r.body.applied
     r = push(pb, c, tid, g1, step=3, version=4)
-    assert r.body.behind == 1 and r.body.sync_target == 4
-    r = push(pb, c, tid, g1, step=4, version=4)
     assert r.body.behind == 0 and r.body.sync_target == 5 and not r.body.applied
 
 
