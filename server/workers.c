@@ -125,12 +125,12 @@ int ps_worker_hello(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, uint
         w->session = session;
         if (w->state == PS_W_DEAD || w->state == PS_W_LEFT)
             ps->rejoins++;
-        /* In place of an earlier process that took part in steps and died
-         * or left, it starts its loop at the top: excused from steps of
-         * tensors and tables it has not pushed to yet (members.c). (A
-         * rank's first process, or one after a server restart, is waited
-         * for from its hello, as sync steps always did.) */
-        w->joined = (w->state == PS_W_DEAD || w->state == PS_W_LEFT) && w->pushes > 0 ? ++ps->joins : 0;
+        /* In place of an earlier process that took part in steps (dead,
+         * gone, or live in a restored checkpoint), it starts its loop at
+         * the top: excused from steps of tensors and tables it has not
+         * pushed to yet (members.c). (A rank's first process is waited for
+         * from its hello, as sync steps always did.) */
+        w->joined = w->state != PS_W_NONE && w->pushes > 0 ? ++ps->joins : 0;
     } else if (w->state == PS_W_LIVE && w->restored) {
         gddr_log(GDDR_LOG_INFO, "worker %u reconnected after the server restart", rank);
     } else if (w->state == PS_W_LIVE) {
