@@ -166,19 +166,19 @@ void ps_align_begin(gddr_ps *ps, ps_align *a, uint64_t (*wanted)(gddr_ps *ps, co
     a->on = 1;
 }
 
-int ps_align_push(gddr_ps *ps, ps_align *a, uint32_t rank, int same, uint64_t step, int has_open,
-                  void (*close)(gddr_ps *ps, void *arg), void *arg, const char *kind, const char *key)
+uint64_t ps_align_push(gddr_ps *ps, ps_align *a, uint32_t rank, int same, uint64_t step, int has_open,
+                       void (*close)(gddr_ps *ps, void *arg), void *arg, const char *kind, const char *key)
 {
     if (!a->on)
         return 0;
-    int stale = 0;
+    uint64_t stale = 0;
     if (same && a->want[rank]) {
         uint64_t want = a->want[rank] - 1 + a->open_j;
         if (step < want) {
             gddr_log(GDDR_LOG_INFO, "%s '%s': worker %u pushed step %llu after a restart, when the step "
                      "open here wants its step %llu: its step was lost or closed, it is late (mass in the open step)",
                      kind, key, rank, (unsigned long long)step, (unsigned long long)want);
-            stale = 1;
+            stale = want - step;
         } else if (step > want) {
             if (has_open) {
                 gddr_log(GDDR_LOG_INFO, "%s '%s': worker %u pushed step %llu, past its step %llu the "

@@ -424,20 +424,20 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force);
 /* After a restore: which sync step a push of `step` belongs to (sync.c). */
 void ps_sync_restored(gddr_ps *ps);
 /* Before a sync push joins the open step after a restore: closes the open
- * step when the push is past it; 1 when the push names an earlier step (it
- * is answered, not folded in). sync.c. */
-int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step);
+ * step when the push is past it; > 0 when the push names an earlier step:
+ * how many steps before the open one (it is late: ps_sync_place). sync.c. */
+uint64_t ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step);
 /* The aligner under it, for tables too (members.c; what it is for:
  * sync.c). begin at a restore, with wanted(ps, arg, r) = the step of rank r
  * the restored open step wants, + 1 (0: unknown). push for each sync push
  * while it is on: same says whether the push's session is the one the
  * restore knew, has_open whether the open step holds a push, close(ps, arg)
- * closes it as it is; 1: the push belongs to an earlier step (answer it,
- * do not fold it in). kind and key name the tensor or table in the log. */
+ * closes it as it is; > 0: the push belongs to that many steps before the
+ * open one (it is late). kind and key name the tensor or table in the log. */
 void ps_align_begin(gddr_ps *ps, ps_align *a, uint64_t (*wanted)(gddr_ps *ps, const void *arg, int r),
                     const void *arg);
-int ps_align_push(gddr_ps *ps, ps_align *a, uint32_t rank, int same, uint64_t step, int has_open,
-                  void (*close)(gddr_ps *ps, void *arg), void *arg, const char *kind, const char *key);
+uint64_t ps_align_push(gddr_ps *ps, ps_align *a, uint32_t rank, int same, uint64_t step, int has_open,
+                       void (*close)(gddr_ps *ps, void *arg), void *arg, const char *kind, const char *key);
 void ps_align_free(ps_align *a);
 /* Applies a flush (a closing worker's held residual) as its own update.
  * payload: the message vals lives in (the pool takes it), or NULL when the

@@ -309,8 +309,9 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
          * others may not make first (tensors and a table stepped in turn)
          * nor lands its later pushes a step early (docs/protocol.md, "Late
          * pushes"). */
-        if (ps_sync_realign(ps, t, rq->rank, p->step))
-            behind = 1, t->sstep[rq->rank] = 0; /* placed by the aligner until it is done */
+        uint64_t open = t->version + 1;
+        if ((behind = ps_sync_realign(ps, t, rq->rank, p->step)) != 0)
+            t->sstep[rq->rank] = behind < open ? open - behind : 0; /* where the aligner places it */
         else
             behind = ps_sync_place(&t->sstep[rq->rank], wt->set, wt->step, p->step, t->version + 1,
                                    ps_sync_one_phase(ps, ps_tables_count(ps)));

@@ -138,7 +138,7 @@ static void tensor_close(gddr_ps *ps, void *arg)
     ps_sync_try_complete(ps, arg, 1);
 }
 
-int ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step)
+uint64_t ps_sync_realign(gddr_ps *ps, ps_tensor *t, uint32_t rank, uint64_t step)
 {
     const ps_worker *w = &ps->workers[rank];
     int same = w->ckpt_session && w->session == w->ckpt_session;

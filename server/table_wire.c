@@ -493,7 +493,7 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     /* After a restart the aligner may close the restored step first (v
      * moves), and a push for a step that was lost (or closed) here is late
      * (sync.c ps_sync_realign). */
-    int stale = mode == GDDR_PS_MODE_SYNC &&
+    uint64_t stale = mode != GDDR_PS_MODE_SYNC ? 0 :
                 ps_align_push(ps, &s->align, rank, rec->set, p->step, s->ncontrib > 0, table_close, s, "table",
                               s->key);
     v = ps_table_version(s->tab);
@@ -501,8 +501,8 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
         /* A late push joins the open step as mass and is answered at once,
          * as for tensors (push.c). */
         uint64_t sstep = rec->sstep;
-        behind = stale ? 1 : ps_sync_place(&sstep, rec->set, rec->step, p->step, v + 1, ps_sync_one_phase(ps, ps->tables->n));
-        out.sstep = stale ? 0 : sstep;
+        behind = stale ? stale : ps_sync_place(&sstep, rec->set, rec->step, p->step, v + 1, ps_sync_one_phase(ps, ps->tables->n));
+        out.sstep = stale ? (stale < v + 1 ? v + 1 - stale : 0) : sstep; /* stale: where the aligner places it */
         tw_push *sp = &s->step[rank];
         /* A new process whose predecessor's push of the open step is in:
          * its push joins that one (as a tensor's second push does). */
