@@ -31,6 +31,7 @@
 
 #include "gddr/gddr.h"
 #include "harness.h"
+#include "ps.h"
 #include "wirekit.h"
 #include "suites.h"
 
@@ -296,6 +297,42 @@ START_TEST(test_sync_adadelay_scales_folded_push)
     gddr_client_close(&a);
     gddr_client_close(&b);
     stop_server(&s);
+}
+END_TEST
+
+/* members.c ps_sync_place: where a worker's sync push goes, by the
+ * worker's own step numbers (docs/protocol.md, "Late pushes"). */
+START_TEST(test_sync_place_rule)
+{
+    uint64_t ss = 0;
+    /* Not known (first push, new process, after a restart): the open step. */
+    ck_assert_uint_eq(ps_sync_place(&ss, 0, 0, 7, 5, 0), 0);
+    ck_assert_uint_eq(ss, 5);
+    /* On time: its step after the last one's. */
+    ck_assert_uint_eq(ps_sync_place(&ss, 1, 7, 8, 6, 0), 0);
+    ck_assert_uint_eq(ss, 6);
+    /* Steps 7, 8 and 9 completed without it (open is 10): its step 9 is
+     * step 7 here, 3 behind, and its place moves one step per push
+     * (catching up) ... */
+    ck_assert_uint_eq(ps_sync_place(&ss, 1, 8, 9, 10, 0), 3);
+    ck_assert_uint_eq(ss, 7);
+    ck_assert_uint_eq(ps_sync_place(&ss, 1, 9, 10, 10, 0), 2);
+    ck_assert_uint_eq(ps_sync_place(&ss, 1, 10, 11, 10, 0), 1);
+    ck_assert_uint_eq(ps_sync_place(&ss, 1, 11, 12, 10, 0), 0);
+    ck_assert_uint_eq(ss, 10);
+    /* ... or, with one phase (jump), its next push is the open step's. */
+    ss = 6;
+    ck_assert_uint_eq(ps_sync_place(&ss, 1, 8, 9, 10, 1), 3);
+    ck_assert_uint_eq(ss, 9);
+    ck_assert_uint_eq(ps_sync_place(&ss, 1, 9, 10, 10, 1), 0);
+    ck_assert_uint_eq(ss, 10);
+    /* Ahead of the steps here (numbers that skipped): the open step. */
+    ck_assert_uint_eq(ps_sync_place(&ss, 1, 10, 15, 11, 0), 0);
+    ck_assert_uint_eq(ss, 11);
+    /* A record of another session (known = 0) or a step not after the
+     * last: not known, the open step. */
+    ck_assert_uint_eq(ps_sync_place(&ss, 1, 20, 3, 12, 0), 0);
+    ck_assert_uint_eq(ss, 12);
 }
 END_TEST
 
@@ -981,6 +1018,7 @@ Suite *suite_consistency(void)
     ADD_CASE(s, "sync_version_per_step", test_sync_one_version_per_step, TCASE_TIMEOUT);
     ADD_CASE(s, "sync_quorum_folding", test_sync_quorum_folds_late_pushes, TCASE_TIMEOUT);
     ADD_CASE(s, "sync_adadelay_folded", test_sync_adadelay_scales_folded_push, TCASE_TIMEOUT);
+    ADD_CASE(s, "sync_place_rule", test_sync_place_rule, TCASE_TIMEOUT);
     ADD_CASE(s, "ssp_bound", test_ssp_holds_fast_worker, TCASE_TIMEOUT);
     ADD_CASE(s, "hybrid_switch", test_hybrid_switches_at_warmup, TCASE_TIMEOUT);
     ADD_CASE(s, "adadelay_exact", test_adadelay_exact, TCASE_TIMEOUT);
