@@ -165,6 +165,7 @@ def run(args):
         f.write(keys["client_pub"] + "\n")
     sets = ["mode=sync", "workers=%d" % args.workers, "log_level=" + args.log_level,
             "checkpoint_interval_s=%g" % args.ckpt_interval, "worker_timeout_s=3",
+            "sync_stall_s=10",  # the stall net, at the scale of worker_timeout_s here
             "curve_secret_key_file=" + os.path.join(tmp, "server.key"),
             "authorized_keys=" + os.path.join(tmp, "authorized_keys")]
     if args.push_log != "off":

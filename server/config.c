@@ -79,6 +79,8 @@ const gddr__conf_key ps_conf_table[] = {
       NULL, 0, "sync mode: run async until a tensor reaches this version (hybrid); 0 = off" },
     { "consistency", "worker_timeout_s", GDDR_CONF_DOUBLE, OFF(worker_timeout_s), "10", 0.1,
       86400, NULL, 0, "a worker silent this long is declared dead" },
+    { "consistency", "sync_stall_s", GDDR_CONF_DOUBLE, OFF(sync_stall_s), "60", 0, 86400, NULL, 1,
+      "sync: a step that has waited this long for live workers closes as it is (their pushes come late, none lost); 0 = wait for ever" },
     { "consistency", "fill_held", GDDR_CONF_BOOL, OFF(fill_held), "true", 0, 0, NULL, 1,
       "sync: a chunk a GDDR worker holds back counts as the mean of those that sent it, credited and taken off when it comes" },
 

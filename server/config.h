@@ -36,6 +36,7 @@ typedef struct gddr_ps_config {
     long long staleness_bound;
     long long async_warmup_steps;
     double worker_timeout_s;
+    double sync_stall_s;
     int fill_held;
     /* [optimizer] */
     int opt_kind;      /* PS_OPT_* (ps.h) */

@@ -5,11 +5,13 @@
  * of sync steps after a restore (ps_align_*), by each worker's own step
  * numbers, for tensors (sync.c) and tables (table_wire.c). */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
 #include "ps.h"
+#include "syncstep.h"
 #include "residual.h"
 
 int ps_expected_workers(const gddr_ps *ps)
@@ -97,6 +99,20 @@ int ps_sync_tensor_pushed(const gddr_ps *ps, const void *arg, int r)
 int ps_sync_one_phase(const gddr_ps *ps, size_t ntables)
 {
     return (ps->ntensors > 0) + ntables <= 1;
+}
+
+void ps_sync_stall_log(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, const char *kind,
+                       const char *key, double waited_s)
+{
+    char who[256] = "";
+    size_t len = 0;
+    for (int r = 0; r < ps->cfg.max_workers && len < sizeof who - 16; r++)
+        if (ps_sync_rank(ps, pushed, arg, r) == 0)
+            len += (size_t)snprintf(who + len, sizeof who - len, " %d", r);
+    gddr_log(GDDR_LOG_WARN, "%s '%s': the sync step waited %.1f s for rank(s)%s: closed as it is "
+             "(sync_stall_s = %g; their pushes come late, none lost)", kind, key, waited_s, who,
+             ps->cfg.sync_stall_s);
+    ps->sync_stalls++;
 }
 
 int ps_sync_excused(const gddr_ps *ps, int r, uint64_t seen)

@@ -172,6 +172,7 @@ typedef struct ps_tensor {
     uint8_t *contrib;  /* per rank: pushed in this step */
     uint64_t *seen;    /* per rank: ps->joins at its last push here (ps_sync_excused) */
     uint64_t *sstep;   /* per rank: the step here its last push belonged to (0: not known; ps_sync_place) */
+    int64_t step_opened_ms; /* when the open sync step got its first push (sync_stall_s) */
     uint32_t ncontrib; /* distinct ranks in this step */
     uint32_t npushes;  /* pushes folded into this step */
     uint32_t sync_divisor; /* workers the last completed step averaged over */
@@ -294,6 +295,7 @@ typedef struct gddr_ps {
 
     /* metrics */
     uint64_t pushes, pulls_served, inits, bytes_in, bytes_out, versions_total;
+    uint64_t sync_stalls; /* sync steps closed as they were after sync_stall_s (sync.c) */
     uint64_t duplicates;
     uint64_t push_chunks_sent, push_chunks_held; /* chunks of taken pushes, by presence */
     uint64_t validated_in_apply; /* pushes whose payload was checked in the read that applied it */
@@ -460,47 +462,6 @@ int ps_expected_workers(const gddr_ps *ps);
 uint64_t ps_per_worker_bound(const gddr_ps *ps, uint64_t per_value, uint64_t per_chunk,
                              uint64_t per_bitmap);
 int ps_live_workers(gddr_ps *ps);
-/* Whether a step waits for rank r (ps_sync_pushed_fn answers): 1 it pushed
- * to the step, 0 it is still to push, -1 it is excused -- a new process
- * that took the rank mid-run and has not pushed to this tensor or table
- * since (seen: ps->joins at its last push there). A new process starts its
- * loop at the top, whatever phase the others are in: waited for in a
- * table's step before it pushed there, it would wait for them in the
- * tensors' step while they wait for it (docs/protocol.md, "A new process
- * mid-run"). */
-typedef int (*ps_sync_pushed_fn)(const gddr_ps *ps, const void *arg, int r);
-int ps_sync_excused(const gddr_ps *ps, int r, uint64_t seen);
-/* Which step of a tensor or table a worker's sync push belongs to: the one
- * after the step its last push here belonged to (*sstep; step numbers are
- * the worker's own, step and last), counted by the worker's own steps --
- * or the open one (open: the step being collected) when that is not known
- * (first push, a new process, after a restore). Returns how many of the
- * worker's steps completed here without it before this one (0: the push
- * joins the open step): such a push is late, its values join the open
- * step as mass, not as the worker's push of it, and it is answered at
- * once (docs/protocol.md, "Late pushes"). Sets *sstep: jump (one phase
- * here: ps_sync_one_phase) places the worker's next push in the open step
- * -- it skips the steps it missed; otherwise each of its later pushes is
- * late until its own numbers reach the open step, which keeps its place
- * in every tensor and table alike. */
-uint64_t ps_sync_place(uint64_t *sstep, int known, uint64_t last, uint64_t step, uint64_t open, int jump);
-/* Whether sync steps here have one phase (tensors only, stepped together,
- * or one table only): then a late worker skips the steps it missed. */
-int ps_sync_one_phase(const gddr_ps *ps, size_t ntables);
-/* For the metrics (gddr_sync_step_rank): pushed()'s answer for rank r
- * when it counts as live, -2 when it does not count. */
-int ps_sync_rank(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, int r);
-/* pushed() of a tensor's open sync step. */
-int ps_sync_tensor_pushed(const gddr_ps *ps, const void *arg, int r);
-/* Whether a sync step may complete: every live worker not excused has
- * pushed to it, or sync_quorum of them when that is fewer -- not a count
- * of pushes equal to the live workers, which a worker that pushed and then
- * left would satisfy without the ones still to push. *live gets the live
- * workers (at least 1; the excused among them). */
-int ps_sync_ready(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, int *live);
-/* ps_sync_ready, or force; while the push log replays, only where the log
- * says a step completed (ps->replay_live, the live workers it divided by). */
-int ps_sync_may_complete(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, int force, int *live);
 /* The slowest live worker's clock (steps pushed), UINT64_MAX when none. */
 uint64_t ps_min_live_clock(gddr_ps *ps);
 

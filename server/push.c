@@ -19,6 +19,7 @@
 
 #include "log.h"
 #include "ps.h"
+#include "syncstep.h"
 #include "push.h"
 #include "residual.h"
 #include "snapshot.h"
@@ -327,7 +328,8 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
             t->contrib[rq->rank] = 1;
             t->ncontrib++;
         }
-        t->npushes++;
+        if (t->npushes++ == 0)
+            t->step_opened_ms = gddr__now_ms();
         if (p->lr > 0)
             t->step_lr = p->lr;
         out.sync_target = t->version + (behind ? 0 : 1);

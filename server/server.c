@@ -27,6 +27,7 @@
 #include "checkpoint.h"
 #include "log.h"
 #include "ps.h"
+#include "syncstep.h"
 #include "pushlog.h"
 #include "push.h"
 #include "snapshot.h"
@@ -573,6 +574,7 @@ int ps_run(gddr_ps *ps, void (*ready)(gddr_ps *))
              * sync step or free an ssp wait. */
             if (ps_workers_check(ps) || ps->npulls)
                 ps_membership_changed(ps);
+            ps_sync_stalls(ps);
             last_check = now;
         }
         if (now - last_sweep >= 10000) {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ps.h"
+#include "syncstep.h"
 #include "pushlog.h"
 #include "snapshot.h"
 
@@ -155,6 +156,9 @@ char *ps_metrics_text(gddr_ps *ps)
                       (double)(now - ps->workers[r].last_seen_ms) / 1000.0);
     sb_printf(&b, "# HELP gddr_worker_deaths_total Workers declared dead.\n# TYPE gddr_worker_deaths_total counter\n"
                   "gddr_worker_deaths_total %llu\n", (unsigned long long)ps->deaths);
+    sb_printf(&b, "# HELP gddr_sync_stalls_total Sync steps closed as they were after waiting sync_stall_s for live workers.\n"
+                  "# TYPE gddr_sync_stalls_total counter\ngddr_sync_stalls_total %llu\n",
+              (unsigned long long)ps->sync_stalls);
     sb_printf(&b, "# HELP gddr_tau GDDR delay bound per tensor.\n# TYPE gddr_tau gauge\n");
     for (size_t i = 0; i < ps->ntensors; i++)
         sb_printf(&b, "gddr_tau{tensor=\"%s\"} %d\n", ps->tensors[i]->key, ps->tensors[i]->tau);

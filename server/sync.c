@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "ps.h"
+#include "syncstep.h"
 #include "pushlog.h"
 #include "table_wire.h"
 
@@ -86,6 +87,7 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     memset(t->contrib, 0, (size_t)ps->cfg.max_workers);
     t->ncontrib = 0;
     t->npushes = 0;
+    t->step_opened_ms = 0;
     t->step_lr = 0;
     t->align.open_j++; /* (counts only while it is on: ps_align_push) */
     /* Flushes that came in while the step was open go right after it. */
@@ -152,6 +154,26 @@ void ps_membership_changed(gddr_ps *ps)
             ps_sync_try_complete(ps, ps->tensors[i], 0);
     ps_tables_membership_changed(ps);
     ps_release_pulls(ps);
+}
+
+void ps_sync_stalls(gddr_ps *ps)
+{
+    if (ps->cfg.sync_stall_s <= 0 || ps->replaying)
+        return;
+    int64_t now = gddr__now_ms(), lim = (int64_t)(ps->cfg.sync_stall_s * 1000);
+    for (size_t i = 0; i < ps->ntensors; i++) {
+        ps_tensor *t = ps->tensors[i];
+        if (!t->npushes || ps_tensor_mode(ps, t) != GDDR_PS_MODE_SYNC)
+            continue;
+        if (!t->step_opened_ms) {
+            t->step_opened_ms = now; /* restored open */
+        } else if (now - t->step_opened_ms > lim) {
+            ps_sync_stall_log(ps, ps_sync_tensor_pushed, t, "tensor", t->key,
+                              (double)(now - t->step_opened_ms) / 1000.0);
+            ps_sync_try_complete(ps, t, 1);
+        }
+    }
+    ps_tables_sync_stalls(ps, now, lim);
 }
 
 /* Keeps a flush that arrived while a sync step is open, for after it. */

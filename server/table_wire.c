@@ -5,8 +5,8 @@
  * table, step), AdaDelay's staleness scaling, sync steps summed in rank
  * order (so a step does not depend on which push arrived first, and a
  * table spread over several servers by key computes every row as one
- * server would), parked pulls until a sync step's version exists, and the
- * metrics.
+ * server would), and parked pulls until a sync step's version exists
+ * (the metrics: table_metrics.c).
  *
  * Everything runs on the front thread: a table step is a hash lookup and a
  * few floats per key, and the apply threads stay with the dense tensors.
@@ -19,6 +19,7 @@
 
 #include "log.h"
 #include "ps.h"
+#include "syncstep.h"
 #include "pushlog.h"
 #include "table.h"
 #include "table_wire.h"
@@ -390,7 +391,7 @@ static float table_lr(const gddr_ps *ps, const ps_stable *s, double push_lr)
 /* Completes the sync step being collected when every live worker pushed
  * (or force: membership changed and fewer are left). The pushes are
  * summed in rank order and applied as their mean. Returns 1 if applied. */
-static int step_pushed(const gddr_ps *ps, const void *arg, int r)
+int ps_table_step_pushed(const gddr_ps *ps, const void *arg, int r)
 {
     const ps_stable *s = arg;
     return s->step[r].have ? 1 : ps_sync_excused(ps, r, s->rec[r].seen) ? -1 : 0;
@@ -401,7 +402,7 @@ static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
     if (s->ncontrib == 0)
         return 0;
     int live;
-    if (!ps_sync_may_complete(ps, step_pushed, s, force, &live))
+    if (!ps_sync_may_complete(ps, ps_table_step_pushed, s, force, &live))
         return 0;
     if (ps->log_event)
         ps->log_event(ps, PS_PLOG_EV_TABLE_SYNC, (uint32_t)s->id, (uint64_t)live);
@@ -421,6 +422,7 @@ static int sync_try_complete(gddr_ps *ps, ps_stable *s, int force)
         memset(p, 0, sizeof *p);
     }
     s->ncontrib = 0;
+    s->step_opened_ms = 0;
     s->align.open_j++; /* (counts only while it is on: ps_align_push) */
     const uint64_t *keys;
     const float *sums;
@@ -528,6 +530,8 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
         for (size_t i = 0; i < n * dim; i++)
             sp->vals[sp->n * dim + i] = (float)fac * g[i];
         sp->n += n;
+        if (!s->step_opened_ms)
+            s->step_opened_ms = gddr__now_ms();
         if (sp->lr == 0)
             sp->lr = p->lr;
         if (behind) {
@@ -562,6 +566,23 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     send_push_reply(ps, ident, id, s, rec, 0, behind);
     ps_tables_release_pulls(ps);
     return GDDR_OK;
+}
+
+void ps_tables_sync_stalls(gddr_ps *ps, int64_t now, int64_t lim)
+{
+    struct ps_tables *ts = ps->tables;
+    for (size_t i = 0; ts && ps_tensor_mode(ps, NULL) == GDDR_PS_MODE_SYNC && i < ts->n; i++) {
+        ps_stable *s = ts->t[i];
+        if (!s->ncontrib)
+            continue;
+        if (!s->step_opened_ms) {
+            s->step_opened_ms = now; /* restored open */
+        } else if (now - s->step_opened_ms > lim) {
+            ps_sync_stall_log(ps, ps_table_step_pushed, s, "table", s->key,
+                              (double)(now - s->step_opened_ms) / 1000.0);
+            sync_try_complete(ps, s, 1);
+        }
+    }
 }
 
 void ps_table_sync_replay(gddr_ps *ps, uint32_t id, int live)
@@ -601,85 +622,9 @@ void ps_tables_membership_changed(gddr_ps *ps)
     ps_tables_release_pulls(ps);
 }
 
-/* ---- metrics and life cycle ------------------------------------------------- */
+/* ---- life cycle (the metrics: table_metrics.c) ------------------------------ */
 
 /* A table's metric values, in the order of the families below. */
-enum { TM_ROWS, TM_CREATED, TM_EVICTED_TTL, TM_EVICTED_CAP, TM_DROPPED, TM_PULLS, TM_ROWS_PULLED,
-       TM_PUSHES, TM_ROWS_PUSHED, TM_DUPLICATES, TM_VERSION, TM_N };
-
-static const struct {
-    const char *name, *type, *help, *label; /* label: an extra one, or "" */
-} tm_family[TM_N] = {
-    { "gddr_table_rows", "gauge", "Live rows of a sparse table.", "" },
-    { "gddr_table_rows_created_total", "counter", "Rows created.", "" },
-    { "gddr_table_rows_evicted_total", "counter",
-      "Rows evicted, by reason (ttl: row_ttl; cap: max_rows, max_table_rows or max_table_bytes).",
-      ",reason=\"ttl\"" },
-    { "gddr_table_rows_evicted_total", NULL, NULL, ",reason=\"cap\"" },
-    { "gddr_table_gradients_dropped_total", "counter", "Gradient rows dropped: key not admitted (yet).", "" },
-    { "gddr_table_pulls_total", "counter", "Row pulls served.", "" },
-    { "gddr_table_rows_pulled_total", "counter", "Rows served by pulls.", "" },
-    { "gddr_table_pushes_total", "counter", "Row pushes taken (resends not counted).", "" },
-    { "gddr_table_rows_pushed_total", "counter", "Rows stepped by pushes (a sync step counts each row once).", "" },
-    { "gddr_table_duplicates_total", "counter", "Row pushes answered as resends (exactly once).", "" },
-    { "gddr_table_version", "gauge", "Version of a table.", "" },
-};
-
-static void table_metrics(const ps_stable *s, uint64_t *v)
-{
-    ps_table_counts k;
-    ps_table_counts_get(s->tab, &k);
-    v[TM_ROWS] = k.rows, v[TM_CREATED] = k.created;
-    v[TM_EVICTED_TTL] = k.evicted_ttl, v[TM_EVICTED_CAP] = k.evicted_cap, v[TM_DROPPED] = k.dropped;
-    v[TM_PULLS] = s->pulls, v[TM_ROWS_PULLED] = s->rows_pulled;
-    v[TM_PUSHES] = s->pushes, v[TM_ROWS_PUSHED] = s->rows_pushed, v[TM_DUPLICATES] = s->duplicates;
-    v[TM_VERSION] = ps_table_version(s->tab);
-}
-
-char *ps_tables_metrics_text(gddr_ps *ps)
-{
-    struct ps_tables *ts = ps->tables;
-    size_t n = ts ? ts->n : 0;
-    /* a sample line is at most 250 bytes (a key is under 128) */
-    size_t cap = 4096 + n * TM_N * 250 + n * (size_t)ps->cfg.max_workers * 200, len = 0;
-    char *b = malloc(cap);
-    uint64_t (*v)[TM_N] = calloc(n ? n : 1, sizeof *v);
-    if (!b || !v) {
-        free(b), free(v);
-        return NULL;
-    }
-    b[0] = 0;
-    for (size_t i = 0; i < n; i++)
-        table_metrics(ts->t[i], v[i]);
-    /* No family without a table: each family has a sample. */
-    for (int f = 0; n && f < TM_N; f++) {
-        if (tm_family[f].help)
-            len += (size_t)snprintf(b + len, cap - len, "# HELP %s %s\n# TYPE %s %s\n", tm_family[f].name,
-                                    tm_family[f].help, tm_family[f].name, tm_family[f].type);
-        for (size_t i = 0; i < n; i++)
-            len += (size_t)snprintf(b + len, cap - len, "%s{table=\"%s\"%s} %llu\n", tm_family[f].name,
-                                    ts->t[i]->key, tm_family[f].label, (unsigned long long)v[i][f]);
-    }
-    free(v);
-    /* Who an open sync step waits for (as gddr_sync_step_rank for tensors;
-     * the family only while a step is open). */
-    int said = 0;
-    for (size_t i = 0; i < n; i++) {
-        const ps_stable *s = ts->t[i];
-        for (int r = 0; s->ncontrib && r < (int)ps->cfg.max_workers; r++) {
-            int st = ps_sync_rank(ps, step_pushed, s, r);
-            if (st > -2 && !said++)
-                len += (size_t)snprintf(b + len, cap - len, "# HELP gddr_table_sync_step_rank A rank in a "
-                                        "table's open sync step: 1 pushed, 0 waited for, -1 excused.\n"
-                                        "# TYPE gddr_table_sync_step_rank gauge\n");
-            if (st > -2)
-                len += (size_t)snprintf(b + len, cap - len, "gddr_table_sync_step_rank{table=\"%s\",rank=\"%d\"} %d\n",
-                                        s->key, r, st);
-        }
-    }
-    return b;
-}
-
 void ps_tables_free(gddr_ps *ps)
 {
     struct ps_tables *ts = ps->tables;

@@ -26,6 +26,8 @@ void ps_tables_release_pulls(struct gddr_ps *ps);
 int ps_tables_next_timeout(struct gddr_ps *ps, int cap);
 /* The tables' Prometheus families (malloc'd; NULL: no memory). */
 char *ps_tables_metrics_text(struct gddr_ps *ps);
+/* The tables' part of ps_sync_stalls (sync.c): steps open longer than lim ms. */
+void ps_tables_sync_stalls(struct gddr_ps *ps, int64_t now, int64_t lim);
 void ps_tables_free(struct gddr_ps *ps);
 
 /* The push log's replay: completes table id's open sync step as it was

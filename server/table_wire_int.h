@@ -50,6 +50,7 @@ typedef struct ps_stable {
     uint32_t ncontrib;
     tw_rec *rec;        /* per rank */
     ps_align align;     /* sync steps after a restore (ps_tables_sync_restored) */
+    int64_t step_opened_ms; /* when the open sync step got its first push (sync_stall_s) */
     ps_rowsum *sum;
     uint64_t pushes, pulls, rows_pulled, rows_pushed, duplicates; /* metrics, checkpointed */
 } ps_stable;
@@ -88,5 +89,8 @@ struct ps_tables {
  * when out of memory (ps->tables is created if need be). */
 ps_stable *ps_tables_add(struct gddr_ps *ps, const char *key, const ps_table_conf *c,
                          const tw_opt *o);
+/* pushed() of a table's open sync step (ps_sync_ready): 1 the rank's push
+ * of it is in, 0 waited for, -1 excused. */
+int ps_table_step_pushed(const struct gddr_ps *ps, const void *arg, int r);
 
 #endif

@@ -31,7 +31,7 @@
 
 #include "gddr/gddr.h"
 #include "harness.h"
-#include "ps.h"
+#include "syncstep.h"
 #include "wirekit.h"
 #include "suites.h"
 
