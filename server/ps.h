@@ -296,6 +296,7 @@ typedef struct gddr_ps {
     /* metrics */
     uint64_t pushes, pulls_served, inits, bytes_in, bytes_out, versions_total;
     uint64_t sync_stalls; /* sync steps closed as they were after sync_stall_s (sync.c) */
+    int64_t stall_quiet_ms; /* no stall close before this (sync.c ps_sync_stalls) */
     uint64_t duplicates;
     uint64_t push_chunks_sent, push_chunks_held; /* chunks of taken pushes, by presence */
     uint64_t validated_in_apply; /* pushes whose payload was checked in the read that applied it */

@@ -156,24 +156,52 @@ void ps_membership_changed(gddr_ps *ps)
     ps_release_pulls(ps);
 }
 
+/* The stall net. A step that waits for live workers who will not come
+ * (they wait for the others in another phase: one worker a step further
+ * along on a table than on the tensors) is closed as it is, and every
+ * worker's place on it is forgotten (ps_sync_place: its next push joins
+ * the open step), which puts the workers back in line there. Late pushes
+ * alone cannot: they keep each worker's place. One phase at a time -- the
+ * tensors together, or one table -- and the oldest first, at most one
+ * close per sync_stall_s; each server waits its own share longer (from
+ * its epoch) so that two servers do not move two phases at once. */
+static int64_t stall_limit(const gddr_ps *ps)
+{
+    double lim = ps->cfg.sync_stall_s * 1000.0;
+    return (int64_t)(lim * (1.0 + (double)(ps->epoch % 1024) / 1024.0));
+}
+
 void ps_sync_stalls(gddr_ps *ps)
 {
     if (ps->cfg.sync_stall_s <= 0 || ps->replaying)
         return;
-    int64_t now = gddr__now_ms(), lim = (int64_t)(ps->cfg.sync_stall_s * 1000);
+    int64_t now = gddr__now_ms(), lim = stall_limit(ps), oldest = now;
     for (size_t i = 0; i < ps->ntensors; i++) {
         ps_tensor *t = ps->tensors[i];
         if (!t->npushes || ps_tensor_mode(ps, t) != GDDR_PS_MODE_SYNC)
             continue;
-        if (!t->step_opened_ms) {
+        if (!t->step_opened_ms)
             t->step_opened_ms = now; /* restored open */
-        } else if (now - t->step_opened_ms > lim) {
-            ps_sync_stall_log(ps, ps_sync_tensor_pushed, t, "tensor", t->key,
-                              (double)(now - t->step_opened_ms) / 1000.0);
-            ps_sync_try_complete(ps, t, 1);
-        }
+        if (t->step_opened_ms < oldest)
+            oldest = t->step_opened_ms;
     }
-    ps_tables_sync_stalls(ps, now, lim);
+    int64_t table_oldest = ps_tables_sync_oldest(ps, now);
+    if (now < ps->stall_quiet_ms || (now - oldest <= lim && now - table_oldest <= lim))
+        return;
+    ps->stall_quiet_ms = now + (int64_t)(ps->cfg.sync_stall_s * 1000.0);
+    if (table_oldest < oldest) {
+        ps_tables_sync_stall(ps, now, lim);
+        return;
+    }
+    for (size_t i = 0; i < ps->ntensors; i++) {
+        ps_tensor *t = ps->tensors[i];
+        if (!t->npushes || ps_tensor_mode(ps, t) != GDDR_PS_MODE_SYNC || now - t->step_opened_ms <= lim)
+            continue;
+        ps_sync_stall_log(ps, ps_sync_tensor_pushed, t, "tensor", t->key,
+                          (double)(now - t->step_opened_ms) / 1000.0);
+        ps_sync_try_complete(ps, t, 1);
+        memset(t->sstep, 0, (size_t)ps->cfg.max_workers * sizeof *t->sstep);
+    }
 }
 
 /* Keeps a flush that arrived while a sync step is open, for after it. */

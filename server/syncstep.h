@@ -47,8 +47,9 @@ int ps_sync_ready(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, int *l
 /* ps_sync_ready, or force; while the push log replays, only where the log
  * says a step completed (ps->replay_live, the live workers it divided by). */
 int ps_sync_may_complete(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, int force, int *live);
-/* Closes, as they are, sync steps (tensors' and tables') that have waited
- * sync_stall_s for live workers; called every 200 ms. */
+/* The stall net (sync.c): closes, as it is, a sync step that has waited
+ * about sync_stall_s for live workers, and forgets the workers' places on
+ * it (the tensors together, or one table); called every 200 ms. */
 void ps_sync_stalls(gddr_ps *ps);
 /* Logs why a step of `kind` `key` closes after waiting `waited_s`, with the
  * ranks pushed() says it waited for, and counts it (members.c). */

@@ -568,21 +568,37 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     return GDDR_OK;
 }
 
-void ps_tables_sync_stalls(gddr_ps *ps, int64_t now, int64_t lim)
+static ps_stable *oldest_open(gddr_ps *ps, int64_t now)
 {
     struct ps_tables *ts = ps->tables;
+    ps_stable *o = NULL;
     for (size_t i = 0; ts && ps_tensor_mode(ps, NULL) == GDDR_PS_MODE_SYNC && i < ts->n; i++) {
         ps_stable *s = ts->t[i];
         if (!s->ncontrib)
             continue;
-        if (!s->step_opened_ms) {
+        if (!s->step_opened_ms)
             s->step_opened_ms = now; /* restored open */
-        } else if (now - s->step_opened_ms > lim) {
-            ps_sync_stall_log(ps, ps_table_step_pushed, s, "table", s->key,
-                              (double)(now - s->step_opened_ms) / 1000.0);
-            sync_try_complete(ps, s, 1);
-        }
+        if (!o || s->step_opened_ms < o->step_opened_ms)
+            o = s;
     }
+    return o;
+}
+
+int64_t ps_tables_sync_oldest(gddr_ps *ps, int64_t now)
+{
+    ps_stable *s = oldest_open(ps, now);
+    return s ? s->step_opened_ms : now;
+}
+
+void ps_tables_sync_stall(gddr_ps *ps, int64_t now, int64_t lim)
+{
+    ps_stable *s = oldest_open(ps, now);
+    if (!s || now - s->step_opened_ms <= lim)
+        return;
+    ps_sync_stall_log(ps, ps_table_step_pushed, s, "table", s->key, (double)(now - s->step_opened_ms) / 1000.0);
+    sync_try_complete(ps, s, 1);
+    for (uint32_t r = 0; r < (uint32_t)ps->cfg.max_workers; r++)
+        s->rec[r].sstep = 0;
 }
 
 void ps_table_sync_replay(gddr_ps *ps, uint32_t id, int live)

@@ -26,8 +26,11 @@ void ps_tables_release_pulls(struct gddr_ps *ps);
 int ps_tables_next_timeout(struct gddr_ps *ps, int cap);
 /* The tables' Prometheus families (malloc'd; NULL: no memory). */
 char *ps_tables_metrics_text(struct gddr_ps *ps);
-/* The tables' part of ps_sync_stalls (sync.c): steps open longer than lim ms. */
-void ps_tables_sync_stalls(struct gddr_ps *ps, int64_t now, int64_t lim);
+/* The tables' part of ps_sync_stalls (sync.c): when the oldest open sync
+ * step of a table got its first push (now: none); closing the oldest one
+ * open longer than lim ms as it is, forgetting every rank's place on it. */
+int64_t ps_tables_sync_oldest(struct gddr_ps *ps, int64_t now);
+void ps_tables_sync_stall(struct gddr_ps *ps, int64_t now, int64_t lim);
 void ps_tables_free(struct gddr_ps *ps);
 
 /* The push log's replay: completes table id's open sync step as it was
