@@ -352,6 +352,30 @@ def test_sync_new_process_mid_run_is_not_waited_for_where_it_has_not_pushed(pb, 
     assert r.body.version == 3 and np.frombuffer(r.frames[0], "<f4").tolist() == [-10.0]
 
 
+def test_sync_table_step_that_stalls_closes_as_it_is(pb, server, connect):
+    # The stall net for a table (test_wire.py has the tensors'): the step
+    # closes with rank 0's rows after sync_stall_s, and rank 1's next push
+    # is its push of the open step (its place was forgotten), not late.
+    srv = server(lr=1.0, mode="sync", workers=2, sync_stall_s=0.5)
+    w0 = worker(pb, connect, srv, rank=0, world=2)
+    w1 = worker(pb, connect, srv, rank=1, world=2)
+    tid = init_table(pb, w0, "emb", 1).body.id
+    assert init_table(pb, w1, "emb", 1).body.id == tid
+    assert not push_rows(pb, w0, tid, [1], [[2.0]], step=1).body.applied
+    assert push_rows(pb, w1, tid, [1], [[2.0]], step=1).body.version == 1  # -2
+    assert not push_rows(pb, w0, tid, [1], [[4.0]], step=2, base=1).body.applied
+    body, v = pull_rows(pb, w0, tid, [1], min_version=2)  # rank 1 does not push
+    assert body.version == 2 and v.tolist() == [-4.0]
+    text = w0.call(pb.StatsRequest(prometheus=True)).body.prometheus
+    assert "gddr_sync_stalls_total 1" in text, text
+    r = push_rows(pb, w1, tid, [1], [[6.0]], step=2, base=1)
+    assert r.body.behind == 0 and r.body.sync_target == 3 and not r.body.applied
+    r = push_rows(pb, w0, tid, [1], [[2.0]], step=3, base=2)
+    assert r.body.applied and r.body.version == 3
+    _, v = pull_rows(pb, w1, tid, [1], min_version=3)
+    assert v.tolist() == [-8.0]
+
+
 def test_sync_late_row_push_is_folded_and_not_waited_for(pb, server, connect):
     # As for tensors (test_wire.py): a row push whose step here completed
     # without it joins the open step as mass and is answered at once, so
