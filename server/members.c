@@ -1,9 +1,11 @@
 /* members.c -- who counts as a worker now: the expected world, the live
  * ranks, the slowest live clock. Read by whatever waits for the workers
  * (sync steps, ssp pulls, the snapshot bound, the metrics); the changes
- * themselves -- hellos, byes, deaths -- are workers.c's. And the aligner
- * of sync steps after a restore (ps_align_*), by each worker's own step
- * numbers, for tensors (sync.c) and tables (table_wire.c). */
+ * themselves -- hellos, byes, deaths -- are workers.c's. And the rules of
+ * a sync step (syncstep.h): who it waits for (a new process is excused
+ * until it pushes), where a worker's push goes by its own step numbers
+ * (ps_sync_place: late pushes), and the aligner of sync steps after a
+ * restore (ps_align_*), for tensors (sync.c) and tables (table_wire.c). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,7 +90,6 @@ uint64_t ps_sync_place(uint64_t *sstep, int known, uint64_t last, uint64_t step,
     *sstep = jump ? open - 1 : belongs;
     return open - belongs;
 }
-
 
 int ps_sync_tensor_pushed(const gddr_ps *ps, const void *arg, int r)
 {
