@@ -40,6 +40,7 @@
 
 #include "checkpoint.h"
 #include "pushlog.h"
+#include "syncstep.h"
 #include "crc32c.h"
 #include "log.h"
 #include "residual.h"
@@ -132,6 +133,13 @@ static int collect(gddr_ps *ps, gddr_ckpt_section **out, size_t *nout)
     *lsn = ps_plog_rotate(ps);
     if (add_section(&s, &n, &cap, "plog", lsn, sizeof *lsn) < 0) {
         free(lsn);
+        goto fail;
+    }
+    /* Sync: each rank's place in each tensor's and table's steps. */
+    uint64_t plen = 0;
+    void *place = ps_places_section(ps, &plen);
+    if (place && add_section(&s, &n, &cap, "syncplace", place, plen) < 0) {
+        free(place);
         goto fail;
     }
     ps_settle_all(ps); /* the copy is of whole versions */
@@ -555,6 +563,7 @@ int ps_snapshot_restore(gddr_ps *ps, char *err, size_t errlen)
         gddr__ckpt_free(&c), gddr__ckpt_free(&base);
         return GDDR_EIO;
     }
+    ps_places_restore(ps, gddr__ckpt_find(&c, "syncplace"));
     ps_sync_restored(ps); /* tensors' and tables' open sync steps */
     gddr_log(GDDR_LOG_INFO, "restored checkpoint %s: %llu tensors, %zu workers, %llu tables", c.path,
              (unsigned long long)nt, nw, (unsigned long long)ntab);

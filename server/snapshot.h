@@ -68,6 +68,11 @@ int ps_tables_ckpt_restore(gddr_ps *ps, const struct gddr_ckpt *c, const struct 
                            uint64_t ntables, char *err, size_t errlen);
 /* Tables the server holds. */
 size_t ps_tables_count(gddr_ps *ps);
+/* Each table's ranks' places in its sync steps (ps_sync_place's sstep),
+ * max_workers values a table, into out / from in (the "syncplace" section
+ * of a checkpoint: persist.c). */
+void ps_tables_places_get(gddr_ps *ps, uint64_t *out);
+void ps_tables_places_set(gddr_ps *ps, const uint64_t *in, size_t ntables, size_t per);
 
 /* ops.c */
 void ps_reload(gddr_ps *ps);

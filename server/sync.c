@@ -125,6 +125,9 @@ static uint64_t tensor_wanted(gddr_ps *ps, const void *arg, int r)
     const ps_worker *w = &ps->workers[r];
     if (!w->ckpt_session || t->id >= w->nwt || !w->wt[t->id].set)
         return 0;
+    uint64_t open = t->version + 1, at = t->sstep[r]; /* its place, when the checkpoint had it */
+    if (at && at <= open)
+        return w->wt[t->id].step + (open - at) + 1;
     return w->wt[t->id].step + (t->contrib[r] ? 0 : 1) + 1;
 }
 

@@ -56,4 +56,11 @@ void ps_sync_stalls(gddr_ps *ps);
 void ps_sync_stall_log(gddr_ps *ps, ps_sync_pushed_fn pushed, const void *arg, const char *kind,
                        const char *key, double waited_s);
 
+/* The "syncplace" checkpoint section (syncplace.c): a malloc'd copy of
+ * the ranks' places (NULL outside sync mode or without memory), and its
+ * restore, for ranks whose exactly-once records came back. */
+struct gddr_ckpt_section;
+void *ps_places_section(gddr_ps *ps, uint64_t *len);
+void ps_places_restore(gddr_ps *ps, const struct gddr_ckpt_section *sec);
+
 #endif

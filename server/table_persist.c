@@ -284,6 +284,22 @@ int ps_tables_ckpt_sections(gddr_ps *ps, struct gddr_ckpt_section **sec, size_t 
     return 0;
 }
 
+void ps_tables_places_get(gddr_ps *ps, uint64_t *out)
+{
+    size_t mw = (size_t)ps->cfg.max_workers;
+    for (size_t i = 0; ps->tables && i < ps->tables->n; i++)
+        for (size_t r = 0; r < mw; r++)
+            out[i * mw + r] = ps->tables->t[i]->rec[r].sstep;
+}
+
+void ps_tables_places_set(gddr_ps *ps, const uint64_t *in, size_t ntables, size_t per)
+{
+    size_t mw = (size_t)ps->cfg.max_workers;
+    for (size_t i = 0; ps->tables && i < ps->tables->n && i < ntables; i++)
+        for (size_t r = 0; r < mw && r < per; r++)
+            ps->tables->t[i]->rec[r].sstep = ps->tables->t[i]->rec[r].set ? in[i * per + r] : 0;
+}
+
 /* ---- reading ------------------------------------------------------------------ */
 
 /* A cursor over a section that refuses to run past its end. */

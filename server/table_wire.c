@@ -618,6 +618,9 @@ static uint64_t table_wanted(gddr_ps *ps, const void *arg, int r)
 {
     (void)ps;
     const ps_stable *s = arg;
+    uint64_t open = ps_table_version(s->tab) + 1, at = s->rec[r].sstep; /* its place, if known */
+    if (s->rec[r].set && at && at <= open)
+        return s->rec[r].step + (open - at) + 1;
     return s->rec[r].set ? s->rec[r].step + (s->step[r].have ? 0 : 1) + 1 : 0;
 }
 

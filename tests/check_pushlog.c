@@ -620,6 +620,72 @@ START_TEST(test_sync_restore_own_step_numbers)
 }
 END_TEST
 
+/* A rank catching up when the checkpoint was taken is lined up after the
+ * restart by where it was (the checkpoint's "syncplace" section), not as if
+ * its last push had been on time. Three workers, sync_quorum 2, a table
+ * registered too (two phases: a late worker catches up one push a step).
+ * Rank 2's step 1 joins step 2; steps 3-5 complete without it; its step 2
+ * is then late, 3 behind, and after it, its step 3 belongs to step 4 here
+ * (open: 6). A checkpoint, kill -9, restart. Rank 0's step 6 joins the
+ * open step; rank 2's step 3 must be late again (2 behind), not rank 2's
+ * push of the open step (which, with rank 0's, would make the quorum and
+ * put rank 2 two steps ahead of its other tensors and tables). */
+START_TEST(test_sync_restore_catching_up)
+{
+    char dir[64], log[128], ck[200], lst[300];
+    gt_server s;
+    scratch_with_ckpt(dir, log, ck);
+    const char *sets[7] = { "mode=sync", "workers=3", "sync_quorum=2", "checkpoint_interval_s=0", ck, NULL, NULL };
+    gt_start_logged(&s, log, sets);
+    gddr_client *c = pl_client(s.endpoint, 0, 2);
+    uint32_t id = (uint32_t)register_counter(c, "t", 4);
+    gddr_table_opts to = GDDR_TABLE_OPTS_INIT;
+    int tid = -1;
+    ck_assert_int_eq(gddr_table_register(c, "rows", 2, &to, &tid), GDDR_OK);
+    gddr_client_close(&c);
+    raw_conn w[3];
+    for (uint32_t r = 0; r < 3; r++) {
+        raw_open(&w[r], s.endpoint);
+        w[r].session = 0xc0 + r;
+        raw_hello(&w[r], r, 3);
+    }
+    push_taken(&w[0], id, 4, -1.0f, 1, 0);
+    push_taken(&w[1], id, 4, -1.0f, 1, 0); /* quorum: version 1 */
+    push_taken(&w[2], id, 4, -1.0f, 1, 1); /* its first: step 2 */
+    push_taken(&w[0], id, 4, -1.0f, 2, 1); /* version 2 */
+    push_taken(&w[1], id, 4, -1.0f, 2, 1); /* late */
+    for (uint64_t k = 3; k <= 5; k++) {
+        push_taken(&w[0], id, 4, -1.0f, k, k - 1);
+        push_taken(&w[1], id, 4, -1.0f, k, k - 1); /* version k */
+    }
+    Gddr__Reply *rep = push_val_reply(&w[2], id, 4, -1.0f, 2, 2);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_PUSH && rep->push->behind == 3,
+                  "rank 2's step 2 before the restart: behind %" PRIu64 ", expected 3",
+                  rep->body_case == GDDR__REPLY__BODY_PUSH ? rep->push->behind : 0);
+    gddr__reply__free_unpacked(rep, NULL);
+    checkpoint_now(s.endpoint);
+    for (int r = 0; r < 3; r++)
+        raw_close(&w[r]);
+    kill9_restart(&s, log, sets, 5, lst);
+    for (uint32_t r = 0; r < 3; r++) {
+        raw_open(&w[r], s.endpoint);
+        w[r].session = 0xc0 + r;
+        raw_hello(&w[r], r, 3);
+    }
+    push_taken(&w[0], id, 4, -1.0f, 6, 5);
+    rep = push_val_reply(&w[2], id, 4, -1.0f, 3, 5);
+    ck_assert_msg(rep->body_case == GDDR__REPLY__BODY_PUSH && !rep->push->applied && rep->push->behind == 2,
+                  "rank 2's step 3 after the restart: applied %d behind %" PRIu64 " (expected late, 2 behind)",
+                  rep->body_case == GDDR__REPLY__BODY_PUSH ? rep->push->applied : -1,
+                  rep->body_case == GDDR__REPLY__BODY_PUSH ? rep->push->behind : 0);
+    gddr__reply__free_unpacked(rep, NULL);
+    for (int r = 0; r < 3; r++)
+        raw_close(&w[r]);
+    gt_server_stop(&s, WAIT_MS, NULL);
+    gt_rm_rf(dir);
+}
+END_TEST
+
 /* A raw row push of step `step` (every value val) of key to table sid as
  * r's rank; it must be taken (a push reply, not an error). */
 static void rows_taken(raw_conn *r, uint32_t sid, uint64_t key, uint32_t dim, float val, uint64_t step,
@@ -886,6 +952,7 @@ Suite *suite_pushlog(void)
     GT_ADD_CASE(s, "sync_replay", test_sync_replay, 120);
     GT_ADD_CASE(s, "sync_restore_own_step_numbers", test_sync_restore_own_step_numbers, 120);
     GT_ADD_CASE(s, "sync_restore_table_own_step_numbers", test_sync_restore_table_own_step_numbers, 120);
+    GT_ADD_CASE(s, "sync_restore_catching_up", test_sync_restore_catching_up, 120);
     GT_ADD_CASE(s, "kill_noticed_at_once", test_kill_noticed_at_once, 90);
     GT_ADD_CASE(s, "rows_replay", test_rows_replay, 90);
     GT_ADD_CASE(s, "sync_rows_replay", test_sync_rows_replay, 90);
