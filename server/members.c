@@ -91,6 +91,19 @@ uint64_t ps_sync_place(uint64_t *sstep, int known, uint64_t last, uint64_t step,
     return open - belongs;
 }
 
+uint64_t ps_sync_place_late(uint64_t *sstep, uint64_t behind, uint64_t open)
+{
+    *sstep = behind < open ? open - behind : 0;
+    return behind;
+}
+
+uint64_t ps_align_wanted(uint64_t last, uint64_t sstep, uint64_t open, int in_open)
+{
+    if (sstep && sstep <= open)
+        return last + (open - sstep) + 1;
+    return last + (in_open ? 0 : 1) + 1;
+}
+
 int ps_sync_tensor_pushed(const gddr_ps *ps, const void *arg, int r)
 {
     const ps_tensor *t = arg;

@@ -310,12 +310,10 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
          * others may not make first (tensors and a table stepped in turn)
          * nor lands its later pushes a step early (docs/protocol.md, "Late
          * pushes"). */
-        uint64_t open = t->version + 1;
-        if ((behind = ps_sync_realign(ps, t, rq->rank, p->step)) != 0)
-            t->sstep[rq->rank] = behind < open ? open - behind : 0; /* where the aligner places it */
-        else
-            behind = ps_sync_place(&t->sstep[rq->rank], wt->set, wt->step, p->step, t->version + 1,
-                                   ps_sync_one_phase(ps, ps_tables_count(ps)));
+        uint64_t open = t->version + 1, stale = ps_sync_realign(ps, t, rq->rank, p->step);
+        behind = stale ? ps_sync_place_late(&t->sstep[rq->rank], stale, open)
+                       : ps_sync_place(&t->sstep[rq->rank], wt->set, wt->step, p->step, open,
+                                       ps_sync_one_phase(ps, ps_tables_count(ps)));
         /* Fill (fill.c): a push whose absent chunks are held gets credits. */
         int held = push_holds(ps, p, src, t);
         ps_fillw *fw = held ? ps_fill_get(ps, rq->rank, t) : ps_fill_find(ps, rq->rank, t->id);

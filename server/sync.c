@@ -125,10 +125,7 @@ static uint64_t tensor_wanted(gddr_ps *ps, const void *arg, int r)
     const ps_worker *w = &ps->workers[r];
     if (!w->ckpt_session || t->id >= w->nwt || !w->wt[t->id].set)
         return 0;
-    uint64_t open = t->version + 1, at = t->sstep[r]; /* its place, when the checkpoint had it */
-    if (at && at <= open)
-        return w->wt[t->id].step + (open - at) + 1;
-    return w->wt[t->id].step + (t->contrib[r] ? 0 : 1) + 1;
+    return ps_align_wanted(w->wt[t->id].step, t->sstep[r], t->version + 1, t->contrib[r]);
 }
 
 void ps_sync_restored(gddr_ps *ps)

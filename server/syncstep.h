@@ -30,6 +30,15 @@ int ps_sync_excused(const gddr_ps *ps, int r, uint64_t seen);
  * late until its own numbers reach the open step, which keeps its place
  * in every tensor and table alike. */
 uint64_t ps_sync_place(uint64_t *sstep, int known, uint64_t last, uint64_t step, uint64_t open, int jump);
+/* A push the restore aligner found `behind` steps before the open one:
+ * its place (*sstep) is there. Returns behind. */
+uint64_t ps_sync_place_late(uint64_t *sstep, uint64_t behind, uint64_t open);
+/* The restore aligner's want for a rank (ps_align_begin's wanted(), + 1):
+ * the step of the rank (last: its recorded push's) that the restored open
+ * step wants -- by its place (sstep, from the checkpoint's "syncplace")
+ * when known, else as if its last push was on time (in_open: that push is
+ * in the open step). */
+uint64_t ps_align_wanted(uint64_t last, uint64_t sstep, uint64_t open, int in_open);
 /* Whether sync steps here have one phase (tensors only, stepped together,
  * or one table only): then a late worker skips the steps it missed. */
 int ps_sync_one_phase(const gddr_ps *ps, size_t ntables);

@@ -502,9 +502,10 @@ int ps_on_push_rows(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr
     if (mode == GDDR_PS_MODE_SYNC) {
         /* A late push joins the open step as mass and is answered at once,
          * as for tensors (push.c). */
-        uint64_t sstep = rec->sstep;
-        behind = stale ? stale : ps_sync_place(&sstep, rec->set, rec->step, p->step, v + 1, ps_sync_one_phase(ps, ps->tables->n));
-        out.sstep = stale ? (stale < v + 1 ? v + 1 - stale : 0) : sstep; /* stale: where the aligner places it */
+        out.sstep = rec->sstep;
+        behind = stale ? ps_sync_place_late(&out.sstep, stale, v + 1)
+                       : ps_sync_place(&out.sstep, rec->set, rec->step, p->step, v + 1,
+                                       ps_sync_one_phase(ps, ps->tables->n));
         tw_push *sp = &s->step[rank];
         /* A new process whose predecessor's push of the open step is in:
          * its push joins that one (as a tensor's second push does). */
@@ -618,10 +619,8 @@ static uint64_t table_wanted(gddr_ps *ps, const void *arg, int r)
 {
     (void)ps;
     const ps_stable *s = arg;
-    uint64_t open = ps_table_version(s->tab) + 1, at = s->rec[r].sstep; /* its place, if known */
-    if (s->rec[r].set && at && at <= open)
-        return s->rec[r].step + (open - at) + 1;
-    return s->rec[r].set ? s->rec[r].step + (s->step[r].have ? 0 : 1) + 1 : 0;
+    const tw_rec *rec = &s->rec[r];
+    return rec->set ? ps_align_wanted(rec->step, rec->sstep, ps_table_version(s->tab) + 1, s->step[r].have) : 0;
 }
 
 void ps_tables_sync_restored(gddr_ps *ps)

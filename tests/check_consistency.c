@@ -333,6 +333,16 @@ START_TEST(test_sync_place_rule)
      * last: not known, the open step. */
     ck_assert_uint_eq(ps_sync_place(&ss, 1, 20, 3, 12, 0), 0);
     ck_assert_uint_eq(ss, 12);
+    /* A push the restore aligner found 2 steps before the open step 12. */
+    ck_assert_uint_eq(ps_sync_place_late(&ss, 2, 12), 2);
+    ck_assert_uint_eq(ss, 10);
+    /* The aligner's want: its last push (step 40) was in the open step 12,
+     * or the one before; by its place when the checkpoint had it (step 9:
+     * its step 40 + 3 is the open step's). Returned + 1 (0: unknown). */
+    ck_assert_uint_eq(ps_align_wanted(40, 0, 12, 1), 41);
+    ck_assert_uint_eq(ps_align_wanted(40, 0, 12, 0), 42);
+    ck_assert_uint_eq(ps_align_wanted(40, 12, 12, 1), 41);
+    ck_assert_uint_eq(ps_align_wanted(40, 9, 12, 0), 44);
 }
 END_TEST
 
