@@ -310,7 +310,8 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
          * others may not make first (tensors and a table stepped in turn)
          * nor lands its later pushes a step early (docs/protocol.md, "Late
          * pushes"). */
-        uint64_t open = t->version + 1, stale = ps_sync_realign(ps, t, rq->rank, p->step);
+        uint64_t stale = ps_sync_realign(ps, t, rq->rank, p->step); /* may close the open step */
+        uint64_t open = t->version + 1;
         behind = stale ? ps_sync_place_late(&t->sstep[rq->rank], stale, open)
                        : ps_sync_place(&t->sstep[rq->rank], wt->set, wt->step, p->step, open,
                                        ps_sync_one_phase(ps, ps_tables_count(ps)));
