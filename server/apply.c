@@ -22,7 +22,9 @@
  * each chunk over the pushes that carried it (adam, adamw, adagrad: over
  * the fresh pushes, t->facc) and credits that mean to the workers that
  * held it. An async APPLY of adam/adamw steps a chunk the
- * pusher holds with the first moment as its gradient (ps_upd_fill).
+ * pusher holds with an estimate of its gradient (ps_upd_fill): the last
+ * fresh push of that chunk, which APPLY keeps in t->facc (async_fill =
+ * recent), or Adam's first moment.
  * With job->dst set the new values go there (copy on write: a pull reply
  * still holds t->w), and chunks the job does not change are copied over.
  */
@@ -59,6 +61,13 @@ GDDR_VEC static void net_of_credit(float *restrict cr, const float *restrict g, 
 {
     for (size_t i = 0; i < n; i++)
         cr[i] = s * g[i] - cr[i];
+}
+
+/* f = s * g (async_fill = recent: a fresh push's values, kept for holders) */
+GDDR_VEC static void keep_fresh(float *restrict f, const float *restrict g, float s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        f[i] = s * g[i];
 }
 
 /* Chunk c's values in the payload (it starts at element lo), NULL absent. */
@@ -141,8 +150,11 @@ static void apply_chunk(const ps_job *j, size_t c)
         if (j->sq) /* validated as it is applied: the chunk is read once (push.c) */
             j->sq[c] = g ? gddr_sumsq_cpu(g, len) : 0.0;
         if (!g && j->held && j->fw && j->kind == PS_JOB_APPLY) {
-            /* Held by the pusher (async fill, adam): m-hat stands in. */
-            ps_upd_fill(&j->upd, out, w, s1, s2, j->fw->cred + lo, len);
+            /* Held by the pusher (async fill, adam): the chunk's last fresh
+             * push stands in (async_fill = recent), or m-hat. */
+            const float *est = j->facc && t->fcnt[c] ? j->facc + lo : NULL;
+            j->fw->open[c] = 1;
+            ps_upd_fill(&j->upd, out, w, s1, s2, j->fw->cred + lo, est, len);
             return;
         }
         if (!g) {
@@ -151,6 +163,10 @@ static void apply_chunk(const ps_job *j, size_t c)
             return;
         }
         float gs = j->vscale * j->scale;
+        if (j->facc && j->kind == PS_JOB_APPLY && !(j->fw && j->fw->open[c])) {
+            keep_fresh(j->facc + lo, g, j->vscale, len); /* fresh: the next holders' estimate */
+            t->fcnt[c] = 1;
+        }
         if (j->fw) {
             j->fw->open[c] = 0;
             float *cr = j->fw->cred + lo;

@@ -18,6 +18,7 @@ static const char *const level_names[] = { "error", "warn", "info", "debug", NUL
 static const char *const plog_names[] = { "off", "batch", "always", NULL };
 /* In the order of PS_OPT_* (ps.h). */
 static const char *const opt_names[] = { "sgd", "adam", "adamw", "adagrad", NULL };
+static const char *const afill_names[] = { "recent", "moment", NULL };
 
 #define OFF(f) offsetof(gddr_ps_config, f)
 #define BIG 9.2e18
@@ -83,6 +84,8 @@ const gddr__conf_key ps_conf_table[] = {
       "sync: a step that has waited this long for live workers closes as it is (their pushes come late, none lost); 0 = wait for ever" },
     { "consistency", "fill_held", GDDR_CONF_BOOL, OFF(fill_held), "true", 0, 0, NULL, 1,
       "sync: a chunk a GDDR worker holds back counts as the mean of those that sent it, credited and taken off when it comes" },
+    { "consistency", "async_fill", GDDR_CONF_ENUM, OFF(async_fill), "recent", 0, 0, afill_names, 1,
+      "async, ssp with adam or adamw and fill_held: what a held chunk is stepped with: recent (the last fresh push of it) or moment (Adam's m-hat)" },
 
     { "optimizer", "kind", GDDR_CONF_ENUM, OFF(opt_kind), "sgd", 0, 0, opt_names, 0,
       "what the server runs for tensors registered without an optimizer of their own: sgd, adam, adamw or adagrad" },

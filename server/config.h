@@ -38,6 +38,7 @@ typedef struct gddr_ps_config {
     double worker_timeout_s;
     double sync_stall_s;
     int fill_held;
+    int async_fill;    /* PS_AFILL_* (ps.h): what stands in for an async held chunk */
     /* [optimizer] */
     int opt_kind;      /* PS_OPT_* (ps.h) */
     double lr;

@@ -94,6 +94,8 @@ typedef struct ps_flush {
  * section decides, and follows its SIGHUP reloads; 1: the registration
  * named it and the tensor keeps it. */
 enum { PS_OPT_SGD = 0, PS_OPT_ADAM = 1, PS_OPT_ADAMW = 2, PS_OPT_ADAGRAD = 3, PS_OPT_KINDS = 4 };
+/* async_fill: what an async held chunk is stepped with (apply.c). */
+enum { PS_AFILL_RECENT = 0, PS_AFILL_MOMENT = 1 };
 typedef struct ps_optim {
     int kind, explicit_;
     double lr, momentum, beta1, beta2, eps, weight_decay;
@@ -161,9 +163,10 @@ typedef struct ps_tensor {
                         * (all but those holding it back under fill) */
     float *facc;       /* fill for adam, adamw, adagrad (fill.c): per value, the sum of
                         * this step's fresh pushes (from workers holding nothing of the
-                        * chunk back since they last sent it); NULL until a worker
-                        * first held a chunk of it (fill.c) */
-    uint32_t *fcnt;    /* per chunk: how many fresh pushes facc holds */
+                        * chunk back since they last sent it); in async and ssp mode
+                        * (adam, adamw, async_fill = recent) the last fresh push's
+                        * values instead. NULL until a worker first held a chunk of it */
+    uint32_t *fcnt;    /* per chunk: how many fresh pushes facc holds (async: 0 or 1) */
     double step_lr;    /* the lr of the step's last push (0: the tensor's) */
     ps_fillw **holders; /* fill states of the workers holding chunks in this step
                          * (max_workers entries; fill.c) */
@@ -535,7 +538,8 @@ typedef struct ps_job {
                              * (APPLY: adam/adamw only, see ps_upd_fill) */
     uint32_t npushes;       /* SYNC: pushes in the step (the fill mean's weight) */
     float *facc;            /* SYNC: t->facc as the step's pushes found it (NULL: the
-                             * carriers' mean is the fill, see fill.c) */
+                             * carriers' mean is the fill, see fill.c); APPLY: t->facc as
+                             * the recent fresh values (async_fill = recent; NULL: m-hat) */
     ps_fillw **holders;     /* SYNC: the workers that held chunks in the step */
     uint32_t nholders;
     double *sq;             /* NORM, APPLY (when set): per chunk, the sum of squares of the
@@ -630,11 +634,12 @@ int ps_upd_fills(const ps_upd *u);
 /* Whether the optimizer divides by a running mean of squared gradients
  * (adam, adamw, adagrad): sync fill then uses the fresh pushes' mean. */
 int ps_upd_normalises(int kind);
-/* An async step of a chunk the pushing worker holds (adam, adamw): the
- * bias-corrected first moment stands in for its gradient and is added to
- * the worker's credit cred (taken off when it sends the chunk). */
+/* An async step of a chunk the pushing worker holds (adam, adamw): est
+ * (the chunk's last fresh push, async_fill = recent) or, when est is NULL,
+ * the bias-corrected first moment stands in for its gradient and is added
+ * to the worker's credit cred (taken off when it sends the chunk). */
 void ps_upd_fill(const ps_upd *u, float *out, const float *w, float *s1, float *s2, float *cred,
-                 size_t n);
+                 const float *est, size_t n);
 
 /* fill.c: held chunks in sync steps. */
 /* rank's fill state for t, created on first use within max_fill_bytes;

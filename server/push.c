@@ -363,6 +363,8 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         int held = ps_upd_fills(&job.upd) && push_holds(ps, p, src, t);
         job.fw = held ? ps_fill_get(ps, rq->rank, t) : ps_fill_find(ps, rq->rank, t->id);
         job.held = held && job.fw;
+        if (ps->cfg.async_fill == PS_AFILL_RECENT && ps_upd_fills(&job.upd))
+            job.facc = t->facc; /* NULL until the tensor's first holder (fill.c) */
         submit_push(ps, t, &job, fresh, src);
         t->version++;
         ps->versions_total++;

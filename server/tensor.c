@@ -253,12 +253,27 @@ ps_tensor *ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
  * push one tensor as the last async update and the next as the first sync
  * one, while another worker did the opposite, and each step then waited
  * for a push the other would only send after its own step completed.) */
+/* The async warm-up is over: every tensor's last fresh values (async_fill,
+ * apply.c) cleared, for the sync steps to sum fresh pushes into. */
+static void fresh_reset(gddr_ps *ps)
+{
+    for (size_t i = 0; i < ps->ntensors; i++) {
+        ps_tensor *t = ps->tensors[i];
+        if (!t || !t->facc)
+            continue;
+        ps_tensor_settle(ps, t);
+        memset(t->facc, 0, t->n * sizeof(float));
+        memset(t->fcnt, 0, t->nchunks * sizeof *t->fcnt);
+    }
+}
+
 int ps_tensor_mode(gddr_ps *ps, const ps_tensor *t)
 {
     if (ps->cfg.mode != GDDR_PS_MODE_SYNC || ps->cfg.async_warmup_steps <= 0 || ps->warmup_over)
         return ps->cfg.mode;
     if (t && t->version >= (uint64_t)ps->cfg.async_warmup_steps) {
         ps->warmup_over = 1;
+        fresh_reset(ps);
         gddr_log(GDDR_LOG_INFO, "async warm-up over: tensor '%s' reached version %llu, sync from now on",
                  t->key, (unsigned long long)t->version);
         return GDDR_PS_MODE_SYNC;

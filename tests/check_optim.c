@@ -26,6 +26,13 @@
  *                         with m-hat, credited, and the credit comes off
  *                         when the chunk is sent (not with fill_held off,
  *                         nor for sgd)
+ *   async_fill_recent     async adam, two workers: a held chunk is stepped
+ *                         with the last fresh push of it from any worker
+ *                         (async_fill = recent), a release does not become
+ *                         the estimate, and the credits come off exactly;
+ *                         async_fill = moment keeps m-hat; when an async
+ *                         warm-up ends, the first sync step's fill is
+ *                         the fresh mean of that step alone
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -748,6 +755,129 @@ START_TEST(test_async_adam_fill)
 }
 END_TEST
 
+/* Ranks 0 and 1 of 2 on s, both registered to tensor key of FN values. */
+static uint32_t open_two(gt_server *s, raw_conn *w0, raw_conn *w1, const char *key)
+{
+    raw_open(w0, s->endpoint);
+    raw_hello(w0, 0, 2);
+    raw_open(w1, s->endpoint);
+    raw_hello(w1, 1, 2);
+    uint32_t id = raw_register(w0, key, FN);
+    ck_assert_uint_eq(raw_register(w1, key, FN), id);
+    return id;
+}
+
+/* Two async workers under adam: w1 holds chunk 1 (elements 4-7) twice;
+ * what stands in for it is the chunk's last fresh push (w0's, async_fill =
+ * recent; m-hat before the first one) or always m-hat (moment). w1's
+ * release in between is not fresh and must not become the estimate. */
+static void async_fill_recent_case(const char *afill, int recent)
+{
+    static const float g1[FN] = { 1, 2, 3, 4, 0.5f, -1, 2, -0.25f };    /* w0 */
+    static const float ga[4] = { 0.5f, 0.5f, -1, 1 };                   /* w1, chunk 1 held */
+    static const float g3[FN] = { -1, 1, 0.5f, 2, 3, -0.5f, 1.5f, 1 };   /* w0 */
+    static const float gb[4] = { 1, -1, 0.25f, 0.5f };                  /* w1, chunk 1 held */
+    static const float gc[FN] = { 2, 1, -1, 0.5f, -2, 4, 0.5f, -3 };     /* w1: the release */
+    static const float gd[4] = { -0.5f, 2, 1, -1 };                     /* w1, chunk 1 held */
+    const float lr = 0.01f;
+    gt_server s;
+    START_SERVER(s, "mode=async", "workers=2", "lr=0.01", "chunk=4", "kind=adam", afill);
+    raw_conn w0, w1;
+    uint32_t id = open_two(&s, &w0, &w1, "ar");
+    uint8_t bm = 0x01;
+    float w[FN] = { 0 }, m[FN] = { 0 }, v[FN] = { 0 }, none[FN] = { 0 }, cred[FN] = { 0 };
+    int k = 0;
+    float got[FN];
+    char what[96];
+    /* one reference step of version k for the values pushed with the
+     * pusher's credits cr (chunk 1 of a held push filled: est, or m-hat when
+     * est is NULL) */
+#define REF_STEP(vals, cr, held, est)                                                            \
+    do {                                                                                         \
+        const float *e_ = (est);                                                                 \
+        k++;                                                                                     \
+        for (size_t i = 0; i < FN; i++) {                                                        \
+            float d;                                                                             \
+            if (i < 4 || !(held)) {                                                              \
+                d = (vals)[i] - (cr)[i];                                                         \
+                (cr)[i] = 0;                                                                     \
+            } else {                                                                             \
+                d = e_ ? e_[i] : m[i] * (float)(1.0 / (1.0 - pow(0.9, k - 1)));            \
+                (cr)[i] += d;                                                                    \
+            }                                                                                    \
+            adam_ref(&w[i], &m[i], &v[i], d, k, lr);                                             \
+        }                                                                                        \
+    } while (0)
+    raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
+    REF_STEP(g1, none, 0, (const float *)NULL);
+    raw_push_full(&w1, id, ga, 4, &bm, 1, 1, 0, 1); /* the first holder: no estimate yet */
+    REF_STEP(ga, cred, 1, (const float *)NULL);
+    raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
+    REF_STEP(g3, none, 0, (const float *)NULL);
+    raw_push_full(&w1, id, gb, 4, &bm, 1, 1, 0, 3); /* recent: w0's g3 stands in */
+    REF_STEP(gb, cred, 1, recent ? g3 : NULL);
+    raw_push_full(&w1, id, gc, FN, NULL, 0, 0, 0, 4); /* the release, net of both credits */
+    REF_STEP(gc, cred, 0, (const float *)NULL);
+    raw_push_full(&w1, id, gd, 4, &bm, 1, 1, 0, 5); /* g3 still: a release is not fresh */
+    REF_STEP(gd, cred, 1, recent ? g3 : NULL);
+#undef REF_STEP
+    server_values_within(s.endpoint, "ar", got, FN, 6, WAIT_MS);
+    snprintf(what, sizeof what, "%s: after six pushes", afill);
+    assert_near(got, w, FN, 1e-6f, what);
+    raw_close(&w0);
+    raw_close(&w1);
+    stop_server(&s);
+}
+
+/* A hybrid run (sync after an async warm-up of 3 versions) under adam: the
+ * last fresh values the warm-up kept must not leak into the first sync
+ * step's fresh-push mean, which fills w1's held chunk 1 with w0's g4. */
+static void async_fill_warmup_ends_case(void)
+{
+    static const float g1[FN] = { 1, 2, 3, 4, 0.5f, -1, 2, -0.25f };    /* w0, async */
+    static const float ga[4] = { 0.5f, 0.5f, -1, 1 };                   /* w1, async, chunk 1 held */
+    static const float g3[FN] = { -1, 1, 0.5f, 2, 3, -0.5f, 1.5f, 1 };   /* w0, async: ends it */
+    static const float g4[FN] = { 2, 1, -1, 0.5f, -2, 4, 0.5f, -3 };     /* w0, the sync step */
+    static const float gb[4] = { 1, -1, 0.25f, 0.5f };                  /* w1, the sync step, held */
+    const float lr = 0.01f;
+    gt_server s;
+    START_SERVER(s, "mode=sync", "async_warmup_steps=3", "workers=2", "lr=0.01", "chunk=4", "kind=adam");
+    raw_conn w0, w1;
+    uint32_t id = open_two(&s, &w0, &w1, "hw");
+    uint8_t bm = 0x01;
+    float w[FN] = { 0 }, m[FN] = { 0 }, v[FN] = { 0 }, got[FN];
+    raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
+    raw_push_full(&w1, id, ga, 4, &bm, 1, 1, 0, 1);
+    raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
+    for (size_t i = 0; i < FN; i++) {
+        adam_ref(&w[i], &m[i], &v[i], g1[i], 1, lr);
+        adam_ref(&w[i], &m[i], &v[i], i < 4 ? ga[i] : m[i] * (float)(1.0 / (1.0 - pow(0.9, 1))), 2, lr);
+        adam_ref(&w[i], &m[i], &v[i], g3[i], 3, lr);
+    }
+    server_values_within(s.endpoint, "hw", got, FN, 3, WAIT_MS);
+    assert_near(got, w, FN, 1e-6f, "hybrid: after the async warm-up");
+    w1.step = w0.step; /* the sync step: the same Push.step from both */
+    raw_push_full(&w0, id, g4, FN, NULL, 0, 0, 0, 3);
+    raw_push_full(&w1, id, gb, 4, &bm, 1, 1, 0, 3);
+    /* chunk 0: the mean of both; chunk 1: w0's g4 (the one fresh push, its
+     * mean credited to w1 and counted for it): (g4 + g4) / 2 */
+    for (size_t i = 0; i < FN; i++)
+        adam_ref(&w[i], &m[i], &v[i], i < 4 ? (g4[i] + gb[i]) * 0.5f : (g4[i] + g4[i]) * 0.5f, 4, lr);
+    server_values_within(s.endpoint, "hw", got, FN, 4, WAIT_MS);
+    assert_near(got, w, FN, 1e-6f, "hybrid: the first sync step's fill");
+    raw_close(&w0);
+    raw_close(&w1);
+    stop_server(&s);
+}
+
+START_TEST(test_async_fill_recent)
+{
+    async_fill_recent_case("async_fill=recent", 1);
+    async_fill_recent_case("async_fill=moment", 0);
+    async_fill_warmup_ends_case();
+}
+END_TEST
+
 /* The optimizer loops are vectorised (common/vec.h): the whole array in one
  * call (vector body) must give what one element per call gives (the scalar
  * tail), bit for bit, for every optimizer form, in place and into a copy,
@@ -779,7 +909,7 @@ START_TEST(test_loops_vector_equals_scalar)
     rnd_fill(cr0, VN, &seed, -1, 1);
     for (size_t f = 0; f < sizeof forms / sizeof *forms; f++)
         for (int inplace = 0; inplace < 2; inplace++)
-            for (int fill = 0; fill < 2; fill++) {
+            for (int fill = 0; fill < 3; fill++) { /* 1: m-hat, 2: an estimate (g) */
                 ps_upd u = { .kind = forms[f].kind, .lr = 0.05f, .mu = forms[f].mu, .b1 = 0.9f,
                              .b2 = 0.999f, .eps = 1e-8f, .wd = forms[f].wd, .bc1 = 1.9f,
                              .bc2 = 1.3f, .mh = 2.1f };
@@ -792,12 +922,13 @@ START_TEST(test_loops_vector_equals_scalar)
                 memcpy(cra, cr0, sizeof cra), memcpy(crb, cr0, sizeof crb);
                 float *outa = inplace ? wa : oa, *outb = inplace ? wb : ob;
                 if (fill)
-                    ps_upd_fill(&u, outa, wa, s1a, s2a, cra, VN);
+                    ps_upd_fill(&u, outa, wa, s1a, s2a, cra, fill == 2 ? g : NULL, VN);
                 else
                     ps_upd_run(&u, outa, wa, s1a, s2a, g, 0.7f, VN);
                 for (size_t i = 0; i < VN; i++) {
                     if (fill)
-                        ps_upd_fill(&u, outb + i, wb + i, s1b + i, s2b + i, crb + i, 1);
+                        ps_upd_fill(&u, outb + i, wb + i, s1b + i, s2b + i, crb + i,
+                                    fill == 2 ? g + i : NULL, 1);
                     else
                         ps_upd_run(&u, outb + i, wb + i, s1b + i, s2b + i, g + i, 0.7f, 1);
                 }
@@ -845,6 +976,7 @@ Suite *suite_optim(void)
     GT_ADD_CASE(s, "fresh_fill_normalising", test_fresh_fill_normalising, 60);
     GT_ADD_CASE(s, "fill_bound_fits_workers", test_fill_bound_fits_workers, 60);
     GT_ADD_CASE(s, "async_adam_fill", test_async_adam_fill, 60);
+    GT_ADD_CASE(s, "async_fill_recent", test_async_fill_recent, 60);
     GT_ADD_CASE(s, "loops_vector_equals_scalar", test_loops_vector_equals_scalar, 60);
     return s;
 }
