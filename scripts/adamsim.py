@@ -17,8 +17,12 @@ Kinds:
   sync    sync dense (the target's reference): one Adam step on the mean of N pushes
   dense   async, every chunk sent every push
   hold    GDDR: a held chunk is not stepped; its gradients arrive, summed, when it is sent
-  fill    GDDR with async fill (server/apply.c): a held chunk is stepped with m-hat, which is
-          credited to the worker and taken off what it sends later
+  fill    GDDR with async fill as gddr-ps ran it before (async_fill = moment): a held chunk is
+          stepped with m-hat, which is credited to the worker and taken off what it sends later
+  recent  GDDR with async fill as gddr-ps runs it (async_fill = recent, server/apply.c): a held
+          chunk is stepped with the chunk's values in the last push that carried it fresh (from
+          a worker that had not held it since it last sent it), m-hat before there is one;
+          BF=b makes it an EMA of the fresh pushes with decay b instead (b = 0: the last one)
   zero    GDDR: a held chunk is stepped with a zero gradient (Adam's moments coast); its
           gradients arrive, summed, when it is sent
   fillage fill, with the released deviation (what was held, less the credits) scaled by
@@ -42,6 +46,12 @@ Measured on 2 cores (about 20 s a run, 2 at a time), server's final model, seeds
   fillnew 0.7943 0.8055 0.8054 0.8212 0.7827 0.8075 mean 0.8028  (+0.0 pp)
   fillv 0.3379 0.2056 0.6006 0.7702 0.6672 0.3434   mean 0.4875  (diverges: a release's lump
         enters m, and only v seeing it keeps the step it makes bounded)
+  recent  0.8066 0.8078 0.7857 0.8240 0.7890 0.7972 mean 0.8017  (-0.1 pp)
+          seeds 7-12: 0.7872 (dense 0.8049, fill 0.7797): over twelve seeds -0.9 pp against
+          fill's -2.5 pp. BF=0.3 seeds 1-6: 0.7917; BF=0.5: 0.7972 (seeds 7-12 0.7848);
+          BF=0.8: 0.7581. The fresher the estimate, the better: m-hat (an EMA with beta1 0.9)
+          lags, and what it misses arrives late with the release. In gddr-ps (8 async workers,
+          docs/results.md) recent took the gap to sync dense from -0.65 to -0.15 pp.
   seeds 1-3: sync 0.8397, hold 0.7812
   holdrep 0.7745 0.7573 0.7748 0.7823 0.7390 0.7810 mean 0.7681  (-3.5 pp; hold 0.7722)
   filldirect 0.5501 0.5440 0.6243 0.7279 0.6815 0.5923 mean 0.6200  (-18 pp: a lump of several
@@ -54,7 +64,9 @@ Measured on 2 cores (about 20 s a run, 2 at a time), server's final model, seeds
   so tau 2 is within the seeds' spread of tau 4 (twelve seeds: -2.2 pp against -2.5 pp).
 So in this model what costs is the held mass arriving late (less the credits: the deviation of
 the held gradients from m-hat), not the fill, nor the first steps: drop it and GDDR is dense;
-scale it by its age, or ramp alpha up, and it still costs. The model is harsher than gddr-ps
+scale it by its age, or ramp alpha up, and it still costs. What shrinks it is a credit closer
+to what the held gradients will be: the chunk's last fresh push (recent) leaves a deviation of
+noise only, where m-hat's lag was signal arriving late. The model is harsher than gddr-ps
 on 2 cores: every worker is N-1 versions stale on average, and async dense itself loses 3.7 pp
 to sync here, where gddr-ps gained 0.05-0.59 pp (docs/results.md).
 """
@@ -77,6 +89,8 @@ class Server:
         self.m = np.zeros(P, np.float32)
         self.v = np.zeros(P, np.float32)
         self.version = 0
+        self.f = np.zeros(P, np.float32)     # recent: the last fresh values (or their EMA)
+        self.fw = np.zeros(P, np.float32)    # recent: the EMA's weight, 0 = none yet
 
     def mhat(self):
         k = self.version + 1
@@ -166,6 +180,16 @@ def run(kind, seed, N=int(E("N", "8")), epochs=int(E("EPOCHS", "2")), lr=float(E
             d = np.where(m, d - cred[k], mh).astype(np.float32)
             cred[k] = np.where(m, 0, cred[k] + mh)
             srv.adam(d, lr_eff, fresh)
+            return
+        if kind == "recent":
+            bf = float(E("BF", "0"))
+            fr = m & expand(age_before == 0)
+            fv = np.where(srv.fw > 0, srv.f / np.maximum(srv.fw, 1e-12), mh).astype(np.float32)
+            d = np.where(m, d - cred[k], fv).astype(np.float32)
+            cred[k] = np.where(m, 0, cred[k] + fv)
+            srv.f = np.where(fr, bf * srv.f + (1 - bf) * g, srv.f)
+            srv.fw = np.where(fr, bf * srv.fw + (1 - bf), srv.fw)
+            srv.adam(d, lr_eff)
             return
         if kind == "fill":
             d = np.where(m, d - cred[k], mh).astype(np.float32)
