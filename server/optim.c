@@ -297,38 +297,16 @@ GDDR_VEC static void adam_fill(float *out, const float *w, float *restrict m, fl
     }
 }
 
-/* The same with the estimate e as the gradient (adam's L2 decay added to
- * it, as to a pushed gradient; the credit is e alone, what the worker's
- * release is net of). */
-GDDR_VEC static void adam_fill_est(float *out, const float *w, float *restrict m, float *restrict v,
-                                  float *restrict cr, const float *restrict e, const ps_upd *u,
-                                  int decoupled, size_t n)
-{
-    const ps_upd k = *u;
-    if (decoupled && k.wd != 0) {
-        for (size_t i = 0; i < n; i++) {
-            cr[i] += e[i];
-            out[i] = adam_el(w[i], e[i], &m[i], &v[i], &k, 1);
-        }
-    } else if (decoupled || k.wd == 0) {
-        for (size_t i = 0; i < n; i++) {
-            cr[i] += e[i];
-            out[i] = adam_el(w[i], e[i], &m[i], &v[i], &k, 0);
-        }
-    } else {
-        for (size_t i = 0; i < n; i++) {
-            cr[i] += e[i];
-            out[i] = adam_el(w[i], e[i] + k.wd * w[i], &m[i], &v[i], &k, 0);
-        }
-    }
-}
-
 void ps_upd_fill(const ps_upd *u, float *out, const float *w, float *s1, float *s2, float *cred,
                  const float *est, size_t n)
 {
-    if (ps_upd_fills(u) && s1 && s2 && est)
-        adam_fill_est(out, w, s1, s2, cred, est, u, u->kind == PS_OPT_ADAMW, n);
-    else if (ps_upd_fills(u) && s1 && s2)
+    if (ps_upd_fills(u) && s1 && s2 && est) {
+        /* est is the gradient, as a pushed one (adam's L2 decay added in
+         * adam()); the credit is est alone, what the release is net of */
+        adam(out, w, s1, s2, est, 1.0f, u, u->kind == PS_OPT_ADAMW, n);
+        for (size_t i = 0; i < n; i++)
+            cred[i] += est[i];
+    } else if (ps_upd_fills(u) && s1 && s2)
         adam_fill(out, w, s1, s2, cred, u, u->kind == PS_OPT_ADAMW, n);
     else if (out != w)
         memcpy(out, w, n * sizeof *out);
