@@ -1482,7 +1482,7 @@ START_TEST(test_bench_reports)
     gt_bin_path(bin, sizeof bin, "gddr-bench");
     /* The BENCH lines go to stderr: run it through a shell to merge them. */
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "'%s' --sections pushpull,gddr,apply,servers --sizes 4K,64K --reps 1 --budget-mb 1 2>&1",
+    snprintf(cmd, sizeof cmd, "'%s' --sections pushpull,gddr,apply,servers,gap --sizes 4K,64K --reps 1 --budget-mb 1 2>&1",
              bin);
     char *sh[] = { "/bin/sh", "-c", cmd, NULL };
     int st = 0;
@@ -1495,7 +1495,10 @@ START_TEST(test_bench_reports)
                                         "BENCH section=apply way=pool ",
                                         "BENCH section=apply way=pool_cow ",
                                         "BENCH section=apply way=fused_cow ",
-                                        "BENCH section=servers " };
+                                        "BENCH section=servers ",
+                                        "BENCH section=gap bytes=1048576 before=0 ",
+                                        "BENCH section=gap bytes=1048576 before=1 ",
+                                        "BENCH section=gap bytes=1048576 before=2 " };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const char *line = strstr(out, want[i]);
         ck_assert_msg(line, "no '%s' line in:\n%s", want[i], out);

@@ -88,9 +88,9 @@ void raw_close(raw_client *r)
     zmq_ctx_term(r->ctx);
 }
 
-void raw_roundtrips(raw_client *r, const float *push, float *pull, size_t bytes)
+void raw_push(raw_client *r, const float *push, size_t bytes)
 {
-    /* push: header + payload (zero-copy from the caller's buffer), ack */
+    /* header + payload (zero-copy from the caller's buffer), ack */
     zmq_send(r->sock, "P", 1, ZMQ_SNDMORE);
     zmq_msg_t m;
     zmq_msg_init_data(&m, (void *)push, bytes, NULL, NULL);
@@ -99,11 +99,16 @@ void raw_roundtrips(raw_client *r, const float *push, float *pull, size_t bytes)
     zmq_msg_init(&a);
     zmq_msg_recv(&a, r->sock, 0);
     zmq_msg_close(&a);
-    /* pull: header, header + payload copied into the caller's buffer */
+}
+
+void raw_pull(raw_client *r, float *pull, size_t bytes)
+{
+    /* header, header + payload copied into the caller's buffer */
     char hdr[9] = { 'G' };
     uint64_t n = bytes;
     memcpy(hdr + 1, &n, 8);
     zmq_send(r->sock, hdr, 9, 0);
+    zmq_msg_t a;
     zmq_msg_init(&a);
     zmq_msg_recv(&a, r->sock, 0);
     zmq_msg_close(&a);
@@ -112,4 +117,10 @@ void raw_roundtrips(raw_client *r, const float *push, float *pull, size_t bytes)
     zmq_msg_recv(&b, r->sock, 0);
     memcpy(pull, zmq_msg_data(&b), zmq_msg_size(&b) < bytes ? zmq_msg_size(&b) : bytes);
     zmq_msg_close(&b);
+}
+
+void raw_roundtrips(raw_client *r, const float *push, float *pull, size_t bytes)
+{
+    raw_push(r, push, bytes);
+    raw_pull(r, pull, bytes);
 }

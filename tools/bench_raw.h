@@ -21,8 +21,11 @@ typedef struct raw_client {
 
 void raw_connect(raw_client *r, const char *ep);
 void raw_close(raw_client *r);
-/* A push of `bytes` from push (zero-copy) and its ack, then a pull of
- * `bytes` into pull. */
+/* A push of `bytes` from push (zero-copy) and its ack. */
+void raw_push(raw_client *r, const float *push, size_t bytes);
+/* A pull of `bytes` into pull (one copy out of the reply). */
+void raw_pull(raw_client *r, float *pull, size_t bytes);
+/* raw_push, then raw_pull. */
 void raw_roundtrips(raw_client *r, const float *push, float *pull, size_t bytes);
 
 #endif

@@ -30,6 +30,7 @@
  *   threads    push+pull of a large tensor against gddr-ps started with
  *              threads = 1, 2 and all cores.
  *   servers    one tensor over one server and split over two.
+ *   gap        a 1 MiB push after a push, 1 ms idle, a pull (bench_gap.c).
  *   rows       gddr_pull_rows + gddr_push_rows of n random keys x dim
  *              floats (--rows-keys, --rows-dims, --rows-clients), beside
  *              ps-lite's key-value exchange over bare ZeroMQ (bench_rows.c,
@@ -58,6 +59,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_gap.h"
 #include "bench_proc.h"
 #include "bench_raw.h"
 #include "bench_rows.h"
@@ -68,14 +70,9 @@
 
 #define MAXV 16
 
-static void start_shard(bench_proc *p, int threads, int index, int count)
-{
-    bench_start_shard(p, threads, index, count, NULL);
-}
-
 static void start_gddr(bench_proc *p, int threads)
 {
-    start_shard(p, threads, 0, 1);
+    bench_start_shard(p, threads, 0, 1, NULL);
 }
 
 static void start_raw(bench_proc *p)
@@ -361,8 +358,8 @@ static void section_servers(size_t bytes, int clients)
     bench_proc one = { 0 }, a = { 0 }, b = { 0 };
     char h[32], both[600];
     start_gddr(&one, 2);
-    start_shard(&a, 2, 0, 2);
-    start_shard(&b, 2, 1, 2);
+    bench_start_shard(&a, 2, 0, 2, NULL);
+    bench_start_shard(&b, 2, 1, 2, NULL);
     snprintf(both, sizeof both, "%s,%s", a.endpoint, b.endpoint);
     int it = iters_for(bytes * (size_t)clients, budget_mb);
     double m1[MAXV], m2[MAXV], q[MAXV];
@@ -605,7 +602,7 @@ int main(int argc, char **argv)
         return bench_kv_server(argv[2]);
     bench_proc_init();
     const char *sizes_s = "4K,64K,1M,16M,64M,256M", *clients_s = "4,16";
-    const char *sections = "pushpull,durability,clients,gddr,apply,threads,servers,rows";
+    const char *sections = "pushpull,durability,clients,gddr,apply,threads,servers,gap,rows";
     const char *rkeys_s = "1K,64K", *rdims_s = "16,64,128", *rclients_s = "1,4";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
@@ -636,7 +633,7 @@ int main(int argc, char **argv)
                 return 2;
         } else {
             fprintf(stderr, "usage: gddr-bench [--quick] [--sizes 4K,1M,...] [--clients 4,16] [--reps N]\n"
-                            "                  [--sections pushpull,durability,clients,gddr,apply,threads,servers,rows]\n"
+                            "                  [--sections pushpull,durability,clients,gddr,apply,threads,servers,gap,rows]\n"
                             "                  [--budget-mb MB] [--rows-keys 1K,64K] [--rows-dims 16,64,128]\n"
                             "                  [--rows-clients 1,4]\n");
             return 2;
@@ -675,8 +672,7 @@ int main(int argc, char **argv)
         section_clients(clients, ncl, one_mib);
     if (has(sections, "gddr"))
         section_gddr(one_mib);
-    if (has(sections, "apply"))
-    {
+    if (has(sections, "apply")) {
         section_apply((size_t)1 << 20);
         section_apply(budget_mb < 64 ? (size_t)16 << 20 : big);
     }
@@ -684,6 +680,8 @@ int main(int argc, char **argv)
         section_threads(budget_mb < 64 ? (size_t)16 << 20 : big);
     if (has(sections, "servers"))
         section_servers((size_t)4 << 20, 4);
+    if (has(sections, "gap"))
+        bench_gap_section(one_mib, reps, budget_mb < 64 ? 60 : 300);
     if (has(sections, "rows")) {
         size_t rk[8], rd[8], rc[8];
         uint32_t dims[8];

@@ -1,0 +1,128 @@
+/* bench_gap.c -- gddr-bench's "gap" section: what one push costs depending
+ * on what its connection did just before, through libgddr-client against
+ * gddr-ps and through bare ZeroMQ against the raw server (bench_raw.c), in
+ * the same run:
+ *
+ *   after a push   pushes back to back (the connection never idles)
+ *   after 1 ms     each push after 1 ms of sleep (what a worker's compute
+ *                  between two steps looks like to the data path)
+ *   after a pull   each push right after a pull of the same size (the
+ *                  pushpull section's pattern)
+ *
+ * Each figure is the median time of one push call (its ack included) over
+ * the repetition's pushes, then the median over the repetitions. The
+ * pushpull section's 1 MiB ratio is set by the third row; docs/performance.md
+ * ("A push after an idle connection") says what it shows. */
+#include "bench_gap.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench_proc.h"
+#include "bench_raw.h"
+#include "gddr/gddr.h"
+
+#define GAP_CASES 3
+#define GAP_MAXREPS 16
+
+static const char *const case_name[GAP_CASES] = { "after a push", "after 1 ms idle", "after a pull" };
+
+static void idle_1ms(void)
+{
+    struct timespec ts = { 0, 1000000 };
+    nanosleep(&ts, NULL);
+}
+
+/* The median microseconds of one gddr_push in case k, over `it` pushes. */
+static double gddr_case(gddr_client *c, int id, const float *g, float *p, int k, int it, double *t)
+{
+    for (int i = 0; i < it; i++) {
+        if (k == 1)
+            idle_1ms();
+        else if (k == 2 && gddr_pull(c, id, p, 0, NULL) != GDDR_OK)
+            bench_die("gap: pull: %s", gddr_client_errmsg(c));
+        double t0 = bench_now();
+        if (gddr_push(c, id, g, NULL) != GDDR_OK)
+            bench_die("gap: push: %s", gddr_client_errmsg(c));
+        t[i] = (bench_now() - t0) * 1e6;
+    }
+    return bench_median(t, it);
+}
+
+static double raw_case(raw_client *r, const float *g, float *p, size_t bytes, int k, int it, double *t)
+{
+    for (int i = 0; i < it; i++) {
+        if (k == 1)
+            idle_1ms();
+        else if (k == 2)
+            raw_pull(r, p, bytes);
+        double t0 = bench_now();
+        raw_push(r, g, bytes);
+        t[i] = (bench_now() - t0) * 1e6;
+    }
+    return bench_median(t, it);
+}
+
+void bench_gap_section(size_t bytes, int reps, int iters)
+{
+    if (reps > GAP_MAXREPS)
+        reps = GAP_MAXREPS;
+    bench_proc gs = { 0 }, rs = { 0 };
+    bench_start_shard(&gs, 2, 0, 1, NULL);
+    char *argv[] = { bench_self, "--raw-server", bench_epfile, NULL };
+    bench_spawn(&rs, argv);
+    size_t n = bytes / 4;
+    float *g = malloc(bytes), *p = malloc(bytes);
+    double *t = malloc((size_t)iters * sizeof *t);
+    if (!g || !p || !t)
+        bench_die("gap: %s", "no memory");
+    for (size_t i = 0; i < n; i++)
+        g[i] = 1e-3f * (float)(i % 97);
+    memset(p, 0, bytes);
+
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = gs.endpoint;
+    o.rank = 0;
+    o.world_size = 1;
+    o.timeout_ms = 120000;
+    gddr_client *c = NULL;
+    int id = 0;
+    if (gddr_client_open(&o, &c) != GDDR_OK)
+        bench_die("gap: cannot open a client to %s", gs.endpoint);
+    if (gddr_register(c, "bench.gap", p, n, &id, NULL) != GDDR_OK)
+        bench_die("gap: register: %s", gddr_client_errmsg(c));
+    raw_client r;
+    raw_connect(&r, rs.endpoint);
+    raw_roundtrips(&r, g, p, bytes); /* connect and warm up */
+
+    double gm[GAP_CASES][GAP_MAXREPS], rm[GAP_CASES][GAP_MAXREPS];
+    for (int rep = 0; rep < reps; rep++)
+        for (int k = 0; k < GAP_CASES; k++) {
+            gm[k][rep] = gddr_case(c, id, g, p, k, iters, t);
+            rm[k][rep] = raw_case(&r, g, p, bytes, k, iters, t);
+        }
+    printf("\n## one push of %zu KiB by what came before it (us per push call, ack included; "
+           "median of %d pushes, then of %d repetitions)\n\n",
+           bytes >> 10, iters, reps);
+    printf("| before the push | gddr us | raw ZeroMQ us | gddr - raw us | gddr - raw, less the "
+           "first row's |\n|---|---|---|---|---|\n");
+    double base = 0;
+    for (int k = 0; k < GAP_CASES; k++) {
+        double gv = bench_median(gm[k], reps), rv = bench_median(rm[k], reps);
+        if (k == 0)
+            base = gv - rv;
+        printf("| %s | %.0f | %.0f | %.0f | %.0f |\n", case_name[k], gv, rv, gv - rv, gv - rv - base);
+        fprintf(stderr, "BENCH section=gap bytes=%zu before=%d gddr_us=%.1f raw_us=%.1f ratio=%.3f\n",
+                bytes, k, gv, rv, rv / gv); /* ratio as elsewhere: > 1 when gddr is faster */
+    }
+    fflush(stdout);
+    gddr_client_close(&c);
+    raw_close(&r);
+    free(g);
+    free(p);
+    free(t);
+    bench_stop(&gs);
+    bench_stop(&rs);
+}
