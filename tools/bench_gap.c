@@ -82,15 +82,8 @@ void bench_gap_section(size_t bytes, int reps, int iters)
         g[i] = 1e-3f * (float)(i % 97);
     memset(p, 0, bytes);
 
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    o.server = gs.endpoint;
-    o.rank = 0;
-    o.world_size = 1;
-    o.timeout_ms = 120000;
-    gddr_client *c = NULL;
+    gddr_client *c = bench_connect(gs.endpoint, 0, 1, 0, 0);
     int id = 0;
-    if (gddr_client_open(&o, &c) != GDDR_OK)
-        bench_die("gap: cannot open a client to %s", gs.endpoint);
     if (gddr_register(c, "bench.gap", p, n, &id, NULL) != GDDR_OK)
         bench_die("gap: register: %s", gddr_client_errmsg(c));
     raw_client r;

@@ -1,6 +1,8 @@
 /* bench_proc.c -- see bench_proc.h. */
 #include "bench_proc.h"
 
+#include "gddr/gddr.h"
+
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -151,4 +153,20 @@ double bench_disk_write_sync(const char *dir, size_t bytes)
     unlink(path);
     free(b);
     return dt;
+}
+
+gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, int qbits)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.pull_delta_bits = qbits;
+    o.server = ep;
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout_ms = 120000;
+    o.delay_fraction = alpha;
+    gddr_client *c = NULL;
+    int rc = gddr_client_open(&o, &c);
+    if (rc != GDDR_OK)
+        bench_die("cannot open a client: %s", gddr_strerror(rc));
+    return c;
 }

@@ -37,4 +37,9 @@ double bench_disk_write_sync(const char *dir, size_t bytes);
 /* The same with any number of KEY=VALUE settings (NULL-terminated, may be NULL). */
 void bench_start_sets(bench_proc *p, int threads, int index, int count, const char *const *extra);
 
+/* A libgddr-client connection to ep as rank of world (GDDR alpha, delta
+ * pulls of qbits, 0 for none; waits of 120 s); exits when it cannot. */
+typedef struct gddr_client gddr_client;
+gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, int qbits);
+
 #endif

@@ -337,14 +337,7 @@ static void *worker_main(void *arg)
     kv_client k = { 0 };
     int t = -1;
     if (w->gddr) {
-        gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-        o.server = w->ep;
-        o.rank = w->rank;
-        o.world_size = w->world;
-        o.timeout_ms = 120000;
-        int rc = gddr_client_open(&o, &c);
-        if (rc != GDDR_OK)
-            bench_die("cannot open a client: %s", gddr_strerror(rc));
+        c = bench_connect(w->ep, w->rank, w->world, 0, 0);
         gddr_table_opts to = GDDR_TABLE_OPTS_INIT;
         to.optimizer = "sgd lr=0.5";
         char key[64];

@@ -81,24 +81,6 @@ static void start_raw(bench_proc *p)
     bench_spawn(p, argv);
 }
 
-/* ---- gddr clients --------------------------------------------------------------- */
-
-static gddr_client *gddr_connect(const char *ep, int rank, int world, double alpha, int qbits)
-{
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    o.pull_delta_bits = qbits;
-    o.server = ep;
-    o.rank = rank;
-    o.world_size = world;
-    o.timeout_ms = 120000;
-    o.delay_fraction = alpha;
-    gddr_client *c = NULL;
-    int rc = gddr_client_open(&o, &c);
-    if (rc != GDDR_OK)
-        bench_die("cannot open a client: %s", gddr_strerror(rc));
-    return c;
-}
-
 /* ---- one measurement: several clients in threads --------------------------------- */
 
 /* K_STEP: gddr_step (push + pull); K_STEPQ8: the same, pulls as 8-bit deltas. */
@@ -128,7 +110,7 @@ static void *worker_main(void *arg)
         raw_connect(&r, w->ep);
         raw_roundtrips(&r, g, p, w->n * 4); /* connect and warm up */
     } else {
-        c = gddr_connect(w->ep, w->rank, w->world, w->alpha, w->k == K_STEPQ8 ? 8 : 0);
+        c = bench_connect(w->ep, w->rank, w->world, w->alpha, w->k == K_STEPQ8 ? 8 : 0);
         char key[32];
         snprintf(key, sizeof key, "bench.%d.%zu", w->rank, w->n);
         if (gddr_register(c, key, p, w->n, &id, NULL) != GDDR_OK)
