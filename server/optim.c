@@ -39,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas.h"
 #include "ps.h"
 #include "vec.h"
 
@@ -300,16 +301,17 @@ GDDR_VEC static void adam_fill(float *out, const float *w, float *restrict m, fl
 void ps_upd_fill(const ps_upd *u, float *out, const float *w, float *s1, float *s2, float *cred,
                  const float *est, size_t n)
 {
-    if (ps_upd_fills(u) && s1 && s2 && est) {
+    if (!ps_upd_fills(u) || !s1 || !s2) {
+        if (out != w)
+            memcpy(out, w, n * sizeof *out);
+    } else if (est) {
         /* est is the gradient, as a pushed one (adam's L2 decay added in
          * adam()); the credit is est alone, what the release is net of */
         adam(out, w, s1, s2, est, 1.0f, u, u->kind == PS_OPT_ADAMW, n);
-        for (size_t i = 0; i < n; i++)
-            cred[i] += est[i];
-    } else if (ps_upd_fills(u) && s1 && s2)
+        gddr_axpy_cpu(cred, est, n, 1.0f);
+    } else {
         adam_fill(out, w, s1, s2, cred, u, u->kind == PS_OPT_ADAMW, n);
-    else if (out != w)
-        memcpy(out, w, n * sizeof *out);
+    }
 }
 
 void ps_upd_join(const ps_upd *u, float *out, const float *w, float *s1, const float *s2,

@@ -11,8 +11,9 @@
  *
  * Each figure is the median time of one push call (its ack included) over
  * the repetition's pushes, then the median over the repetitions. The
- * pushpull section's 1 MiB ratio is set by the third row; docs/performance.md
- * ("A push after an idle connection") says what it shows. */
+ * pushpull section's round trips follow the third row's pattern;
+ * docs/performance.md ("A push after an idle connection") says what the
+ * rows show. */
 #include "bench_gap.h"
 
 #include <stdio.h>
@@ -71,8 +72,7 @@ void bench_gap_section(size_t bytes, int reps, int iters)
         reps = GAP_MAXREPS;
     bench_proc gs = { 0 }, rs = { 0 };
     bench_start_shard(&gs, 2, 0, 1, NULL);
-    char *argv[] = { bench_self, "--raw-server", bench_epfile, NULL };
-    bench_spawn(&rs, argv);
+    bench_start_raw(&rs);
     size_t n = bytes / 4;
     float *g = malloc(bytes), *p = malloc(bytes);
     double *t = malloc((size_t)iters * sizeof *t);

@@ -170,3 +170,9 @@ gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, in
         bench_die("cannot open a client: %s", gddr_strerror(rc));
     return c;
 }
+
+void bench_start_raw(bench_proc *p)
+{
+    char *argv[] = { bench_self, "--raw-server", bench_epfile, NULL };
+    bench_spawn(p, argv);
+}

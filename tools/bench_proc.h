@@ -37,6 +37,9 @@ double bench_disk_write_sync(const char *dir, size_t bytes);
 /* The same with any number of KEY=VALUE settings (NULL-terminated, may be NULL). */
 void bench_start_sets(bench_proc *p, int threads, int index, int count, const char *const *extra);
 
+/* The raw ZeroMQ server (bench_raw.c): this binary run with --raw-server. */
+void bench_start_raw(bench_proc *p);
+
 /* A libgddr-client connection to ep as rank of world (GDDR alpha, delta
  * pulls of qbits, 0 for none; waits of 120 s); exits when it cannot. */
 typedef struct gddr_client gddr_client;

@@ -75,12 +75,6 @@ static void start_gddr(bench_proc *p, int threads)
     bench_start_shard(p, threads, 0, 1, NULL);
 }
 
-static void start_raw(bench_proc *p)
-{
-    char *argv[] = { bench_self, "--raw-server", bench_epfile, NULL };
-    bench_spawn(p, argv);
-}
-
 /* ---- one measurement: several clients in threads --------------------------------- */
 
 /* K_STEP: gddr_step (push + pull); K_STEPQ8: the same, pulls as 8-bit deltas. */
@@ -192,7 +186,7 @@ static void section_pushpull(const size_t *sizes, int nsizes)
 {
     bench_proc gs = { 0 }, rs = { 0 };
     start_gddr(&gs, 2);
-    start_raw(&rs);
+    bench_start_raw(&rs);
     printf("\n## push+pull, 1 client (MB/s = 2 x payload x round trips / time; median of %d)\n\n", reps);
     printf("| size | gddr MB/s | raw ZeroMQ MB/s | ratio | gddr us/round trip |\n|---|---|---|---|---|\n");
     for (int s = 0; s < nsizes; s++) {
@@ -274,7 +268,7 @@ static void section_clients(const int *clients, int ncl, size_t bytes)
     bench_proc gs = { 0 }, rs = { 0 };
     char h[32];
     start_gddr(&gs, 2);
-    start_raw(&rs);
+    bench_start_raw(&rs);
     printf("\n## concurrent clients, %s each (aggregate MB/s; median of %d)\n\n",
            human(bytes, h, sizeof h), reps);
     printf("| clients | gddr MB/s | raw ZeroMQ MB/s | ratio |\n|---|---|---|---|\n");
