@@ -28,30 +28,37 @@ char *ps_metrics_page(gddr_ps *ps)
     return page;
 }
 
-void ps_reload(gddr_ps *ps)
+/* The file's settings (and the command line's, which win) in *fresh; -1
+ * with the reason logged when they do not read, apply or validate. */
+static int reload_read(gddr_ps *ps, gddr_ps_config *fresh)
 {
+    char err[512];
     if (!ps->cfg_path[0]) {
         gddr_log(GDDR_LOG_WARN, "SIGHUP: no config file to reload");
-        return;
+        return -1;
     }
-    gddr_ps_config fresh;
-    char err[512];
-    if (ps_config_read(&fresh, ps->cfg_path, err, sizeof err) < 0) {
-        gddr_log(GDDR_LOG_ERROR, "SIGHUP: keeping the old settings: %s", err);
-        return;
-    }
+    if (ps_config_read(fresh, ps->cfg_path, err, sizeof err) < 0)
+        goto refused;
     /* The command line still wins over the file, as it did at start. */
-    for (int i = 0; i < ps->noverrides; i++) {
-        if (ps_config_apply_override(&fresh, ps->overrides[i], err, sizeof err) < 0) {
-            gddr_log(GDDR_LOG_ERROR, "SIGHUP: keeping the old settings: %s", err);
-            return;
-        }
-    }
-    if (ps_config_validate(&fresh, ps->cfg_path, err, sizeof err) < 0) {
-        gddr_log(GDDR_LOG_ERROR, "SIGHUP: keeping the old settings: %s", err);
+    for (int i = 0; i < ps->noverrides; i++)
+        if (ps_config_apply_override(fresh, ps->overrides[i], err, sizeof err) < 0)
+            goto refused;
+    if (ps_config_validate(fresh, ps->cfg_path, err, sizeof err) < 0)
+        goto refused;
+    return 0;
+refused:
+    gddr_log(GDDR_LOG_ERROR, "SIGHUP: keeping the old settings: %s", err);
+    return -1;
+}
+
+void ps_reload(gddr_ps *ps)
+{
+    gddr_ps_config fresh;
+    if (reload_read(ps, &fresh) < 0) {
+        ps->reload_failures++;
         return;
     }
-    int changed = 0;
+    int changed = 0, afill = ps->cfg.async_fill;
     for (const gddr__conf_key *k = ps_conf_table; k->name; k++) {
         char a[GDDR_CONF_STRMAX + 32], b[GDDR_CONF_STRMAX + 32];
         gddr__conf_format(k, &ps->cfg, a, sizeof a);
@@ -78,6 +85,12 @@ void ps_reload(gddr_ps *ps)
         if (t->tau > ps->cfg.tau_max)
             t->tau = (int)ps->cfg.tau_max;
     }
+    /* moment keeps no fresh values: after a switch either way, what recent
+     * would find is from before it. m-hat stands in until each chunk is
+     * next sent fresh. (Sync steps keep their own sums there: untouched.) */
+    if (ps->cfg.async_fill != afill && ps_tensor_mode(ps, NULL) != GDDR_PS_MODE_SYNC)
+        ps_tensor_fresh_reset(ps);
+    ps->reloads++;
     gddr_log(GDDR_LOG_INFO, "SIGHUP: reloaded %s, %d key(s) changed", ps->cfg_path, changed);
 }
 

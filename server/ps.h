@@ -311,6 +311,7 @@ typedef struct gddr_ps {
     uint64_t pview_resyncs;              /* lazy or delta pulls answered whole: a reply was lost */
     uint64_t rejected[PS_NERR];
     uint64_t deaths, rejoins;
+    uint64_t reloads, reload_failures; /* SIGHUPs handled: applied / refused (ops.c) */
     ps_stale stale;
     int alarm_on;
     int64_t last_refusal_log_ms;  /* refusals are logged at most once a second */
@@ -398,6 +399,9 @@ void ps_settle_all(gddr_ps *ps);
 /* The mode in force now (hybrid: async during the warm-up); t, when given,
  * may end the warm-up (its version reached async_warmup_steps). */
 int ps_tensor_mode(gddr_ps *ps, const ps_tensor *t);
+/* Every tensor's last fresh values (async_fill = recent) forgotten: the
+ * warm-up ended, or async_fill was reloaded (they were not kept meanwhile). */
+void ps_tensor_fresh_reset(gddr_ps *ps);
 /* Per-chunk offsets of a payload laid out by bitmap bm (NULL: dense). */
 void ps_chunk_offsets(const ps_tensor *t, const uint8_t *bm, int64_t *off);
 struct ps_job;

@@ -156,6 +156,11 @@ char *ps_metrics_text(gddr_ps *ps)
                       (double)(now - ps->workers[r].last_seen_ms) / 1000.0);
     sb_printf(&b, "# HELP gddr_worker_deaths_total Workers declared dead.\n# TYPE gddr_worker_deaths_total counter\n"
                   "gddr_worker_deaths_total %llu\n", (unsigned long long)ps->deaths);
+    sb_printf(&b, "# HELP gddr_config_reloads_total SIGHUP reloads of the config file applied.\n"
+                  "# TYPE gddr_config_reloads_total counter\ngddr_config_reloads_total %llu\n"
+                  "# HELP gddr_config_reload_failures_total SIGHUP reloads refused (the old settings kept).\n"
+                  "# TYPE gddr_config_reload_failures_total counter\ngddr_config_reload_failures_total %llu\n",
+              (unsigned long long)ps->reloads, (unsigned long long)ps->reload_failures);
     sb_printf(&b, "# HELP gddr_sync_stalls_total Sync steps closed as they were after waiting sync_stall_s for live workers.\n"
                   "# TYPE gddr_sync_stalls_total counter\ngddr_sync_stalls_total %llu\n",
               (unsigned long long)ps->sync_stalls);

@@ -254,8 +254,10 @@ ps_tensor *ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
  * one, while another worker did the opposite, and each step then waited
  * for a push the other would only send after its own step completed.) */
 /* The async warm-up is over: every tensor's last fresh values (async_fill,
- * apply.c) cleared, for the sync steps to sum fresh pushes into. */
-static void fresh_reset(gddr_ps *ps)
+ * apply.c) cleared, for the sync steps to sum fresh pushes into. Also when a
+ * reload switches async_fill (ops.c): moment does not keep them, so what
+ * recent found again would be values from before the switch. */
+void ps_tensor_fresh_reset(gddr_ps *ps)
 {
     for (size_t i = 0; i < ps->ntensors; i++) {
         ps_tensor *t = ps->tensors[i];
@@ -273,7 +275,7 @@ int ps_tensor_mode(gddr_ps *ps, const ps_tensor *t)
         return ps->cfg.mode;
     if (t && t->version >= (uint64_t)ps->cfg.async_warmup_steps) {
         ps->warmup_over = 1;
-        fresh_reset(ps);
+        ps_tensor_fresh_reset(ps);
         gddr_log(GDDR_LOG_INFO, "async warm-up over: tensor '%s' reached version %llu, sync from now on",
                  t->key, (unsigned long long)t->version);
         return GDDR_PS_MODE_SYNC;

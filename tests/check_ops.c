@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <check.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -16,15 +17,8 @@
 #include <unistd.h>
 
 #include "gddr/gddr.h"
+#include "files.h"
 #include "suites.h"
-
-static void write_file(const char *path, const char *text)
-{
-    FILE *f = fopen(path, "w");
-    ck_assert_ptr_nonnull(f);
-    ck_assert_int_ge(fputs(text, f), 0);
-    ck_assert_int_eq(fclose(f), 0);
-}
 
 static gddr_client *client_rank(const char *ep, int rank, int world)
 {
@@ -58,7 +52,7 @@ START_TEST(test_sighup_reload)
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(path, sizeof path, "%s/ps.ini", dir);
     snprintf(at, sizeof at, "@%s", path);
-    write_file(path, "[optimizer]\nlr = 0.5\nadadelay = 0\n");
+    gt_write_file(path, "[optimizer]\nlr = 0.5\nadadelay = 0\n");
     /* momentum comes from the command line and must survive reloads. */
     const char *sets[] = { at, "momentum=0", NULL };
     gt_server s;
@@ -71,21 +65,22 @@ START_TEST(test_sighup_reload)
     ck_assert_float_eq(step_lr(c, id, w), 0.5f);
 
     /* A new lr in the file takes effect after SIGHUP, without a restart. */
-    write_file(path, "[optimizer]\nlr = 0.25\n[server]\nthreads = 3\n");
+    gt_write_file(path, "[optimizer]\nlr = 0.25\n[server]\nthreads = 3\n");
     ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
-    gt_sleep_ms(700); /* the front thread checks the flag at least every 250 ms */
+    gt_wait_metric(c, "gddr_config_reloads_total", 1, 30000);
     ck_assert_float_eq(step_lr(c, id, w), 0.25f);
 
     /* A file that no longer parses is refused whole: lr stays 0.25. */
-    write_file(path, "[optimizer]\nlr = fast\n");
+    gt_write_file(path, "[optimizer]\nlr = fast\n");
     ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
-    gt_sleep_ms(700);
+    gt_wait_metric(c, "gddr_config_reload_failures_total", 1, 30000);
+    ck_assert_float_eq(gt_server_metric(c, "gddr_config_reloads_total"), 1);
     ck_assert_float_eq(step_lr(c, id, w), 0.25f);
 
     /* A command-line override wins over the file at every reload. */
-    write_file(path, "[optimizer]\nlr = 0.125\nmomentum = 0.5\n");
+    gt_write_file(path, "[optimizer]\nlr = 0.125\nmomentum = 0.5\n");
     ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
-    gt_sleep_ms(700);
+    gt_wait_metric(c, "gddr_config_reloads_total", 2, 30000);
     ck_assert_float_eq(step_lr(c, id, w), 0.125f);
     ck_assert_float_eq(step_lr(c, id, w), 0.125f); /* momentum 0.5 would make this 0.1875 */
 
@@ -200,22 +195,11 @@ START_TEST(test_heartbeat_keeps_idle_worker_alive)
 }
 END_TEST
 
-/* A counter's value in a metrics page (-1 when absent). */
-static long long metric(const char *text, const char *name)
-{
-    char needle[128];
-    snprintf(needle, sizeof needle, "\n%s ", name);
-    const char *at = strstr(text, needle);
-    return at ? atoll(at + strlen(needle)) : -1;
-}
-
+/* A counter of the server c talks to (-1 when absent). */
 static long long server_metric(gddr_client *c, const char *name)
 {
-    char *text = NULL;
-    ck_assert_int_eq(gddr_server_metrics_text(c, &text), GDDR_OK);
-    long long v = metric(text, name);
-    free(text);
-    return v;
+    double v = gt_server_metric(c, name);
+    return isnan(v) ? -1 : (long long)v;
 }
 
 /* Checkpoints every 0.1 s. Once one holds the state, an idle server

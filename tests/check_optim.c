@@ -32,7 +32,9 @@
  *                         the estimate, and the credits come off exactly;
  *                         async_fill = moment keeps m-hat; when an async
  *                         warm-up ends, the first sync step's fill is
- *                         the fresh mean of that step alone
+ *                         the fresh mean of that step alone; after a
+ *                         SIGHUP switches async_fill, m-hat stands in
+ *                         until a fresh push (no values from before)
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -767,6 +769,33 @@ static uint32_t open_two(gt_server *s, raw_conn *w0, raw_conn *w1, const char *k
     return id;
 }
 
+/* The server's Adam over FN values, step by step, for the async fill cases. */
+typedef struct adam_model {
+    float w[FN], m[FN], v[FN];
+    int k;     /* the version the last step made */
+    float lr;
+} adam_model;
+
+/* One step of the model for values pushed with the pusher's credits cr:
+ * chunk 1 of a held push (vals then holds chunk 0 only) is stepped with
+ * est, or m-hat when est is NULL, and credited; a chunk sent takes its
+ * credit off. */
+static void ref_step(adam_model *a, const float *vals, float *cr, int held, const float *est)
+{
+    a->k++;
+    for (size_t i = 0; i < FN; i++) {
+        float d;
+        if (i < 4 || !held) {
+            d = vals[i] - cr[i];
+            cr[i] = 0;
+        } else {
+            d = est ? est[i] : a->m[i] * (float)(1.0 / (1.0 - pow(0.9, a->k - 1)));
+            cr[i] += d;
+        }
+        adam_ref(&a->w[i], &a->m[i], &a->v[i], d, a->k, a->lr);
+    }
+}
+
 /* Two async workers under adam: w1 holds chunk 1 (elements 4-7) twice;
  * what stands in for it is the chunk's last fresh push (w0's, async_fill =
  * recent; m-hat before the first one) or always m-hat (moment). w1's
@@ -779,51 +808,30 @@ static void async_fill_recent_case(const char *afill, int recent)
     static const float gb[4] = { 1, -1, 0.25f, 0.5f };                  /* w1, chunk 1 held */
     static const float gc[FN] = { 2, 1, -1, 0.5f, -2, 4, 0.5f, -3 };     /* w1: the release */
     static const float gd[4] = { -0.5f, 2, 1, -1 };                     /* w1, chunk 1 held */
-    const float lr = 0.01f;
     gt_server s;
     START_SERVER(s, "mode=async", "workers=2", "lr=0.01", "chunk=4", "kind=adam", afill);
     raw_conn w0, w1;
     uint32_t id = open_two(&s, &w0, &w1, "ar");
     uint8_t bm = 0x01;
-    float w[FN] = { 0 }, m[FN] = { 0 }, v[FN] = { 0 }, none[FN] = { 0 }, cred[FN] = { 0 };
-    int k = 0;
+    adam_model a = { .lr = 0.01f };
+    float none[FN] = { 0 }, cred[FN] = { 0 };
     float got[FN];
     char what[96];
-    /* one reference step of version k for the values pushed with the
-     * pusher's credits cr (chunk 1 of a held push filled: est, or m-hat when
-     * est is NULL) */
-#define REF_STEP(vals, cr, held, est)                                                            \
-    do {                                                                                         \
-        const float *e_ = (est);                                                                 \
-        k++;                                                                                     \
-        for (size_t i = 0; i < FN; i++) {                                                        \
-            float d;                                                                             \
-            if (i < 4 || !(held)) {                                                              \
-                d = (vals)[i] - (cr)[i];                                                         \
-                (cr)[i] = 0;                                                                     \
-            } else {                                                                             \
-                d = e_ ? e_[i] : m[i] * (float)(1.0 / (1.0 - pow(0.9, k - 1)));            \
-                (cr)[i] += d;                                                                    \
-            }                                                                                    \
-            adam_ref(&w[i], &m[i], &v[i], d, k, lr);                                             \
-        }                                                                                        \
-    } while (0)
     raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
-    REF_STEP(g1, none, 0, (const float *)NULL);
+    ref_step(&a, g1, none, 0, NULL);
     raw_push_full(&w1, id, ga, 4, &bm, 1, 1, 0, 1); /* the first holder: no estimate yet */
-    REF_STEP(ga, cred, 1, (const float *)NULL);
+    ref_step(&a, ga, cred, 1, NULL);
     raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
-    REF_STEP(g3, none, 0, (const float *)NULL);
+    ref_step(&a, g3, none, 0, NULL);
     raw_push_full(&w1, id, gb, 4, &bm, 1, 1, 0, 3); /* recent: w0's g3 stands in */
-    REF_STEP(gb, cred, 1, recent ? g3 : NULL);
+    ref_step(&a, gb, cred, 1, recent ? g3 : NULL);
     raw_push_full(&w1, id, gc, FN, NULL, 0, 0, 0, 4); /* the release, net of both credits */
-    REF_STEP(gc, cred, 0, (const float *)NULL);
+    ref_step(&a, gc, cred, 0, NULL);
     raw_push_full(&w1, id, gd, 4, &bm, 1, 1, 0, 5); /* g3 still: a release is not fresh */
-    REF_STEP(gd, cred, 1, recent ? g3 : NULL);
-#undef REF_STEP
+    ref_step(&a, gd, cred, 1, recent ? g3 : NULL);
     server_values_within(s.endpoint, "ar", got, FN, 6, WAIT_MS);
     snprintf(what, sizeof what, "%s: after six pushes", afill);
-    assert_near(got, w, FN, 1e-6f, what);
+    assert_near(got, a.w, FN, 1e-6f, what);
     raw_close(&w0);
     raw_close(&w1);
     stop_server(&s);
@@ -870,11 +878,68 @@ static void async_fill_warmup_ends_case(void)
     stop_server(&s);
 }
 
+/* async_fill switched by SIGHUP, recent -> moment -> recent: moment keeps
+ * no fresh values, so after the switch back a held chunk is stepped with
+ * m-hat until the chunk is next sent fresh, never with the values recent
+ * kept before the switch (w0's g3 here, two fresh pushes old by then). */
+static void async_fill_reload_case(void)
+{
+    static const float g1[FN] = { 1, 2, 3, 4, 0.5f, -1, 2, -0.25f };    /* w0 */
+    static const float ga[4] = { 0.5f, 0.5f, -1, 1 };                   /* w1, chunk 1 held */
+    static const float g3[FN] = { -1, 1, 0.5f, 2, 3, -0.5f, 1.5f, 1 };   /* w0: recent keeps it */
+    static const float g4[FN] = { 2, 1, -1, 0.5f, -2, 4, 0.5f, -3 };     /* w0, under moment */
+    static const float gb[4] = { 1, -1, 0.25f, 0.5f };                  /* w1, held: m-hat */
+    static const float g5[FN] = { 0.5f, -1, 1, 1, -1, 2, -0.5f, 1.5f };  /* w0: fresh again */
+    static const float gd[4] = { -0.5f, 2, 1, -1 };                     /* w1, held: g5 */
+    char dir[64], path[96], at[100], what[96];
+    gt_mk_tmpdir(dir, sizeof dir);
+    snprintf(path, sizeof path, "%s/ps.ini", dir);
+    snprintf(at, sizeof at, "@%s", path);
+    gt_write_file(path, "[consistency]\nasync_fill = recent\n");
+    gt_server s;
+    START_SERVER(s, at, "mode=async", "workers=2", "lr=0.01", "chunk=4", "kind=adam");
+    raw_conn w0, w1;
+    uint32_t id = open_two(&s, &w0, &w1, "hup");
+    gddr_client *obs = open_observer_on(s.endpoint, WAIT_MS);
+    uint8_t bm = 0x01;
+    adam_model a = { .lr = 0.01f };
+    float none[FN] = { 0 }, cred[FN] = { 0 }, got[FN];
+    raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
+    ref_step(&a, g1, none, 0, NULL);
+    raw_push_full(&w1, id, ga, 4, &bm, 1, 1, 0, 1);
+    ref_step(&a, ga, cred, 1, NULL);
+    raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
+    ref_step(&a, g3, none, 0, NULL);
+    gt_write_file(path, "[consistency]\nasync_fill = moment\n");
+    ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
+    gt_wait_metric(obs, "gddr_config_reloads_total", 1, WAIT_MS);
+    raw_push_full(&w0, id, g4, FN, NULL, 0, 0, 0, 3);
+    ref_step(&a, g4, none, 0, NULL);
+    gt_write_file(path, "[consistency]\nasync_fill = recent\n");
+    ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
+    gt_wait_metric(obs, "gddr_config_reloads_total", 2, WAIT_MS);
+    raw_push_full(&w1, id, gb, 4, &bm, 1, 1, 0, 4);
+    ref_step(&a, gb, cred, 1, NULL);
+    raw_push_full(&w0, id, g5, FN, NULL, 0, 0, 0, 5);
+    ref_step(&a, g5, none, 0, NULL);
+    raw_push_full(&w1, id, gd, 4, &bm, 1, 1, 0, 6);
+    ref_step(&a, gd, cred, 1, g5);
+    server_values_within(s.endpoint, "hup", got, FN, 7, WAIT_MS);
+    snprintf(what, sizeof what, "async_fill reloaded recent -> moment -> recent");
+    assert_near(got, a.w, FN, 1e-6f, what);
+    gddr_client_close(&obs);
+    raw_close(&w0);
+    raw_close(&w1);
+    stop_server(&s);
+    gt_rm_rf(dir);
+}
+
 START_TEST(test_async_fill_recent)
 {
     async_fill_recent_case("async_fill=recent", 1);
     async_fill_recent_case("async_fill=moment", 0);
     async_fill_warmup_ends_case();
+    async_fill_reload_case();
 }
 END_TEST
 

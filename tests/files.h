@@ -8,6 +8,7 @@
  *   gt_start_logged(&s, log, sets);          // gddr-ps at log level info
  *   ck_assert(gt_wait_for_text(log, "worker 0 joined", 30000) >= 0);
  *   double v = gt_server_metric(client, "gddr_pushes_total");
+ *   gt_wait_metric(client, "gddr_config_reloads_total", 1, 30000);
  *   gt_rm_rf(dir);
  */
 #ifndef GDDR_TESTS_FILES_H
@@ -165,6 +166,30 @@ static inline double gt_server_metric(gddr_client *c, const char *name)
     double v = gt_metric_of(text, name);
     free(text);
     return v;
+}
+
+/* Waits until the metric reaches at least `atleast` (an event the server
+ * counts, such as a SIGHUP it has handled), asking every 20 ms for up to
+ * timeout_ms; returns the value it reached. */
+static inline double gt_wait_metric(gddr_client *c, const char *name, double atleast, int timeout_ms)
+{
+    int64_t deadline = gt_now_ms() + timeout_ms;
+    double v = gt_server_metric(c, name);
+    while (!(v >= atleast) && gt_now_ms() < deadline) {
+        gt_sleep_ms(20);
+        v = gt_server_metric(c, name);
+    }
+    ck_assert_msg(v >= atleast, "%s is %g after %d ms, expected at least %g", name, v, timeout_ms, atleast);
+    return v;
+}
+
+/* path replaced by text. */
+static inline void gt_write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    ck_assert_msg(f != NULL, "cannot write %s: %s", path, strerror(errno));
+    ck_assert_int_ge(fputs(text, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
 }
 
 #endif
