@@ -36,31 +36,43 @@ static void idle_1ms(void)
     nanosleep(&ts, NULL);
 }
 
-/* The median microseconds of one gddr_push in case k, over `it` pushes. */
-static double gddr_case(gddr_client *c, int id, const float *g, float *p, int k, int it, double *t)
+/* What a case drives: libgddr-client against gddr-ps, or the raw client
+ * against the raw server, each with the same payload. */
+typedef struct gap_target {
+    gddr_client *c;
+    int id;
+    raw_client *r;
+    const float *g;
+    float *p;
+    size_t bytes;
+} gap_target;
+
+static void gap_pull(gap_target *x)
 {
-    for (int i = 0; i < it; i++) {
-        if (k == 1)
-            idle_1ms();
-        else if (k == 2 && gddr_pull(c, id, p, 0, NULL) != GDDR_OK)
-            bench_die("gap: pull: %s", gddr_client_errmsg(c));
-        double t0 = bench_now();
-        if (gddr_push(c, id, g, NULL) != GDDR_OK)
-            bench_die("gap: push: %s", gddr_client_errmsg(c));
-        t[i] = (bench_now() - t0) * 1e6;
-    }
-    return bench_median(t, it);
+    if (x->r)
+        raw_pull(x->r, x->p, x->bytes);
+    else if (gddr_pull(x->c, x->id, x->p, 0, NULL) != GDDR_OK)
+        bench_die("gap: pull: %s", gddr_client_errmsg(x->c));
 }
 
-static double raw_case(raw_client *r, const float *g, float *p, size_t bytes, int k, int it, double *t)
+static void gap_push(gap_target *x)
+{
+    if (x->r)
+        raw_push(x->r, x->g, x->bytes);
+    else if (gddr_push(x->c, x->id, x->g, NULL) != GDDR_OK)
+        bench_die("gap: push: %s", gddr_client_errmsg(x->c));
+}
+
+/* The median microseconds of one push in case k, over `it` pushes. */
+static double gap_case(gap_target *x, int k, int it, double *t)
 {
     for (int i = 0; i < it; i++) {
         if (k == 1)
             idle_1ms();
         else if (k == 2)
-            raw_pull(r, p, bytes);
+            gap_pull(x);
         double t0 = bench_now();
-        raw_push(r, g, bytes);
+        gap_push(x);
         t[i] = (bench_now() - t0) * 1e6;
     }
     return bench_median(t, it);
@@ -90,11 +102,13 @@ void bench_gap_section(size_t bytes, int reps, int iters)
     raw_connect(&r, rs.endpoint);
     raw_roundtrips(&r, g, p, bytes); /* connect and warm up */
 
+    gap_target gx = { .c = c, .id = id, .g = g, .p = p, .bytes = bytes };
+    gap_target rx = { .r = &r, .g = g, .p = p, .bytes = bytes };
     double gm[GAP_CASES][GAP_MAXREPS], rm[GAP_CASES][GAP_MAXREPS];
     for (int rep = 0; rep < reps; rep++)
         for (int k = 0; k < GAP_CASES; k++) {
-            gm[k][rep] = gddr_case(c, id, g, p, k, iters, t);
-            rm[k][rep] = raw_case(&r, g, p, bytes, k, iters, t);
+            gm[k][rep] = gap_case(&gx, k, iters, t);
+            rm[k][rep] = gap_case(&rx, k, iters, t);
         }
     printf("\n## one push of %zu KiB by what came before it (us per push call, ack included; "
            "median of %d pushes, then of %d repetitions)\n\n",
