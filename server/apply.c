@@ -151,10 +151,21 @@ static void apply_chunk(const ps_job *j, size_t c)
             j->sq[c] = g ? gddr_sumsq_cpu(g, len) : 0.0;
         if (!g && j->held && j->fw && j->kind == PS_JOB_APPLY) {
             /* Held by the pusher (async fill, adam): the chunk's last fresh
-             * push stands in (async_fill = recent), or m-hat. */
-            const float *est = j->facc && t->fcnt[c] ? j->facc + lo : NULL;
+             * push stands in (async_fill = recent), or m-hat (moment). */
             j->fw->open[c] = 1;
-            ps_upd_fill(&j->upd, out, w, s1, s2, j->fw->cred + lo, est, len);
+            if (!j->facc) {
+                ps_upd_fill(&j->upd, out, w, s1, s2, j->fw->cred + lo, NULL, len);
+                return;
+            }
+            /* recent: only values the holder has not had yet, from another
+             * worker; else the chunk waits for its release (fill.c says why) */
+            uint32_t stamp = t->fcnt[c];
+            if (stamp && t->fsrc[c] != j->rank && stamp != j->fw->seen[c]) {
+                j->fw->seen[c] = stamp;
+                ps_upd_fill(&j->upd, out, w, s1, s2, j->fw->cred + lo, j->facc + lo, len);
+            } else if (j->dst) {
+                memcpy(out, w, len * sizeof *out);
+            }
             return;
         }
         if (!g) {
@@ -165,7 +176,8 @@ static void apply_chunk(const ps_job *j, size_t c)
         float gs = j->vscale * j->scale;
         if (j->facc && j->kind == PS_JOB_APPLY && !(j->fw && j->fw->open[c])) {
             keep_fresh(j->facc + lo, g, j->vscale, len); /* fresh: the next holders' estimate */
-            t->fcnt[c] = 1;
+            t->fcnt[c] = j->stamp;
+            t->fsrc[c] = j->rank;
         }
         if (j->fw) {
             j->fw->open[c] = 0;

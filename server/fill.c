@@ -71,6 +71,12 @@ static size_t fw_bytes(size_t n, size_t nchunks)
     return n * sizeof(float) + 2 * nchunks;
 }
 
+/* What it holds in memory: that and the stamps of the fills it got. */
+static size_t fw_mem(size_t n, size_t nchunks)
+{
+    return fw_bytes(n, nchunks) + nchunks * sizeof(uint32_t);
+}
+
 void ps_fill_fresh_alloc(gddr_ps *ps, ps_tensor *t)
 {
     ps_optim tmp;
@@ -78,21 +84,22 @@ void ps_fill_fresh_alloc(gddr_ps *ps, ps_tensor *t)
         return;
     t->facc = calloc(t->n, sizeof(float));
     t->fcnt = calloc(t->nchunks, sizeof *t->fcnt);
-    if (!t->facc || !t->fcnt) {
+    t->fsrc = calloc(t->nchunks, sizeof *t->fsrc);
+    if (!t->facc || !t->fcnt || !t->fsrc) {
         /* The carriers' mean stays the fill: slower, not wrong. */
-        free(t->facc), free(t->fcnt);
-        t->facc = NULL, t->fcnt = NULL;
+        free(t->facc), free(t->fcnt), free(t->fsrc);
+        t->facc = NULL, t->fcnt = NULL, t->fsrc = NULL;
         return;
     }
 }
 
-/* The default: every expected worker's credits and hold bytes (fw_bytes)
- * for the whole model. */
+/* The default: every expected worker's fill state (fw_mem) for the whole
+ * model. */
 static uint64_t fill_limit(gddr_ps *ps)
 {
     if (ps->cfg.max_fill_bytes > 0)
         return (uint64_t)ps->cfg.max_fill_bytes;
-    return ps_per_worker_bound(ps, 4, 2, 0);
+    return ps_per_worker_bound(ps, 4, 6, 0);
 }
 
 ps_fillw *ps_fill_find(gddr_ps *ps, uint32_t rank, uint32_t id)
@@ -108,7 +115,7 @@ static ps_fillw *fill_get(gddr_ps *ps, uint32_t rank, ps_tensor *t, int bounded)
     ps_fillw *fw = ps_fill_find(ps, rank, t->id);
     if (fw)
         return fw;
-    if (bounded && (uint64_t)ps_fill_bytes() + fw_bytes(t->n, t->nchunks) > fill_limit(ps)) {
+    if (bounded && (uint64_t)ps_fill_bytes() + fw_mem(t->n, t->nchunks) > fill_limit(ps)) {
         static int said;
         if (!said++)
             gddr_log(GDDR_LOG_WARN, "max_fill_bytes reached: worker %u's held chunks of '%s' count as "
@@ -132,13 +139,14 @@ static ps_fillw *fill_get(gddr_ps *ps, uint32_t rank, ps_tensor *t, int bounded)
         fw->cred = calloc(t->n, sizeof(float));
         fw->held = calloc(t->nchunks, 1);
         fw->open = calloc(t->nchunks, 1);
+        fw->seen = calloc(t->nchunks, sizeof *fw->seen);
     }
-    if (!fw || !fw->cred || !fw->held || !fw->open) {
+    if (!fw || !fw->cred || !fw->held || !fw->open || !fw->seen) {
         if (fw)
-            free(fw->cred), free(fw->held), free(fw->open), free(fw);
+            free(fw->cred), free(fw->held), free(fw->open), free(fw->seen), free(fw);
         return NULL;
     }
-    atomic_fetch_add(&fill_bytes, (long long)fw_bytes(t->n, t->nchunks));
+    atomic_fetch_add(&fill_bytes, (long long)fw_mem(t->n, t->nchunks));
     w->fw[t->id] = fw;
     /* The first holder of t: the fresh-push sums, from this push on (after
      * the update in flight, which must not see them appear). */
@@ -178,10 +186,11 @@ void ps_fill_free_worker(gddr_ps *ps, ps_worker *w)
                     break;
                 }
         }
-        atomic_fetch_sub(&fill_bytes, (long long)fw_bytes(fw->n, fw->nchunks));
+        atomic_fetch_sub(&fill_bytes, (long long)fw_mem(fw->n, fw->nchunks));
         free(fw->cred);
         free(fw->held);
         free(fw->open);
+        free(fw->seen);
         free(fw);
     }
     free(w->fw);

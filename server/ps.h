@@ -120,6 +120,8 @@ typedef struct ps_fillw {
     uint8_t *held;        /* per chunk: holds in the open step */
     uint8_t *open;        /* per chunk: held since it last sent it (its next push of it
                            * is a release: its own gradients minus the credits) */
+    uint32_t *seen;       /* per chunk (async_fill = recent): the stamp (t->fcnt) of the
+                           * fresh values it was last filled with; not in checkpoints */
 } ps_fillw;
 
 /* Sync steps after a restore (members.c ps_align_*, explained in sync.c),
@@ -166,7 +168,9 @@ typedef struct ps_tensor {
                         * chunk back since they last sent it); in async and ssp mode
                         * (adam, adamw, async_fill = recent) the last fresh push's
                         * values instead. NULL until a worker first held a chunk of it */
-    uint32_t *fcnt;    /* per chunk: how many fresh pushes facc holds (async: 0 or 1) */
+    uint32_t *fcnt;    /* per chunk: how many fresh pushes facc holds (async: 0 none, else
+                        * a stamp of the push that wrote it, the tensor's version after it) */
+    uint32_t *fsrc;    /* per chunk (async): the rank whose push wrote facc */
     double step_lr;    /* the lr of the step's last push (0: the tensor's) */
     ps_fillw **holders; /* fill states of the workers holding chunks in this step
                          * (max_workers entries; fill.c) */
@@ -541,6 +545,8 @@ typedef struct ps_job {
     int held;               /* ACC, APPLY: its absent chunks are held (fill), not zeros
                              * (APPLY: adam/adamw only, see ps_upd_fill) */
     uint32_t npushes;       /* SYNC: pushes in the step (the fill mean's weight) */
+    uint32_t rank;          /* APPLY: the pusher's rank */
+    uint32_t stamp;         /* APPLY: the push's stamp for the fresh values it leaves (never 0) */
     float *facc;            /* SYNC: t->facc as the step's pushes found it (NULL: the
                              * carriers' mean is the fill, see fill.c); APPLY: t->facc as
                              * the recent fresh values (async_fill = recent; NULL: m-hat) */

@@ -365,6 +365,8 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         job.held = held && job.fw;
         if (ps->cfg.async_fill == PS_AFILL_RECENT && ps_upd_fills(&job.upd))
             job.facc = t->facc; /* NULL until the tensor's first holder (fill.c) */
+        job.rank = rq->rank;
+        job.stamp = (uint32_t)(t->version + 1) ? (uint32_t)(t->version + 1) : 1;
         submit_push(ps, t, &job, fresh, src);
         t->version++;
         ps->versions_total++;

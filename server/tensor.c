@@ -195,6 +195,7 @@ void ps_tensor_free(ps_tensor *t)
     free(t->cnt);
     free(t->facc);
     free(t->fcnt);
+    free(t->fsrc);
     free(t->holders);
     free(t->holders_alt);
     free(t->contrib);

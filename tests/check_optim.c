@@ -23,18 +23,21 @@
  *                         expected worker's fill state and the fresh sums
  *                         of a 4 MiB tensor (no worker is left without fill)
  *   async_adam_fill       async adam: a chunk a push holds back is stepped
- *                         with m-hat, credited, and the credit comes off
- *                         when the chunk is sent (not with fill_held off,
- *                         nor for sgd)
+ *                         with m-hat (async_fill = moment), credited, and
+ *                         the credit comes off when the chunk is sent (not
+ *                         with fill_held off, nor for sgd, nor under recent
+ *                         with one worker)
  *   async_fill_recent     async adam, two workers: a held chunk is stepped
- *                         with the last fresh push of it from any worker
- *                         (async_fill = recent), a release does not become
- *                         the estimate, and the credits come off exactly;
- *                         async_fill = moment keeps m-hat; when an async
- *                         warm-up ends, the first sync step's fill is
- *                         the fresh mean of that step alone; after a
- *                         SIGHUP switches async_fill, m-hat stands in
- *                         until a fresh push (no values from before)
+ *                         with the last fresh push of it from another
+ *                         worker (async_fill = recent), each such push
+ *                         once per holder, else not at all; a release
+ *                         does not become the estimate, and the credits
+ *                         come off exactly; one worker's own pushes never
+ *                         stand in for its held chunks; async_fill =
+ *                         moment keeps m-hat; when an async warm-up ends,
+ *                         the first sync step's fill is the fresh mean of
+ *                         that step alone; after a SIGHUP switches
+ *                         async_fill, no values from before stand in
  */
 #define _GNU_SOURCE
 #include <check.h>
@@ -701,14 +704,14 @@ static void adam_ref(float *w, float *m, float *v, float d, int k, float lr)
     *w = *w - lr * ((*m * bc1) / (sqrtf(*v * bc2) + eps));
 }
 
-static void async_fill_case(const char *kind, const char *fill, int filled)
+static void async_fill_case(const char *kind, const char *fill, const char *afill, int filled)
 {
     static const float g1[FN] = { 1, 2, 3, 4, 0.5f, -1, 2, -0.25f };
     static const float g2[4] = { 0.5f, 0.5f, -1, 1 };                    /* chunk 0; chunk 1 held */
     static const float g3[FN] = { 1, -2, 1, 1, 1.5f, -2, 3, 0.75f };     /* chunk 1: two steps' sum */
     const float lr = 0.01f;
     gt_server s;
-    START_SERVER(s, "mode=async", "workers=1", "lr=0.01", "chunk=4", kind, fill);
+    START_SERVER(s, "mode=async", "workers=1", "lr=0.01", "chunk=4", kind, fill, afill);
     raw_conn w0;
     raw_open(&w0, s.endpoint);
     raw_hello(&w0, 0, 1);
@@ -751,9 +754,11 @@ static void async_fill_case(const char *kind, const char *fill, int filled)
 
 START_TEST(test_async_adam_fill)
 {
-    async_fill_case("kind=adam", "fill_held=true", 1);
-    async_fill_case("kind=adam", "fill_held=false", 0);
-    async_fill_case("kind=sgd", "fill_held=true", 0);
+    async_fill_case("kind=adam", "fill_held=true", "async_fill=moment", 1);
+    /* recent: one worker's own pushes never stand in: as without fill */
+    async_fill_case("kind=adam", "fill_held=true", "async_fill=recent", 0);
+    async_fill_case("kind=adam", "fill_held=false", "async_fill=moment", 0);
+    async_fill_case("kind=sgd", "fill_held=true", "async_fill=moment", 0);
 }
 END_TEST
 
@@ -776,10 +781,15 @@ typedef struct adam_model {
     float lr;
 } adam_model;
 
+/* What a held chunk is stepped with in ref_step: m-hat, nothing (it waits
+ * for its release: async_fill = recent with no values the holder may use),
+ * or given values. */
+static const float FILL_MHAT[1], FILL_WAIT[1];
+
 /* One step of the model for values pushed with the pusher's credits cr:
  * chunk 1 of a held push (vals then holds chunk 0 only) is stepped with
- * est, or m-hat when est is NULL, and credited; a chunk sent takes its
- * credit off. */
+ * est (FILL_MHAT: m-hat; FILL_WAIT: not at all) and credited; a chunk sent
+ * takes its credit off. */
 static void ref_step(adam_model *a, const float *vals, float *cr, int held, const float *est)
 {
     a->k++;
@@ -788,18 +798,22 @@ static void ref_step(adam_model *a, const float *vals, float *cr, int held, cons
         if (i < 4 || !held) {
             d = vals[i] - cr[i];
             cr[i] = 0;
+        } else if (est == FILL_WAIT) {
+            continue;
         } else {
-            d = est ? est[i] : a->m[i] * (float)(1.0 / (1.0 - pow(0.9, a->k - 1)));
+            d = est == FILL_MHAT ? a->m[i] * (float)(1.0 / (1.0 - pow(0.9, a->k - 1))) : est[i];
             cr[i] += d;
         }
         adam_ref(&a->w[i], &a->m[i], &a->v[i], d, a->k, a->lr);
     }
 }
 
-/* Two async workers under adam: w1 holds chunk 1 (elements 4-7) twice;
- * what stands in for it is the chunk's last fresh push (w0's, async_fill =
- * recent; m-hat before the first one) or always m-hat (moment). w1's
- * release in between is not fresh and must not become the estimate. */
+/* Two async workers under adam: w1 holds chunk 1 (elements 4-7) three
+ * times; what stands in for it is the chunk's last fresh push (w0's,
+ * async_fill = recent), or always m-hat (moment). Under recent, a holder
+ * gets each fresh push's values once: before the first one, and when the
+ * last fresh push is one it had already (w1's release in between is not
+ * fresh and must not become the estimate), the chunk is not stepped. */
 static void async_fill_recent_case(const char *afill, int recent)
 {
     static const float g1[FN] = { 1, 2, 3, 4, 0.5f, -1, 2, -0.25f };    /* w0 */
@@ -818,17 +832,19 @@ static void async_fill_recent_case(const char *afill, int recent)
     float got[FN];
     char what[96];
     raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
-    ref_step(&a, g1, none, 0, NULL);
-    raw_push_full(&w1, id, ga, 4, &bm, 1, 1, 0, 1); /* the first holder: no estimate yet */
-    ref_step(&a, ga, cred, 1, NULL);
+    ref_step(&a, g1, none, 0, FILL_MHAT);
+    raw_push_full(&w1, id, ga, 4, &bm, 1, 1, 0, 1); /* the first holder: nothing fresh yet */
+    ref_step(&a, ga, cred, 1, recent ? FILL_WAIT : FILL_MHAT);
     raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
-    ref_step(&a, g3, none, 0, NULL);
+    ref_step(&a, g3, none, 0, FILL_MHAT);
     raw_push_full(&w1, id, gb, 4, &bm, 1, 1, 0, 3); /* recent: w0's g3 stands in */
-    ref_step(&a, gb, cred, 1, recent ? g3 : NULL);
+    ref_step(&a, gb, cred, 1, recent ? g3 : FILL_MHAT);
     raw_push_full(&w1, id, gc, FN, NULL, 0, 0, 0, 4); /* the release, net of both credits */
-    ref_step(&a, gc, cred, 0, NULL);
-    raw_push_full(&w1, id, gd, 4, &bm, 1, 1, 0, 5); /* g3 still: a release is not fresh */
-    ref_step(&a, gd, cred, 1, recent ? g3 : NULL);
+    ref_step(&a, gc, cred, 0, FILL_MHAT);
+    /* The release is not fresh, so g3 is still the last fresh push, and
+     * w1 had it already: the chunk waits. */
+    raw_push_full(&w1, id, gd, 4, &bm, 1, 1, 0, 5);
+    ref_step(&a, gd, cred, 1, recent ? FILL_WAIT : FILL_MHAT);
     server_values_within(s.endpoint, "ar", got, FN, 6, WAIT_MS);
     snprintf(what, sizeof what, "%s: after six pushes", afill);
     assert_near(got, a.w, FN, 1e-6f, what);
@@ -859,7 +875,8 @@ static void async_fill_warmup_ends_case(void)
     raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
     for (size_t i = 0; i < FN; i++) {
         adam_ref(&w[i], &m[i], &v[i], g1[i], 1, lr);
-        adam_ref(&w[i], &m[i], &v[i], i < 4 ? ga[i] : m[i] * (float)(1.0 / (1.0 - pow(0.9, 1))), 2, lr);
+        if (i < 4) /* chunk 1, held with nothing fresh from w0 since it was made: waits */
+            adam_ref(&w[i], &m[i], &v[i], ga[i], 2, lr);
         adam_ref(&w[i], &m[i], &v[i], g3[i], 3, lr);
     }
     server_values_within(s.endpoint, "hw", got, FN, 3, WAIT_MS);
@@ -879,9 +896,9 @@ static void async_fill_warmup_ends_case(void)
 }
 
 /* async_fill switched by SIGHUP, recent -> moment -> recent: moment keeps
- * no fresh values, so after the switch back a held chunk is stepped with
- * m-hat until the chunk is next sent fresh, never with the values recent
- * kept before the switch (w0's g3 here, two fresh pushes old by then). */
+ * no fresh values, so after the switch back a held chunk waits until the
+ * chunk is next sent fresh, never stepped with the values recent kept
+ * before the switch (w0's g3 here, two fresh pushes old by then). */
 static void async_fill_reload_case(void)
 {
     static const float g1[FN] = { 1, 2, 3, 4, 0.5f, -1, 2, -0.25f };    /* w0 */
@@ -905,23 +922,23 @@ static void async_fill_reload_case(void)
     adam_model a = { .lr = 0.01f };
     float none[FN] = { 0 }, cred[FN] = { 0 }, got[FN];
     raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
-    ref_step(&a, g1, none, 0, NULL);
+    ref_step(&a, g1, none, 0, FILL_MHAT);
     raw_push_full(&w1, id, ga, 4, &bm, 1, 1, 0, 1);
-    ref_step(&a, ga, cred, 1, NULL);
+    ref_step(&a, ga, cred, 1, FILL_WAIT);
     raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
-    ref_step(&a, g3, none, 0, NULL);
+    ref_step(&a, g3, none, 0, FILL_MHAT);
     gt_write_file(path, "[consistency]\nasync_fill = moment\n");
     ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
     gt_wait_metric(obs, "gddr_config_reloads_total", 1, WAIT_MS);
     raw_push_full(&w0, id, g4, FN, NULL, 0, 0, 0, 3);
-    ref_step(&a, g4, none, 0, NULL);
+    ref_step(&a, g4, none, 0, FILL_MHAT);
     gt_write_file(path, "[consistency]\nasync_fill = recent\n");
     ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
     gt_wait_metric(obs, "gddr_config_reloads_total", 2, WAIT_MS);
     raw_push_full(&w1, id, gb, 4, &bm, 1, 1, 0, 4);
-    ref_step(&a, gb, cred, 1, NULL);
+    ref_step(&a, gb, cred, 1, FILL_WAIT);
     raw_push_full(&w0, id, g5, FN, NULL, 0, 0, 0, 5);
-    ref_step(&a, g5, none, 0, NULL);
+    ref_step(&a, g5, none, 0, FILL_MHAT);
     raw_push_full(&w1, id, gd, 4, &bm, 1, 1, 0, 6);
     ref_step(&a, gd, cred, 1, g5);
     server_values_within(s.endpoint, "hup", got, FN, 7, WAIT_MS);
@@ -934,12 +951,52 @@ static void async_fill_reload_case(void)
     gt_rm_rf(dir);
 }
 
+/* One async worker under adam (recent): its own fresh pushes never stand
+ * in for the chunks it holds (they were applied once already, and with
+ * one worker the same values would stand in for every step of a hold):
+ * a held chunk waits for its release. */
+static void async_fill_own_case(void)
+{
+    static const float g1[FN] = { 1, 2, 3, 4, 0.5f, -1, 2, -0.25f };
+    static const float ga[4] = { 0.5f, 0.5f, -1, 1 };                   /* chunk 1 held */
+    static const float g3[FN] = { -1, 1, 0.5f, 2, 3, -0.5f, 1.5f, 1 };   /* its release */
+    static const float g4[FN] = { 2, 1, -1, 0.5f, -2, 4, 0.5f, -3 };     /* fresh: kept */
+    static const float gb[4] = { 1, -1, 0.25f, 0.5f };                  /* held: waits */
+    static const float g5[FN] = { 0.5f, -1, 1, 1, -1, 2, -0.5f, 1.5f };  /* the release */
+    gt_server s;
+    START_SERVER(s, "mode=async", "workers=1", "lr=0.01", "chunk=4", "kind=adam");
+    raw_conn w0;
+    raw_open(&w0, s.endpoint);
+    raw_hello(&w0, 0, 1);
+    uint32_t id = raw_register(&w0, "own", FN);
+    uint8_t bm = 0x01;
+    adam_model a = { .lr = 0.01f };
+    float cred[FN] = { 0 }, got[FN];
+    raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
+    ref_step(&a, g1, cred, 0, FILL_MHAT);
+    raw_push_full(&w0, id, ga, 4, &bm, 1, 1, 0, 1);
+    ref_step(&a, ga, cred, 1, FILL_WAIT);
+    raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
+    ref_step(&a, g3, cred, 0, FILL_MHAT);
+    raw_push_full(&w0, id, g4, FN, NULL, 0, 0, 0, 3);
+    ref_step(&a, g4, cred, 0, FILL_MHAT);
+    raw_push_full(&w0, id, gb, 4, &bm, 1, 1, 0, 4); /* g4 is its own: no stand-in */
+    ref_step(&a, gb, cred, 1, FILL_WAIT);
+    raw_push_full(&w0, id, g5, FN, NULL, 0, 0, 0, 5);
+    ref_step(&a, g5, cred, 0, FILL_MHAT);
+    server_values_within(s.endpoint, "own", got, FN, 6, WAIT_MS);
+    assert_near(got, a.w, FN, 1e-6f, "one worker: its own pushes do not stand in");
+    raw_close(&w0);
+    stop_server(&s);
+}
+
 START_TEST(test_async_fill_recent)
 {
     async_fill_recent_case("async_fill=recent", 1);
     async_fill_recent_case("async_fill=moment", 0);
     async_fill_warmup_ends_case();
     async_fill_reload_case();
+    async_fill_own_case();
 }
 END_TEST
 
