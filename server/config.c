@@ -85,7 +85,7 @@ const gddr__conf_key ps_conf_table[] = {
     { "consistency", "fill_held", GDDR_CONF_BOOL, OFF(fill_held), "true", 0, 0, NULL, 1,
       "sync: a chunk a GDDR worker holds back counts as the mean of those that sent it, credited and taken off when it comes" },
     { "consistency", "async_fill", GDDR_CONF_ENUM, OFF(async_fill), "recent", 0, 0, afill_names, 1,
-      "async, ssp with adam or adamw and fill_held: what a held chunk is stepped with: recent (the last fresh push of it by another worker, once; else it waits for its release) or moment (Adam's m-hat)" },
+      "async, ssp with adam or adamw and fill_held: what a held chunk is stepped with: recent (another worker's fresh push, once) or moment (Adam's m-hat)" },
 
     { "optimizer", "kind", GDDR_CONF_ENUM, OFF(opt_kind), "sgd", 0, 0, opt_names, 0,
       "what the server runs for tensors registered without an optimizer of their own: sgd, adam, adamw or adagrad" },
