@@ -808,6 +808,17 @@ static void ref_step(adam_model *a, const float *vals, float *cr, int held, cons
     }
 }
 
+/* A push of w's through the wire and the same step of the model a: dense,
+ * or (held) chunk 0 only with chunk 1 held; the version it was computed on
+ * is the model's. */
+static void push_ref(raw_conn *w, uint32_t id, adam_model *a, const float *vals, float *cr, int held,
+                     const float *est)
+{
+    static const uint8_t bm = 0x01;
+    raw_push_full(w, id, vals, held ? 4 : FN, held ? &bm : NULL, held ? 1 : 0, held, 0, (uint64_t)a->k);
+    ref_step(a, vals, cr, held, est);
+}
+
 /* Two async workers under adam: w1 holds chunk 1 (elements 4-7) three
  * times; what stands in for it is the chunk's last fresh push (w0's,
  * async_fill = recent), or always m-hat (moment). Under recent, a holder
@@ -826,25 +837,19 @@ static void async_fill_recent_case(const char *afill, int recent)
     START_SERVER(s, "mode=async", "workers=2", "lr=0.01", "chunk=4", "kind=adam", afill);
     raw_conn w0, w1;
     uint32_t id = open_two(&s, &w0, &w1, "ar");
-    uint8_t bm = 0x01;
     adam_model a = { .lr = 0.01f };
     float none[FN] = { 0 }, cred[FN] = { 0 };
     float got[FN];
     char what[96];
-    raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
-    ref_step(&a, g1, none, 0, FILL_MHAT);
-    raw_push_full(&w1, id, ga, 4, &bm, 1, 1, 0, 1); /* the first holder: nothing fresh yet */
-    ref_step(&a, ga, cred, 1, recent ? FILL_WAIT : FILL_MHAT);
-    raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
-    ref_step(&a, g3, none, 0, FILL_MHAT);
-    raw_push_full(&w1, id, gb, 4, &bm, 1, 1, 0, 3); /* recent: w0's g3 stands in */
-    ref_step(&a, gb, cred, 1, recent ? g3 : FILL_MHAT);
-    raw_push_full(&w1, id, gc, FN, NULL, 0, 0, 0, 4); /* the release, net of both credits */
-    ref_step(&a, gc, cred, 0, FILL_MHAT);
+    push_ref(&w0, id, &a, g1, none, 0, FILL_MHAT);
+    /* the first holder: nothing fresh yet */
+    push_ref(&w1, id, &a, ga, cred, 1, recent ? FILL_WAIT : FILL_MHAT);
+    push_ref(&w0, id, &a, g3, none, 0, FILL_MHAT);
+    push_ref(&w1, id, &a, gb, cred, 1, recent ? g3 : FILL_MHAT); /* recent: w0's g3 stands in */
+    push_ref(&w1, id, &a, gc, cred, 0, FILL_MHAT); /* the release, net of both credits */
     /* The release is not fresh, so g3 is still the last fresh push, and
      * w1 had it already: the chunk waits. */
-    raw_push_full(&w1, id, gd, 4, &bm, 1, 1, 0, 5);
-    ref_step(&a, gd, cred, 1, recent ? FILL_WAIT : FILL_MHAT);
+    push_ref(&w1, id, &a, gd, cred, 1, recent ? FILL_WAIT : FILL_MHAT);
     server_values_within(s.endpoint, "ar", got, FN, 6, WAIT_MS);
     snprintf(what, sizeof what, "%s: after six pushes", afill);
     assert_near(got, a.w, FN, 1e-6f, what);
@@ -918,29 +923,21 @@ static void async_fill_reload_case(void)
     raw_conn w0, w1;
     uint32_t id = open_two(&s, &w0, &w1, "hup");
     gddr_client *obs = open_observer_on(s.endpoint, WAIT_MS);
-    uint8_t bm = 0x01;
     adam_model a = { .lr = 0.01f };
     float none[FN] = { 0 }, cred[FN] = { 0 }, got[FN];
-    raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
-    ref_step(&a, g1, none, 0, FILL_MHAT);
-    raw_push_full(&w1, id, ga, 4, &bm, 1, 1, 0, 1);
-    ref_step(&a, ga, cred, 1, FILL_WAIT);
-    raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
-    ref_step(&a, g3, none, 0, FILL_MHAT);
+    push_ref(&w0, id, &a, g1, none, 0, FILL_MHAT);
+    push_ref(&w1, id, &a, ga, cred, 1, FILL_WAIT);
+    push_ref(&w0, id, &a, g3, none, 0, FILL_MHAT);
     gt_write_file(path, "[consistency]\nasync_fill = moment\n");
     ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
     gt_wait_metric(obs, "gddr_config_reloads_total", 1, WAIT_MS);
-    raw_push_full(&w0, id, g4, FN, NULL, 0, 0, 0, 3);
-    ref_step(&a, g4, none, 0, FILL_MHAT);
+    push_ref(&w0, id, &a, g4, none, 0, FILL_MHAT);
     gt_write_file(path, "[consistency]\nasync_fill = recent\n");
     ck_assert_int_eq(gt_server_signal(&s, SIGHUP), 0);
     gt_wait_metric(obs, "gddr_config_reloads_total", 2, WAIT_MS);
-    raw_push_full(&w1, id, gb, 4, &bm, 1, 1, 0, 4);
-    ref_step(&a, gb, cred, 1, FILL_WAIT);
-    raw_push_full(&w0, id, g5, FN, NULL, 0, 0, 0, 5);
-    ref_step(&a, g5, none, 0, FILL_MHAT);
-    raw_push_full(&w1, id, gd, 4, &bm, 1, 1, 0, 6);
-    ref_step(&a, gd, cred, 1, g5);
+    push_ref(&w1, id, &a, gb, cred, 1, FILL_WAIT);
+    push_ref(&w0, id, &a, g5, none, 0, FILL_MHAT);
+    push_ref(&w1, id, &a, gd, cred, 1, g5);
     server_values_within(s.endpoint, "hup", got, FN, 7, WAIT_MS);
     snprintf(what, sizeof what, "async_fill reloaded recent -> moment -> recent");
     assert_near(got, a.w, FN, 1e-6f, what);
@@ -969,21 +966,14 @@ static void async_fill_own_case(void)
     raw_open(&w0, s.endpoint);
     raw_hello(&w0, 0, 1);
     uint32_t id = raw_register(&w0, "own", FN);
-    uint8_t bm = 0x01;
     adam_model a = { .lr = 0.01f };
     float cred[FN] = { 0 }, got[FN];
-    raw_push_full(&w0, id, g1, FN, NULL, 0, 0, 0, 0);
-    ref_step(&a, g1, cred, 0, FILL_MHAT);
-    raw_push_full(&w0, id, ga, 4, &bm, 1, 1, 0, 1);
-    ref_step(&a, ga, cred, 1, FILL_WAIT);
-    raw_push_full(&w0, id, g3, FN, NULL, 0, 0, 0, 2);
-    ref_step(&a, g3, cred, 0, FILL_MHAT);
-    raw_push_full(&w0, id, g4, FN, NULL, 0, 0, 0, 3);
-    ref_step(&a, g4, cred, 0, FILL_MHAT);
-    raw_push_full(&w0, id, gb, 4, &bm, 1, 1, 0, 4); /* g4 is its own: no stand-in */
-    ref_step(&a, gb, cred, 1, FILL_WAIT);
-    raw_push_full(&w0, id, g5, FN, NULL, 0, 0, 0, 5);
-    ref_step(&a, g5, cred, 0, FILL_MHAT);
+    push_ref(&w0, id, &a, g1, cred, 0, FILL_MHAT);
+    push_ref(&w0, id, &a, ga, cred, 1, FILL_WAIT);
+    push_ref(&w0, id, &a, g3, cred, 0, FILL_MHAT);
+    push_ref(&w0, id, &a, g4, cred, 0, FILL_MHAT);
+    push_ref(&w0, id, &a, gb, cred, 1, FILL_WAIT); /* g4 is its own: no stand-in */
+    push_ref(&w0, id, &a, g5, cred, 0, FILL_MHAT);
     server_values_within(s.endpoint, "own", got, FN, 6, WAIT_MS);
     assert_near(got, a.w, FN, 1e-6f, "one worker: its own pushes do not stand in");
     raw_close(&w0);
