@@ -129,6 +129,20 @@ static void clear_fresh(const ps_job *j, size_t c, size_t lo, size_t len)
     j->t->fcnt[c] = 0;
 }
 
+/* APPLY, async_fill = recent: the last fresh values of chunk c if another
+ * worker pushed them and the pusher was not given them before (marked as
+ * given now), else NULL: the held chunk is not stepped
+ * (docs/design-decisions.md, "Each fresh push stands in once"). */
+static const float *recent_estimate(const ps_job *j, size_t c, size_t lo)
+{
+    const ps_tensor *t = j->t;
+    uint32_t stamp = j->facc ? t->fcnt[c] : 0;
+    if (!stamp || t->fsrc[c] == j->rank || stamp == j->fw->seen[c])
+        return NULL;
+    j->fw->seen[c] = stamp;
+    return j->facc + lo;
+}
+
 static void apply_chunk(const ps_job *j, size_t c)
 {
     ps_tensor *t = j->t;
@@ -153,20 +167,11 @@ static void apply_chunk(const ps_job *j, size_t c)
             /* Held by the pusher (async fill, adam): the chunk's last fresh
              * push stands in (async_fill = recent), or m-hat (moment). */
             j->fw->open[c] = 1;
-            if (!j->facc) {
-                ps_upd_fill(&j->upd, out, w, s1, s2, j->fw->cred + lo, NULL, len);
+            const float *est = recent_estimate(j, c, lo);
+            if (!j->facc || est) {
+                ps_upd_fill(&j->upd, out, w, s1, s2, j->fw->cred + lo, est, len);
                 return;
-            }
-            /* recent: only values the holder has not had yet, from another
-             * worker; else the chunk waits for its release (fill.c says why) */
-            uint32_t stamp = t->fcnt[c];
-            if (stamp && t->fsrc[c] != j->rank && stamp != j->fw->seen[c]) {
-                j->fw->seen[c] = stamp;
-                ps_upd_fill(&j->upd, out, w, s1, s2, j->fw->cred + lo, j->facc + lo, len);
-            } else if (j->dst) {
-                memcpy(out, w, len * sizeof *out);
-            }
-            return;
+            } /* else it waits for its release: as a chunk not pushed */
         }
         if (!g) {
             if (j->dst)

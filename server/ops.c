@@ -86,8 +86,8 @@ void ps_reload(gddr_ps *ps)
             t->tau = (int)ps->cfg.tau_max;
     }
     /* moment keeps no fresh values: after a switch either way, what recent
-     * would find is from before it. m-hat stands in until each chunk is
-     * next sent fresh. (Sync steps keep their own sums there: untouched.) */
+     * would find is from before it. A held chunk then waits until the chunk
+     * is next sent fresh. (Sync steps keep their own sums there: untouched.) */
     if (ps->cfg.async_fill != afill && ps_tensor_mode(ps, NULL) != GDDR_PS_MODE_SYNC)
         ps_tensor_fresh_reset(ps);
     ps->reloads++;
