@@ -80,6 +80,8 @@ const gddr__client_opt gddr__client_opts_table[] = {
       .help = "pulls carry 8- or 16-bit differences from the worker's view (error kept on the server); 0 = float32" },
     { FIELD(connect_timeout_ms), .type = GDDR_OPT_INT, .def = "-1", .min = -1, .max = 86400000, INI,
       .help = "how long opening waits for a server not there (yet); -1 = reconnect_timeout_ms" },
+    { FIELD(pull_delta_auto), .type = GDDR_OPT_BOOL, .def = "false", INI,
+      .help = "reduced pulls only while cheaper than whole ones (timed; fast links: whole)" },
     /* New options: append the field to gddr_client_opts and the row here. */
     { .name = NULL },
 };

@@ -52,5 +52,7 @@ void gddr__zfree(void *data, void *hint);
 
 /* Monotonic milliseconds. */
 int64_t gddr__now_ms(void);
+/* Monotonic microseconds. */
+int64_t gddr__now_us(void);
 
 #endif

@@ -161,8 +161,8 @@ static void reply_sent(void *data, void *hint)
  * connection's queued bytes until they are sent, and holds the buffer (b),
  * or frees the copy (b NULL) then. r/pr: the header, filled for t. */
 static reply_token *pull_reply_begin(gddr_ps *ps, ps_conn *c, ps_vbuf *b, size_t bytes,
-                                     uint64_t req_id, const ps_tensor *t, Gddr__Reply *r,
-                                     Gddr__PullReply *pr)
+                                     uint64_t req_id, const ps_tensor *t, uint64_t parked_us,
+                                     Gddr__Reply *r, Gddr__PullReply *pr)
 {
     reply_token *k = malloc(sizeof *k);
     if (!k)
@@ -179,6 +179,7 @@ static reply_token *pull_reply_begin(gddr_ps *ps, ps_conn *c, ps_vbuf *b, size_t
     pr->id = t->id;
     pr->version = t->version;
     pr->payload_bytes = bytes;
+    pr->parked_us = parked_us;
     r->body_case = GDDR__REPLY__BODY_PULL;
     r->pull = pr;
     return k;
@@ -187,13 +188,13 @@ static reply_token *pull_reply_begin(gddr_ps *ps, ps_conn *c, ps_vbuf *b, size_t
 /* One reply of a pull: values [lo, lo + len) of t's current buffer, sent
  * without a copy (the reply holds a reference to the buffer). */
 static int send_part(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
-                     size_t lo, size_t len, uint32_t part, uint32_t parts)
+                     size_t lo, size_t len, uint32_t part, uint32_t parts, uint64_t parked_us)
 {
     ps_vbuf *b = t->cur; /* sent as it is: the next update will not write into it */
     size_t bytes = len * sizeof(float);
     Gddr__Reply r;
     Gddr__PullReply pr;
-    reply_token *k = pull_reply_begin(ps, c, b, bytes, req_id, t, &r, &pr);
+    reply_token *k = pull_reply_begin(ps, c, b, bytes, req_id, t, parked_us, &r, &pr);
     if (!k) {
         ps_reject(ps, ident, req_id, GDDR_ENOMEM, "no memory for a %zu-byte reply", bytes);
         return -1;
@@ -207,11 +208,12 @@ static int send_part(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
 }
 
 static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
-                     uint32_t rank, float alpha, int full, int bits, uint64_t view_seq);
+                     uint32_t rank, float alpha, int full, int bits, uint64_t view_seq,
+                     uint64_t parked_us);
 
 static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
                         uint64_t part_bytes, uint32_t rank, float lazy, int full, int bits,
-                        uint64_t view_seq)
+                        uint64_t view_seq, uint64_t parked_us)
 {
     size_t bytes = t->n * sizeof(float);
     long long queued = c ? atomic_load(&c->queued) : 0;
@@ -227,7 +229,7 @@ static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_
         return;
     }
     ps_tensor_settle(ps, t); /* the update in flight is this version's */
-    if ((lazy > 0 || bits) && send_lazy(ps, ident, c, req_id, t, rank, lazy, full, bits, view_seq) == 0)
+    if ((lazy > 0 || bits) && send_lazy(ps, ident, c, req_id, t, rank, lazy, full, bits, view_seq, parked_us) == 0)
         return;
     /* Parts of whole chunks; one part is the plain reply. */
     size_t per = part_bytes / ((size_t)t->chunk * sizeof(float));
@@ -235,14 +237,14 @@ static void send_values(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_
         per = 1;
     size_t parts = part_bytes ? (t->nchunks + per - 1) / per : 1;
     if (parts <= 1) {
-        if (send_part(ps, ident, c, req_id, t, 0, t->n, 0, 0) == 0)
+        if (send_part(ps, ident, c, req_id, t, 0, t->n, 0, 0, parked_us) == 0)
             ps->pulls_served++;
         return;
     }
     for (size_t k = 0; k < parts; k++) {
         size_t lo = k * per * t->chunk;
         size_t hi = lo + per * t->chunk < t->n ? lo + per * t->chunk : t->n;
-        if (send_part(ps, ident, c, req_id, t, lo, hi - lo, (uint32_t)k, (uint32_t)parts) < 0)
+        if (send_part(ps, ident, c, req_id, t, lo, hi - lo, (uint32_t)k, (uint32_t)parts, parked_us) < 0)
             return;
         ps->pull_parts++;
     }
@@ -373,7 +375,8 @@ static ps_pview *pview_get(gddr_ps *ps, uint32_t rank, const ps_tensor *t, int m
  * scaled differences from them, with their bitmap. Returns -1 when it could
  * not be built (no memory): the caller answers whole. */
 static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id, ps_tensor *t,
-                     uint32_t rank, float alpha, int full, int bits, uint64_t view_seq)
+                     uint32_t rank, float alpha, int full, int bits, uint64_t view_seq,
+                     uint64_t parked_us)
 {
     int fresh;
     ps_pview *v = pview_get(ps, rank, t, bits != 0, &fresh);
@@ -440,7 +443,7 @@ static int send_lazy(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, uint64_t req_id,
     size_t bytes = o;
     Gddr__Reply r;
     Gddr__PullReply pr;
-    reply_token *tk = pull_reply_begin(ps, c, NULL, bytes, req_id, t, &r, &pr);
+    reply_token *tk = pull_reply_begin(ps, c, NULL, bytes, req_id, t, parked_us, &r, &pr);
     if (!tk) {
         free(bm), free(packed);
         if (v->mirror) { /* the whole reply that follows is the worker's view */
@@ -493,7 +496,8 @@ int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Reque
         return ps_reject(ps, ident, rq->req_id, GDDR_ENOKEY, "no tensor with id %u (%zu registered)",
                          p->id, ps->ntensors);
     if (pull_ready(ps, t, p->min_version, p->step)) {
-        send_values(ps, ident, c, rq->req_id, t, p->part_bytes, rq->rank, lazy, p->full, bits, p->view_seq);
+        send_values(ps, ident, c, rq->req_id, t, p->part_bytes, rq->rank, lazy, p->full, bits, p->view_seq,
+                    0);
         return GDDR_OK;
     }
     /* A sync step or the ssp bound will release it. A min_version far ahead
@@ -535,6 +539,7 @@ int ps_pull_request(gddr_ps *ps, zmq_msg_t *ident, ps_conn *c, const Gddr__Reque
     q->bits = bits;
     q->step = p->step;
     q->deadline_ms = gddr__now_ms() + (int64_t)wait;
+    q->parked_us = gddr__now_us();
     return GDDR_OK;
 }
 
@@ -553,8 +558,9 @@ void ps_release_pulls(gddr_ps *ps)
         ps_pull *p = &ps->pulls[i];
         ps_tensor *t = ps_tensor_by_id(ps, p->id);
         if (t && pull_ready(ps, t, p->min_version, p->step)) {
+            int64_t waited = gddr__now_us() - p->parked_us;
             send_values(ps, &p->ident, p->conn, p->req_id, t, p->part_bytes, p->rank, p->lazy, p->full,
-                        p->bits, p->view_seq);
+                        p->bits, p->view_seq, waited > 0 ? (uint64_t)waited : 0);
         } else if (!t || now >= p->deadline_ms || ps->stop) {
             if (ps->stop)
                 ps_reject(ps, &p->ident, p->req_id, GDDR_ESHUTDOWN, "server is shutting down");

@@ -249,6 +249,7 @@ typedef struct ps_pull {
     uint64_t view_seq;           /* lazy, delta: Pull.view_seq */
     int bits;                    /* 8 or 16: a delta reply (Pull.delta_bits), the owner's */
     int64_t deadline_ms;
+    int64_t parked_us;           /* when it was parked (PullReply.parked_us) */
 } ps_pull;
 
 /* Counters of rejected requests, by reason (gddr_err code). */

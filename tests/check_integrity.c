@@ -1529,6 +1529,145 @@ START_TEST(test_delta_pull_bound)
 }
 END_TEST
 
+/* pull_delta_auto's schedule (client/src/pullpick.c) driven with made-up
+ * costs per pull of each kind; the first pull after a change of kind costs
+ * `after_switch` (a reduced pull after a whole one carries every value). */
+typedef struct pick_costs {
+    double reduced, whole, after_switch;
+} pick_costs;
+
+static int pick_drive(gddr__pullpick *p, int pulls, pick_costs k, int *prev)
+{
+    int whole = 0;
+    for (int i = 0; i < pulls; i++) {
+        int w = gddr__pullpick_next_whole(p);
+        double cost = w ? k.whole : k.reduced;
+        if (*prev >= 0 && w != *prev)
+            cost = k.after_switch;
+        gddr__pullpick_done(p, w, cost);
+        whole += w;
+        *prev = w;
+    }
+    return whole;
+}
+
+START_TEST(test_pull_auto_schedule)
+{
+    gddr__pullpick p;
+    int prev = -1;
+    /* A fast link (loopback): whole pulls cheaper. A zeroed state is a new
+     * one: 16 reduced pulls, a probe of 3 whole ones, then whole. */
+    memset(&p, 0, sizeof p);
+    pick_costs fast = { 124, 100, 1e6 };
+    ck_assert_int_eq(pick_drive(&p, 16, fast, &prev), 0);
+    ck_assert_int_eq(pick_drive(&p, 3, fast, &prev), 3);
+    ck_assert_msg(p.whole && p.flips == 1, "whole pulls were cheaper and not taken (flips %" PRIu64 ")",
+                  p.flips);
+    ck_assert(p.last_cost[1] == 100 && p.last_cost[0] == 124);
+    /* It stays there; the reduced pulls it tries cost 3 per probe (their
+     * first one, a full resync, is not counted against them), the probes
+     * further and further apart. */
+    int reduced = 3000 - pick_drive(&p, 3000, fast, &prev);
+    ck_assert_msg(p.whole && p.flips == 1 && p.every == PICK_MAX, "whole %d flips %" PRIu64 " every %u",
+                  p.whole, p.flips, p.every);
+    ck_assert_msg(reduced == 3 * (int)(p.probes - 1) && p.probes - 1 <= 8, "%d reduced pulls in %" PRIu64
+                  " probes", reduced, p.probes - 1);
+    /* The link becomes slow: within one interval it is back to reduced. */
+    pick_costs slow = { 100, 400, 1e6 };
+    pick_drive(&p, PICK_MAX + PICK_PROBE + 1, slow, &prev);
+    ck_assert_msg(!p.whole && p.flips == 2, "whole %d flips %" PRIu64, p.whole, p.flips);
+
+    /* A slow link from the start: never whole but for the probes, which
+     * add 3 whole pulls (plus a full one back) per probe. */
+    gddr__pullpick_init(&p);
+    prev = -1;
+    int whole = pick_drive(&p, 1000, (pick_costs){ 25, 100, 100 }, &prev);
+    ck_assert_msg(!p.whole && p.flips == 0 && whole == 3 * (int)p.probes && p.probes <= 6,
+                  "whole %d flips %" PRIu64 ": %d whole pulls in %" PRIu64 " probes", p.whole, p.flips, whole,
+                  p.probes);
+    printf("integrity: pull_delta_auto on a slow link: %d whole pulls in 1000 (%" PRIu64 " probes)\n", whole,
+           p.probes);
+
+    /* Within the margin: no change; failed pulls (cost < 0) count for
+     * nothing but move the schedule on. */
+    gddr__pullpick_init(&p);
+    prev = -1;
+    pick_drive(&p, 500, (pick_costs){ 100, 97, 100 }, &prev);
+    ck_assert_msg(!p.whole && p.flips == 0, "a 3%% difference changed the kind");
+    gddr__pullpick_init(&p);
+    prev = -1;
+    pick_drive(&p, 500, (pick_costs){ -1, -1, -1 }, &prev);
+    ck_assert_msg(!p.whole && p.flips == 0 && p.probes >= 4, "failed pulls: flips %" PRIu64 " probes %" PRIu64,
+                  p.flips, p.probes);
+    /* A pull of a kind the schedule did not ask for is not counted. */
+    gddr__pullpick_init(&p);
+    for (int i = 0; i < 100; i++)
+        gddr__pullpick_done(&p, 1, 1.0); /* whole pulls, asked for only in probes */
+    ck_assert(p.probes == 0 && p.n[1] == 0 && p.left == PICK_FIRST);
+}
+END_TEST
+
+/* pull_delta_auto against a server: every step's pull is of the kind the
+ * schedule asked for, a whole one leaves the worker's values equal to the
+ * server's bit for bit, a reduced one within the 8-bit bound, and both
+ * kinds ran (the probes see to that whatever the timings were). */
+START_TEST(test_pull_auto_values)
+{
+    gt_server s;
+    START_SERVER(s, "lr=0.37", "chunk=64", "mode=async");
+    enum { CH = 64, NC = 40, N = CH * NC, STEPS = 60 };
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.timeout_ms = 30000;
+    o.pull_delta_bits = 8;
+    o.pull_delta_auto = 1;
+    gddr_client *c = open_opts(o, s.endpoint, 0, 1);
+    float *w = malloc(N * 4), *g = malloc(N * 4), *sv = malloc(N * 4), *prev = malloc(N * 4);
+    for (int i = 0; i < N; i++)
+        w[i] = (float)(i % 11) * 0.02f;
+    int id;
+    ck_assert_int_eq(gddr_register(c, "auto", w, N, &id, NULL), GDDR_OK);
+    const float *gp[1] = { g };
+    float *wp[1] = { w };
+    int kinds[2] = { 0, 0 }, inexact = 0, last = -1;
+    for (int k = 0; k < STEPS; k++) {
+        int whole = gddr__pullpick_next_whole(&c->t[0].pick);
+        int resync = last == 1 && !whole; /* a reduced pull after a whole one: full */
+        memcpy(prev, w, N * 4);
+        for (int i = 0; i < N; i++)
+            g[i] = sinf((float)(i * 5 + k * 17)) * (1.0f + (float)(i % 3));
+        ck_assert_int_eq(gddr_step(c, gp, wp), GDDR_OK);
+        observe(s.endpoint, "auto", sv, N);
+        if (whole || resync || k == 0) {
+            ck_assert_msg(memcmp(w, sv, N * 4) == 0, "step %d: a %s pull left the values off the server's", k,
+                          whole ? "whole" : "full");
+        } else {
+            for (int ch = 0; ch < NC; ch++) {
+                double amax = 0;
+                for (int i = ch * CH; i < (ch + 1) * CH; i++)
+                    amax = fmax(amax, fabs((double)sv[i] - prev[i]));
+                for (int i = ch * CH; i < (ch + 1) * CH; i++) {
+                    double err = fabs((double)sv[i] - w[i]);
+                    ck_assert_msg(err <= amax / 254 + 4 * FLT_EPSILON * (amax + fabs((double)sv[i])) + 1e-37,
+                                  "step %d value %d: off by %g", k, i, err);
+                    inexact += err > 0;
+                }
+            }
+        }
+        kinds[whole]++;
+        last = whole;
+    }
+    ck_assert_msg(kinds[0] >= PICK_FIRST && kinds[1] >= PICK_PROBE && inexact > 0,
+                  "%d reduced and %d whole pulls (%d inexact values)", kinds[0], kinds[1], inexact);
+    ck_assert_msg(gt_server_metric(c, "gddr_delta_pulls_total") >= PICK_FIRST - 1, "the reduced pulls were not deltas");
+    printf("integrity: pull_delta_auto, %d steps on loopback: %d reduced and %d whole pulls, %" PRIu64
+           " probes, %" PRIu64 " changes of kind\n", STEPS, kinds[0], kinds[1], c->t[0].pick.probes,
+           c->t[0].pick.flips);
+    gddr_client_close(&c);
+    free(w), free(g), free(sv), free(prev);
+    stop_server(&s);
+}
+END_TEST
+
 /* A late delta pull on an abandoned connection (here: another connection
  * of the worker's session, whose reply nobody reads) must not leave the
  * server's record of the view differing from the view: the next real pull
@@ -2234,6 +2373,8 @@ Suite *suite_integrity(void)
     ADD("lazy_pull_bound", test_lazy_pull_bound);
     ADD("delta_pull_bound", test_delta_pull_bound);
     ADD("late_delta_pull_resyncs", test_late_delta_pull_resyncs);
+    ADD("pull_auto_schedule", test_pull_auto_schedule);
+    ADD("pull_auto_values", test_pull_auto_values);
     ADD("pull_views_capped", test_pull_views_capped);
     ADD("held_chunks_counted", test_held_chunks_counted);
     ADD("bogus_grad_norm_tau_recovers", test_bogus_grad_norm_tau_recovers);

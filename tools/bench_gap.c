@@ -94,7 +94,7 @@ void bench_gap_section(size_t bytes, int reps, int iters)
         g[i] = 1e-3f * (float)(i % 97);
     memset(p, 0, bytes);
 
-    gddr_client *c = bench_connect(gs.endpoint, 0, 1, 0, 0);
+    gddr_client *c = bench_connect(gs.endpoint, 0, 1, 0, 0, 0);
     int id = 0;
     if (gddr_register(c, "bench.gap", p, n, &id, NULL) != GDDR_OK)
         bench_die("gap: register: %s", gddr_client_errmsg(c));

@@ -41,8 +41,9 @@ void bench_start_sets(bench_proc *p, int threads, int index, int count, const ch
 void bench_start_raw(bench_proc *p);
 
 /* A libgddr-client connection to ep as rank of world (GDDR alpha, delta
- * pulls of qbits, 0 for none; waits of 120 s); exits when it cannot. */
+ * pulls of qbits, 0 for none, pull_delta_auto on with pull_auto; waits of
+ * 120 s); exits when it cannot. */
 typedef struct gddr_client gddr_client;
-gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, int qbits);
+gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, int qbits, int pull_auto);
 
 #endif

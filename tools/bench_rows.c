@@ -337,7 +337,7 @@ static void *worker_main(void *arg)
     kv_client k = { 0 };
     int t = -1;
     if (w->gddr) {
-        c = bench_connect(w->ep, w->rank, w->world, 0, 0);
+        c = bench_connect(w->ep, w->rank, w->world, 0, 0, 0);
         gddr_table_opts to = GDDR_TABLE_OPTS_INIT;
         to.optimizer = "sgd lr=0.5";
         char key[64];

@@ -77,8 +77,11 @@ static void start_gddr(bench_proc *p, int threads)
 
 /* ---- one measurement: several clients in threads --------------------------------- */
 
-/* K_STEP: gddr_step (push + pull); K_STEPQ8: the same, pulls as 8-bit deltas. */
-typedef enum { K_GDDR, K_RAW, K_STEP, K_STEPQ8 } kind;
+/* K_STEP: gddr_step (push + pull); K_STEPQ8: the same, pulls as 8-bit
+ * deltas; K_STEPQ8A: the same with pull_delta_auto (timed after AUTO_WARM
+ * steps, when its choice has settled). */
+typedef enum { K_GDDR, K_RAW, K_STEP, K_STEPQ8, K_STEPQ8A } kind;
+enum { AUTO_WARM = 40 };
 
 typedef struct worker {
     kind k;
@@ -104,13 +107,19 @@ static void *worker_main(void *arg)
         raw_connect(&r, w->ep);
         raw_roundtrips(&r, g, p, w->n * 4); /* connect and warm up */
     } else {
-        c = bench_connect(w->ep, w->rank, w->world, w->alpha, w->k == K_STEPQ8 ? 8 : 0);
+        int q8 = w->k == K_STEPQ8 || w->k == K_STEPQ8A;
+        c = bench_connect(w->ep, w->rank, w->world, w->alpha, q8 ? 8 : 0, w->k == K_STEPQ8A);
         char key[32];
         snprintf(key, sizeof key, "bench.%d.%zu", w->rank, w->n);
         if (gddr_register(c, key, p, w->n, &id, NULL) != GDDR_OK)
             bench_die("register: %s", gddr_client_errmsg(c));
         gddr_push(c, id, g, NULL);
         gddr_pull(c, id, p, 0, NULL);
+        const float *gw[1] = { g };
+        float *pw[1] = { p };
+        for (int i = 0; w->k == K_STEPQ8A && i < AUTO_WARM; i++)
+            if (gddr_step(c, gw, pw) != GDDR_OK)
+                bench_die("step: %s", gddr_client_errmsg(c));
     }
     pthread_barrier_wait(w->start);
     double t0 = bench_now();
@@ -119,7 +128,7 @@ static void *worker_main(void *arg)
     for (int i = 0; i < w->iters; i++) {
         if (w->k == K_RAW) {
             raw_roundtrips(&r, g, p, w->n * 4);
-        } else if (w->k == K_STEP || w->k == K_STEPQ8) {
+        } else if (w->k == K_STEP || w->k == K_STEPQ8 || w->k == K_STEPQ8A) {
             if (gddr_step(c, gp, pp) != GDDR_OK)
                 bench_die("step: %s", gddr_client_errmsg(c));
         } else {
@@ -297,28 +306,36 @@ static void section_gddr(size_t bytes)
     /* lr > 0 (elsewhere 0): every step moves every value, so delta pulls encode real differences. */
     bench_start_shard(&gs, 2, 0, 1, "lr=0.0001");
     int it = iters_for(bytes, budget_mb);
-    double d[MAXV], a[MAXV], q[MAXV], e[MAXV], eq[MAXV];
+    double d[MAXV], a[MAXV], q[MAXV], e[MAXV], eq[MAXV], f[MAXV], fq[MAXV];
     for (int k = 0; k < reps; k++) {
-        double sd, sa, se;
+        double sd, sa, se, sf;
         run(K_STEP, gs.endpoint, 1, bytes / 4, it, 0.0, &sd);
         run(K_STEP, gs.endpoint, 1, bytes / 4, it, 0.4, &sa);
         run(K_STEPQ8, gs.endpoint, 1, bytes / 4, it, 0.0, &se);
+        run(K_STEPQ8A, gs.endpoint, 1, bytes / 4, it, 0.0, &sf);
         d[k] = sd * 1e6;
         a[k] = sa * 1e6;
         e[k] = se * 1e6;
+        f[k] = sf * 1e6;
         q[k] = sa / sd;
         eq[k] = se / sd;
+        fq[k] = sf / sd;
     }
     double dm = bench_median(d, reps), am = bench_median(a, reps), qm = bench_median(q, reps);
     double em = bench_median(e, reps), eqm = bench_median(eq, reps);
-    printf("\n## gddr_step of %s: dense vs GDDR alpha 0.4 pushes, and vs 8-bit delta pulls "
-           "(us per step: push + pull; median of %d)\n\n", human(bytes, h, sizeof h), reps);
-    printf("| dense us | alpha 0.4 us | ratio | dense, q8 pulls us | ratio |\n|---|---|---|---|---|\n"
-           "| %.0f | %.0f | %.2f | %.0f | %.2f |\n", dm, am, qm, em, eqm);
+    double fm = bench_median(f, reps), fqm = bench_median(fq, reps);
+    printf("\n## gddr_step of %s: dense vs GDDR alpha 0.4 pushes, vs 8-bit delta pulls, and vs "
+           "8-bit delta pulls with pull_delta_auto (us per step: push + pull; median of %d)\n\n",
+           human(bytes, h, sizeof h), reps);
+    printf("| dense us | alpha 0.4 us | ratio | dense, q8 pulls us | ratio | q8, auto us | ratio |\n"
+           "|---|---|---|---|---|---|---|\n"
+           "| %.0f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f |\n", dm, am, qm, em, eqm, fm, fqm);
     fprintf(stderr, "BENCH section=gddr bytes=%zu dense_us=%.1f alpha04_us=%.1f ratio=%.3f\n", bytes,
             dm, am, qm);
     fprintf(stderr, "BENCH section=gddr_q8 bytes=%zu dense_us=%.1f q8_pulls_us=%.1f ratio=%.3f\n", bytes,
             dm, em, eqm);
+    fprintf(stderr, "BENCH section=gddr_q8auto bytes=%zu dense_us=%.1f q8_auto_us=%.1f ratio=%.3f\n", bytes,
+            dm, fm, fqm);
     fflush(stdout);
     bench_stop(&gs);
 }

@@ -25,6 +25,7 @@
 #include "gddr/gddr.h"
 #include "log.h"
 #include "optspec.h"
+#include "pullpick.h"
 #include "residual.h"
 #include "wire.h"
 
@@ -51,6 +52,8 @@ typedef struct op {
     int duplicate;     /* push: the server had taken this push already */
     uint32_t retry_ms; /* error: a passing refusal, try again after this long */
     uint32_t parts, parts_got; /* pull answered in parts: how many, how many in */
+    int pick;          /* pull_delta_auto: 0 not timed, 1 a reduced pull, 2 a whole one */
+    int64_t t0_us;     /* pick: when it was sent */
 } op;
 
 /* One push of one tensor, built once and sent again unchanged after a
@@ -133,6 +136,7 @@ typedef struct ctensor {
     float *accum;      /* accumulate_steps: the sum of the gradients so far (NULL until used) */
     struct gddr__dtensor *dev; /* step_dev.c: device-side GDDR state (NULL until a
                                 * step is given CUDA device pointers) */
+    gddr__pullpick pick; /* pull_delta_auto: reduced or whole pulls (pullpick.c) */
 } ctensor;
 
 typedef struct gddr__backend gddr__backend;

@@ -174,6 +174,24 @@ static int pull_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__fr
     return 1;
 }
 
+/* pull_delta_auto: what a finished pull cost, for the tensor's choice of
+ * the next pull's kind (pullpick.c): its request to its values in the
+ * caller's buffer, less what the server kept it parked. */
+static void pull_timed(gddr_client *c, const op *o, uint64_t parked_us)
+{
+    if (o->tensor < 0 || o->tensor >= c->nt)
+        return;
+    double cost = o->rc == GDDR_OK ? (double)(gddr__now_us() - o->t0_us) - (double)parked_us : -1;
+    gddr__pullpick *p = &c->t[o->tensor].pick;
+    uint64_t flips = p->flips;
+    gddr__pullpick_done(p, o->pick == 2, cost);
+    if (p->flips != flips)
+        gddr__logf(&c->log, GDDR_LOG_INFO,
+                   "pull_delta_auto: '%s' now pulls %s (median %.0f us a pull against %.0f); the other kind "
+                   "is tried again in %u pulls", c->t[o->tensor].key, p->whole ? "whole float32 values" :
+                   "reduced", p->last_cost[p->whole], p->last_cost[!p->whole], p->every);
+}
+
 static void complete(gddr_client *c, gddr__frames *f)
 {
     Gddr__Reply *r = gddr__reply__unpack(NULL, gddr__frame_size(f, 0), gddr__frame_data(f, 0));
@@ -216,6 +234,8 @@ static void complete(gddr_client *c, gddr__frames *f)
         o->rc = r->error->code ? (int)r->error->code : GDDR_EPROTO;
         o->retry_ms = r->error->retry_ms;
         gddr__set_err(c, o->rc, "server: %s", r->error->message);
+        if (o->kind == OP_PULL && o->pick)
+            pull_timed(c, o, 0);
         break;
     case GDDR__REPLY__BODY_HELLO:
         if (o->kind != OP_HELLO)
@@ -266,6 +286,8 @@ static void complete(gddr_client *c, gddr__frames *f)
             goto unexpected;
         if (!pull_reply(c, o, r->pull, f))
             o->done = o->answered = 0; /* more parts to come */
+        else if (o->pick)
+            pull_timed(c, o, r->pull->parked_us);
         break;
     case GDDR__REPLY__BODY_PUSH:
         if (o->kind != OP_PUSH)

@@ -253,7 +253,9 @@ int gddr__pull_view(gddr_client *c, int i, float *out, uint64_t min_version, uin
     p.min_version = min_version;
     p.step = step;
     p.wait_ms = (uint32_t)c->o.timeout_ms;
-    if ((c->o.pull_delay_fraction > 0 || c->o.pull_delta_bits) && !c->o.observer) {
+    int reduced = (c->o.pull_delay_fraction > 0 || c->o.pull_delta_bits) && !c->o.observer;
+    int pick = reduced && c->o.pull_delta_auto ? 1 + gddr__pullpick_next_whole(&t->pick) : 0;
+    if (reduced && pick != 2) {
         p.delay_fraction = (float)c->o.pull_delay_fraction;
         p.delta_bits = (uint32_t)c->o.pull_delta_bits;
         p.full = t->view_dirty != 0;
@@ -263,11 +265,14 @@ int gddr__pull_view(gddr_client *c, int i, float *out, uint64_t min_version, uin
     }
     rq.body_case = GDDR__REQUEST__BODY_PULL;
     rq.pull = &p;
+    int64_t t0 = gddr__now_us();
     int rc = gddr__send_req(c, &rq, NULL, 0, OP_PULL, i, ticket);
     if (rc == GDDR_OK) {
         op *o = gddr__op(c, *ticket);
         o->out = out;
         o->track = 1;
+        o->pick = pick;
+        o->t0_us = t0;
     }
     return rc;
 }

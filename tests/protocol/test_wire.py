@@ -293,6 +293,11 @@ def test_pull_waits_for_a_version(pb, server, connect):
     r = a.recv()
     assert r.header.req_id == first and r.kind == "pull", r
     assert r.body.version == 1 and r.frames[0] == f32([w - 1.0 for w in W6])
+    # It says it was parked (the second pull's refusal proved it was, before
+    # the push); a pull answered at once says 0.
+    assert r.body.parked_us > 0, r
+    r = a.call(pb.Pull(id=tid, min_version=1))
+    assert r.kind == "pull" and r.body.parked_us == 0, r
     # Nobody pushes again: a pull of version 2 runs out of its wait_ms; with
     # wait_ms 0 it does not wait at all.
     expect_error(pb, a.call(pb.Pull(id=tid, min_version=2, wait_ms=100)), pb.E_TIMEDOUT)

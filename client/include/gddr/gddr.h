@@ -87,6 +87,12 @@ typedef struct gddr_client_opts {
                                (yet): nothing listening, or no answer to the hello. The error
                                then says which. -1 = reconnect_timeout_ms (a cluster may start
                                in any order) */
+    int pull_delta_auto;    /* 1: with pull_delta_bits or pull_delay_fraction set, gddr_step
+                               times its pulls and uses a whole float32 pull instead while
+                               that is the cheaper (a fast link: the codec costs more than
+                               the bytes it saves), trying the other kind now and then
+                               (after 16 pulls, then 32, 64, ... up to 1024). 0 = always
+                               the reduced pulls asked for */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
@@ -98,7 +104,7 @@ typedef struct gddr_client_opts {
       .log = NULL, .log_user = NULL, .log_level = GDDR_LOG_WARN, .observer = 0, \
       .curve_server_key = NULL, .curve_key_file = NULL, .heartbeat_ms = 2000, \
       .part_bytes = 4u << 20, .accumulate_steps = 1, .pull_delay_fraction = 0.0,   \
-      .pull_delta_bits = 0, .connect_timeout_ms = -1 }
+      .pull_delta_bits = 0, .connect_timeout_ms = -1, .pull_delta_auto = 0 }
 
 /* The end of the frozen prefix: the size of gddr_client_opts in the first
  * gddr.h (its last field's end, without trailing padding). */

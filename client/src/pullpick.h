@@ -1,0 +1,36 @@
+/* pullpick.h -- pull_delta_auto's choice between reduced and whole pulls
+ * (pullpick.c says how it chooses). */
+#ifndef GDDR_PULLPICK_H
+#define GDDR_PULLPICK_H
+
+#include <stdint.h>
+
+enum {
+    PICK_FIRST = 16,  /* pulls before the first probe, and after a change of kind */
+    PICK_MAX = 1024,  /* the longest interval between probes */
+    PICK_PROBE = 3,   /* pulls of the other kind per probe (the first not counted) */
+    PICK_KEEP = 5     /* recent costs kept per kind */
+};
+#define PICK_MARGIN 0.05 /* the other kind must be this much cheaper to be taken */
+
+typedef struct gddr__pullpick {
+    int whole;          /* the kind in use: 1 whole float32 pulls, 0 the configured ones */
+    int probe;          /* pulls of the other kind still to make in this probe */
+    int skip;           /* the next pull's cost is not counted (it follows a switch) */
+    uint32_t left;      /* pulls of the kind in use before the next probe */
+    uint32_t every;     /* the interval between probes now */
+    double t[2][PICK_KEEP]; /* recent costs per kind (microseconds), a ring */
+    unsigned n[2];      /* costs taken per kind since it was last reset */
+    uint64_t probes, flips;
+    double last_cost[2]; /* the medians the last decision compared, per kind */
+} gddr__pullpick;
+
+void gddr__pullpick_init(gddr__pullpick *p);
+/* 1: the next pull should be whole; 0: the configured reduced pull. */
+int gddr__pullpick_next_whole(const gddr__pullpick *p);
+/* A pull of that kind finished, costing `cost` (any unit; < 0: not
+ * measured, e.g. an error); moves the schedule on. A pull of the kind the
+ * schedule did not ask for is ignored. */
+void gddr__pullpick_done(gddr__pullpick *p, int was_whole, double cost);
+
+#endif
