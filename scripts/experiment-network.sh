@@ -40,6 +40,8 @@
 #   q8           --pull-delta-bits 8 (pulls as 8-bit differences from the view)
 #   gddr-q8      --delay-fraction 0.4 --pull-delta-bits 8 (GDDR pushes, 8-bit pulls)
 #   gddr0.1-q8   --delay-fraction 0.1 --pull-delta-bits 8 (fewer chunks held: sync with momentum)
+#   q8auto       --pull-delta-bits 8 --opt pull_delta_auto=true (8-bit pulls only while they
+#                are the cheaper: the worker times them against whole pulls)
 # Server: lr 0.1; in sync also momentum 0.9 (one update of the mean of W
 # gradients a step: without momentum 200 steps stay near 0.80); in async no
 # momentum (with it 4 workers' stale updates diverge: 0.39 at lr 0.05).
@@ -301,6 +303,7 @@ row_flags() {
     q8) echo "--pull-delta-bits 8" ;;
     gddr-q8) echo "--delay-fraction 0.4 --pull-delta-bits 8" ;;
     gddr0.1-q8) echo "--delay-fraction 0.1 --pull-delta-bits 8" ;;
+    q8auto) echo "--pull-delta-bits 8 --opt pull_delta_auto=true" ;;
     *) echo "experiment-network: unknown row $1" >&2; exit 2 ;;
   esac
 }
