@@ -1536,19 +1536,24 @@ START_TEST(test_delta_pull_bound)
 END_TEST
 
 /* pull_delta_auto's schedule (client/src/pullpick.c) driven with made-up
- * costs per pull of each kind; the first pull after a change of kind costs
- * `after_switch` (a reduced pull after a whole one carries every value). */
+ * costs per pull of each kind; the first `settle` pulls (1 when 0) after a
+ * change of kind cost `after_switch` (a reduced pull after a whole one
+ * carries every value; the server's buffer pool refills after the first
+ * whole ones). */
 typedef struct pick_costs {
     double reduced, whole, after_switch;
+    int settle;
 } pick_costs;
 
 static int pick_drive(gddr__pullpick *p, int pulls, pick_costs k, int *prev)
 {
+    static int since; /* pulls since the last change of kind (one driver at a time) */
     int whole = 0;
     for (int i = 0; i < pulls; i++) {
         int w = gddr__pullpick_next_whole(p);
+        since = *prev >= 0 && w != *prev ? 0 : since + 1;
         double cost = w ? k.whole : k.reduced;
-        if (*prev >= 0 && w != *prev)
+        if (*prev >= 0 && since < (k.settle ? k.settle : 1))
             cost = k.after_switch;
         gddr__pullpick_done(p, w, cost);
         whole += w;
@@ -1562,49 +1567,70 @@ START_TEST(test_pull_auto_schedule)
     gddr__pullpick p;
     int prev = -1;
     /* A fast link (loopback): whole pulls cheaper. A zeroed state is a new
-     * one: 16 reduced pulls, a probe of 3 whole ones, then whole. */
+     * one: 16 reduced pulls, a probe of 3 whole ones (the first not
+     * counted, the next two the same: settled), then whole. */
     memset(&p, 0, sizeof p);
-    pick_costs fast = { 124, 100, 1e6 };
+    pick_costs fast = { 124, 100, 1e6, 1 };
     ck_assert_int_eq(pick_drive(&p, 16, fast, &prev), 0);
-    ck_assert_int_eq(pick_drive(&p, 3, fast, &prev), 3);
+    ck_assert_int_eq(pick_drive(&p, PICK_PROBE_MIN, fast, &prev), PICK_PROBE_MIN);
     ck_assert_msg(p.whole && p.flips == 1, "whole pulls were cheaper and not taken (flips %" PRIu64 ")",
                   p.flips);
     ck_assert(p.last_cost[1] == 100 && p.last_cost[0] == 124);
-    /* It stays there; the reduced pulls it tries cost 3 per probe (their
-     * first one, a full resync, is not counted against them), the probes
-     * further and further apart. */
+    /* It stays there; the reduced pulls it tries cost 3 per probe
+     * (their first one, a full resync, is not counted against them), the
+     * probes further and further apart. */
     int reduced = 3000 - pick_drive(&p, 3000, fast, &prev);
     ck_assert_msg(p.whole && p.flips == 1 && p.every == PICK_MAX, "whole %d flips %" PRIu64 " every %u",
                   p.whole, p.flips, p.every);
-    ck_assert_msg(reduced == 3 * (int)(p.probes - 1) && p.probes - 1 <= 8, "%d reduced pulls in %" PRIu64
+    ck_assert_msg(reduced == PICK_PROBE_MIN * (int)(p.probes - 1) && p.probes - 1 <= 8, "%d reduced pulls in %" PRIu64
                   " probes", reduced, p.probes - 1);
     /* The link becomes slow: within one interval it is back to reduced. */
-    pick_costs slow = { 100, 400, 1e6 };
-    pick_drive(&p, PICK_MAX + PICK_PROBE + 1, slow, &prev);
+    pick_costs slow = { 100, 400, 1e6, 1 };
+    pick_drive(&p, PICK_MAX + PICK_PROBE_MAX + 1, slow, &prev);
     ck_assert_msg(!p.whole && p.flips == 2, "whole %d flips %" PRIu64, p.whole, p.flips);
 
     /* A slow link from the start: never whole but for the probes, which
      * add 3 whole pulls (plus a full one back) per probe. */
     gddr__pullpick_init(&p);
     prev = -1;
-    int whole = pick_drive(&p, 1000, (pick_costs){ 25, 100, 100 }, &prev);
-    ck_assert_msg(!p.whole && p.flips == 0 && whole == 3 * (int)p.probes && p.probes <= 6,
+    int whole = pick_drive(&p, 1000, (pick_costs){ 25, 100, 100, 1 }, &prev);
+    ck_assert_msg(!p.whole && p.flips == 0 && whole == PICK_PROBE_MIN * (int)p.probes && p.probes <= 6,
                   "whole %d flips %" PRIu64 ": %d whole pulls in %" PRIu64 " probes", p.whole, p.flips, whole,
                   p.probes);
     printf("integrity: pull_delta_auto on a slow link: %d whole pulls in 1000 (%" PRIu64 " probes)\n", whole,
            p.probes);
 
+    /* What gddr-bench saw on loopback: the first two whole pulls after
+     * reduced ones cost 5 ms, the next 0.6-0.8 against 0.9-1.0 reduced.
+     * The first probe lasts until they stop falling and takes them. */
+    gddr__pullpick_init(&p);
+    prev = -1;
+    pick_drive(&p, PICK_FIRST + PICK_PROBE_MAX, (pick_costs){ 950, 700, 4900, 2 }, &prev);
+    ck_assert_msg(p.whole && p.flips == 1, "a two-pull transient hid the cheaper whole pulls (%.0f vs %.0f)",
+                  p.last_cost[1], p.last_cost[0]);
+
     /* Within the margin: no change; failed pulls (cost < 0) count for
      * nothing but move the schedule on. */
     gddr__pullpick_init(&p);
     prev = -1;
-    pick_drive(&p, 500, (pick_costs){ 100, 97, 100 }, &prev);
+    pick_drive(&p, 500, (pick_costs){ 100, 97, 100, 1 }, &prev);
     ck_assert_msg(!p.whole && p.flips == 0, "a 3%% difference changed the kind");
     gddr__pullpick_init(&p);
     prev = -1;
-    pick_drive(&p, 500, (pick_costs){ -1, -1, -1 }, &prev);
+    pick_drive(&p, 500, (pick_costs){ -1, -1, -1, 1 }, &prev);
     ck_assert_msg(!p.whole && p.flips == 0 && p.probes >= 4, "failed pulls: flips %" PRIu64 " probes %" PRIu64,
                   p.flips, p.probes);
+    /* Costs that keep falling: the probe ends at PICK_PROBE_MAX pulls. */
+    gddr__pullpick_init(&p);
+    prev = -1;
+    pick_drive(&p, PICK_FIRST, (pick_costs){ 100, 50, 100, 1 }, &prev);
+    for (int i = 0; i < PICK_PROBE_MAX; i++) {
+        ck_assert_msg(gddr__pullpick_next_whole(&p), "the probe ended after %d pulls while costs fell", i);
+        gddr__pullpick_done(&p, 1, 1000.0 - 100 * i);
+    }
+    ck_assert_msg(!p.probing && !p.whole && p.last_cost[1] == 300,
+                  "a probe of falling costs did not end at PICK_PROBE_MAX (whole %d, least %.0f)", p.whole,
+                  p.last_cost[1]);
     /* A pull of a kind the schedule did not ask for is not counted. */
     gddr__pullpick_init(&p);
     for (int i = 0; i < 100; i++)
@@ -1652,7 +1678,7 @@ START_TEST(test_pull_auto_values)
         kinds[whole]++;
         last = whole;
     }
-    ck_assert_msg(kinds[0] >= PICK_FIRST && kinds[1] >= PICK_PROBE && inexact > 0,
+    ck_assert_msg(kinds[0] >= PICK_FIRST && kinds[1] >= PICK_PROBE_MIN && inexact > 0,
                   "%d reduced and %d whole pulls (%d inexact chunks)", kinds[0], kinds[1], inexact);
     ck_assert_msg(gt_server_metric(c, "gddr_delta_pulls_total") >= PICK_FIRST - 1, "the reduced pulls were not deltas");
     printf("integrity: pull_delta_auto, %d steps on loopback: %d reduced and %d whole pulls, %" PRIu64

@@ -187,7 +187,7 @@ static void pull_timed(gddr_client *c, const op *o, uint64_t parked_us)
     gddr__pullpick_done(p, o->pick == 2, cost);
     if (p->flips != flips)
         gddr__logf(&c->log, GDDR_LOG_INFO,
-                   "pull_delta_auto: '%s' now pulls %s (median %.0f us a pull against %.0f); the other kind "
+                   "pull_delta_auto: '%s' now pulls %s (%.0f us a pull at least, against %.0f); the other kind "
                    "is tried again in %u pulls", c->t[o->tensor].key, p->whole ? "whole float32 values" :
                    "reduced", p->last_cost[p->whole], p->last_cost[!p->whole], p->every);
 }

@@ -10,35 +10,29 @@
  * worker cannot know which from its configuration, so it measures: each
  * pull's cost is the time from its request to its values being in the
  * caller's buffer, less what the server says it kept the pull parked
- * (PullReply.parked_us: waiting for a sync step is nobody's cost). It
- * keeps using the kind in use and, every `every` pulls, tries the other
- * kind for PICK_PROBE pulls; the first pull of a kind after a switch is not
+ * (PullReply.parked_us: waiting for a sync step is nobody's cost).
+ *
+ * It keeps using the kind in use and, every `every` pulls, tries the other
+ * kind (a probe). The first pull of a kind after a change of kind is not
  * counted (a reduced pull after a whole one carries every value, as the
- * server's copy of the view must be made exact again). When the other
- * kind's median cost is below PICK_MARGIN of the kind in use's, it
- * becomes the kind in use and the interval starts again at PICK_FIRST;
- * else the interval doubles, up to PICK_MAX, so a settled choice costs
- * few probes: over a slow link, 5 probes in 1,000 pulls (15 whole pulls and
- * 5 full ones), about 6% more bytes pulled than 8-bit deltas alone
- * (`gddr-tests integrity` pull_auto_schedule).
+ * server's copy of the view must be made exact again). A probe lasts until
+ * the other kind's cost stops falling (at least 2 counted pulls, at most
+ * PICK_PROBE_MAX pulls): the first whole pulls after reduced ones were
+ * measured at 5 ms here and the fourth at 0.6 ms, while the allocator
+ * found room for the larger replies (glibc maps a new 1 MiB buffer and
+ * faults it in, until freed ones raise its threshold). Then each kind's
+ * cost is the least of its recent ones (noise only ever adds), and when
+ * the other kind's is below PICK_MARGIN of the kind in use's, it becomes
+ * the kind in use and the interval starts again at PICK_FIRST; else the
+ * interval doubles, up to PICK_MAX. Over a slow link that is 5 probes of 3
+ * whole pulls in 1,000 pulls, plus a full one after each: about 6% more
+ * bytes pulled than 8-bit deltas alone (`gddr-tests integrity`
+ * pull_auto_schedule prints it).
  *
  * Pure bookkeeping: no clock, no I/O (the caller times the pulls). */
 #include "pullpick.h"
 
 #include <string.h>
-
-static double median(const double *x, unsigned n)
-{
-    double s[PICK_KEEP];
-    memcpy(s, x, n * sizeof *s);
-    for (unsigned i = 1; i < n; i++) /* insertion sort: n <= PICK_KEEP */
-        for (unsigned j = i; j > 0 && s[j - 1] > s[j]; j--) {
-            double t = s[j];
-            s[j] = s[j - 1];
-            s[j - 1] = t;
-        }
-    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-}
 
 void gddr__pullpick_init(gddr__pullpick *p)
 {
@@ -49,7 +43,7 @@ void gddr__pullpick_init(gddr__pullpick *p)
 
 int gddr__pullpick_next_whole(const gddr__pullpick *p)
 {
-    return p->probe ? !p->whole : p->whole;
+    return p->probing ? !p->whole : p->whole;
 }
 
 static void take(gddr__pullpick *p, int kind, double cost)
@@ -59,16 +53,34 @@ static void take(gddr__pullpick *p, int kind, double cost)
     p->n[kind] = n + 1;
 }
 
+/* The least of a kind's recent costs: what the pull costs when nothing
+ * else is in its way. */
 static double cost_of(const gddr__pullpick *p, int kind)
 {
     unsigned n = p->n[kind] < PICK_KEEP ? p->n[kind] : PICK_KEEP;
-    return median(p->t[kind], n);
+    double m = p->t[kind][0];
+    for (unsigned i = 1; i < n; i++)
+        m = p->t[kind][i] < m ? p->t[kind][i] : m;
+    return m;
+}
+
+/* The probe's kind has two counted costs and the last is not below the one
+ * before by more than the margin: it has settled. */
+static int probe_settled(const gddr__pullpick *p)
+{
+    int k = !p->whole;
+    unsigned n = p->n[k];
+    if (n < 2)
+        return 0;
+    double last = p->t[k][(n - 1) % PICK_KEEP], before = p->t[k][(n - 2) % PICK_KEEP];
+    return last >= (1.0 - PICK_MARGIN) * before;
 }
 
 /* The end of a probe: keep the kind in use or take the other. */
 static void decide(gddr__pullpick *p)
 {
     int use = p->whole, other = !p->whole;
+    p->probing = 0;
     p->last_cost[use] = p->n[use] ? cost_of(p, use) : -1;
     p->last_cost[other] = p->n[other] ? cost_of(p, other) : -1;
     if (p->n[use] && p->n[other] && p->last_cost[other] < (1.0 - PICK_MARGIN) * p->last_cost[use]) {
@@ -93,15 +105,16 @@ void gddr__pullpick_done(gddr__pullpick *p, int was_whole, double cost)
         p->skip = 0;
     else if (cost >= 0)
         take(p, was_whole, cost);
-    if (p->probe) {
-        if (--p->probe == 0)
+    if (p->probing) {
+        if (++p->probe_pulls >= PICK_PROBE_MAX || probe_settled(p))
             decide(p);
         return;
     }
     if (p->left && --p->left)
         return;
-    p->probe = PICK_PROBE; /* try the other kind; its first pull is a switch */
+    p->probing = 1; /* try the other kind; its first pull is a switch */
+    p->probe_pulls = 0;
     p->skip = 1;
-    p->n[!p->whole] = 0;   /* only this probe's figures */
+    p->n[!p->whole] = 0; /* only this probe's figures */
     p->probes++;
 }

@@ -8,21 +8,23 @@
 enum {
     PICK_FIRST = 16,  /* pulls before the first probe, and after a change of kind */
     PICK_MAX = 1024,  /* the longest interval between probes */
-    PICK_PROBE = 3,   /* pulls of the other kind per probe (the first not counted) */
+    PICK_PROBE_MIN = 3, /* pulls of the other kind per probe, at least (the first not counted) */
+    PICK_PROBE_MAX = 8, /* ... and at most, when its cost keeps falling */
     PICK_KEEP = 5     /* recent costs kept per kind */
 };
 #define PICK_MARGIN 0.05 /* the other kind must be this much cheaper to be taken */
 
 typedef struct gddr__pullpick {
     int whole;          /* the kind in use: 1 whole float32 pulls, 0 the configured ones */
-    int probe;          /* pulls of the other kind still to make in this probe */
+    int probing;        /* the other kind is being tried */
+    int probe_pulls;    /* pulls of this probe so far */
     int skip;           /* the next pull's cost is not counted (it follows a switch) */
     uint32_t left;      /* pulls of the kind in use before the next probe */
     uint32_t every;     /* the interval between probes now */
     double t[2][PICK_KEEP]; /* recent costs per kind (microseconds), a ring */
     unsigned n[2];      /* costs taken per kind since it was last reset */
     uint64_t probes, flips;
-    double last_cost[2]; /* the medians the last decision compared, per kind */
+    double last_cost[2]; /* the costs the last decision compared, per kind */
 } gddr__pullpick;
 
 void gddr__pullpick_init(gddr__pullpick *p);
