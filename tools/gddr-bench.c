@@ -78,10 +78,13 @@ static void start_gddr(bench_proc *p, int threads)
 /* ---- one measurement: several clients in threads --------------------------------- */
 
 /* K_STEP: gddr_step (push + pull); K_STEPQ8: the same, pulls as 8-bit
- * deltas; K_STEPQ8A: the same with pull_delta_auto (timed after AUTO_WARM
- * steps, when its choice has settled). */
+ * deltas; K_STEPQ8A: the same with pull_delta_auto. Each is timed after
+ * STEP_WARM steps: a training run's steady state (for pull_delta_auto its
+ * first probes, at steps 16, 48 and 112, are behind it; afterwards a probe
+ * comes every 1024 pulls at most), and no kind's figure holds its first
+ * allocations. */
 typedef enum { K_GDDR, K_RAW, K_STEP, K_STEPQ8, K_STEPQ8A } kind;
-enum { AUTO_WARM = 40 };
+enum { STEP_WARM = 130 };
 
 typedef struct worker {
     kind k;
@@ -117,7 +120,8 @@ static void *worker_main(void *arg)
         gddr_pull(c, id, p, 0, NULL);
         const float *gw[1] = { g };
         float *pw[1] = { p };
-        for (int i = 0; w->k == K_STEPQ8A && i < AUTO_WARM; i++)
+        int stepped = w->k == K_STEP || w->k == K_STEPQ8 || w->k == K_STEPQ8A;
+        for (int i = 0; stepped && i < STEP_WARM; i++)
             if (gddr_step(c, gw, pw) != GDDR_OK)
                 bench_die("step: %s", gddr_client_errmsg(c));
     }

@@ -23,8 +23,9 @@
  * faults it in, until freed ones raise its threshold). Then each kind's
  * cost is the least of its recent ones (noise only ever adds), and when
  * the other kind's is below PICK_MARGIN of the kind in use's, it becomes
- * the kind in use and the interval starts again at PICK_FIRST; else the
- * interval doubles, up to PICK_MAX. Over a slow link that is 5 probes of 3
+ * the kind in use. Either way the interval doubles, up to PICK_MAX: the
+ * first probe comes after 16 pulls, the next after 32 more, then 64, ...
+ * Over a slow link that is 5 probes of 3
  * whole pulls in 1,000 pulls, plus a full one after each: about 6% more
  * bytes pulled than 8-bit deltas alone (`gddr-tests integrity`
  * pull_auto_schedule prints it).
@@ -85,13 +86,15 @@ static void decide(gddr__pullpick *p)
     p->last_cost[other] = p->n[other] ? cost_of(p, other) : -1;
     if (p->n[use] && p->n[other] && p->last_cost[other] < (1.0 - PICK_MARGIN) * p->last_cost[use]) {
         p->whole = other; /* the probe's kind is the one in use now: no switch back */
-        p->every = PICK_FIRST;
         p->flips++;
         p->n[use] = 0; /* measured again when next probed */
     } else {
-        p->every = p->every * 2 <= PICK_MAX ? p->every * 2 : PICK_MAX;
         p->skip = 1; /* back to the kind in use: its first pull is a switch */
     }
+    /* Both kinds were just measured, whichever won: the next probe waits
+     * twice as long (every change of kind costs the first pulls of the
+     * new one; probing again soon after a change would pay it twice). */
+    p->every = p->every * 2 <= PICK_MAX ? p->every * 2 : PICK_MAX;
     p->left = p->every;
 }
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 enum {
-    PICK_FIRST = 16,  /* pulls before the first probe, and after a change of kind */
+    PICK_FIRST = 16,  /* pulls before the first probe (each next one waits twice as long) */
     PICK_MAX = 1024,  /* the longest interval between probes */
     PICK_PROBE_MIN = 3, /* pulls of the other kind per probe, at least (the first not counted) */
     PICK_PROBE_MAX = 8, /* ... and at most, when its cost keeps falling */
