@@ -1433,6 +1433,15 @@ START_TEST(test_accumulate_steps)
 }
 END_TEST
 
+/* A worker's options for delta pulls of `bits` (30 s waits). */
+static gddr_client_opts delta_opts(int bits)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.timeout_ms = 30000;
+    o.pull_delta_bits = bits;
+    return o;
+}
+
 /* The bound of a delta pull, per chunk of ch values: after a step from
  * prev, the worker's values w are within max|sv - prev| / (2 qmax) of the
  * server's sv (half a step s = max / qmax of rounding) and the float32
@@ -1473,9 +1482,7 @@ static void delta_pull_case(int bits)
     gt_server s;
     START_SERVER(s, "lr=0.37", "chunk=64", "momentum=0.5");
     enum { CH = 64, NC = 50, N = CH * NC, STEPS = 30 };
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    o.timeout_ms = 30000;
-    o.pull_delta_bits = bits;
+    gddr_client_opts o = delta_opts(bits);
     gddr_client *c = open_opts(o, s.endpoint, 0, 1);
     float *w = malloc(N * 4), *g = malloc(N * 4), *sv = malloc(N * 4), *prev = malloc(N * 4);
     for (int i = 0; i < N; i++)
@@ -1648,9 +1655,7 @@ START_TEST(test_pull_auto_values)
     gt_server s;
     START_SERVER(s, "lr=0.37", "chunk=64", "mode=async");
     enum { CH = 64, NC = 40, N = CH * NC, STEPS = 60 };
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    o.timeout_ms = 30000;
-    o.pull_delta_bits = 8;
+    gddr_client_opts o = delta_opts(8);
     o.pull_delta_auto = 1;
     gddr_client *c = open_opts(o, s.endpoint, 0, 1);
     float *w = malloc(N * 4), *g = malloc(N * 4), *sv = malloc(N * 4), *prev = malloc(N * 4);
@@ -1774,9 +1779,7 @@ START_TEST(test_pull_views_capped)
     gt_server s;
     START_SERVER(s, "lr=0.25", "chunk=64", "max_pull_view_bytes=20000");
     enum { CH = 64, NC = 50, N = CH * NC, STEPS = 6 };
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    o.timeout_ms = 30000;
-    o.pull_delta_bits = 8;
+    gddr_client_opts o = delta_opts(8);
     gddr_client *c[2] = { open_opts(o, s.endpoint, 0, 2), open_opts(o, s.endpoint, 1, 2) };
     float *w[2] = { malloc(N * 4), malloc(N * 4) }, *g = malloc(N * 4), *sv = malloc(N * 4);
     for (int i = 0; i < N; i++)
