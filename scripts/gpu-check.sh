@@ -19,6 +19,9 @@
 #      against device-to-device copies of the same bytes.
 #
 #   scripts/gpu-check.sh            # output also in $OUT/ (default /tmp/gddr-gpu-check)
+#   GPU_CHECK_PREBUILT=1 scripts/gpu-check.sh   # build/ carried from a machine with nvcc
+#                                   # (same CUDA major), steps 1 skipped; GPU_CHECK_PY=python3
+#                                   # picks the Python with numpy and pytest
 #
 # Exit status 0 only when every step passed. A step that hangs is cut by
 # its own timeout, so the script always ends and says which step failed.
@@ -48,11 +51,23 @@ step() { # step NAME SECONDS COMMAND...: runs it, logs to $out/NAME.log
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1 || say "nvidia-smi failed (no driver?)"
 head -n 12 "$out/nvidia-smi.txt"
 export PATH="/usr/local/cuda/bin:$PATH"
-scripts/install-deps.sh > "$out/deps.log" 2>&1 || say "install-deps reported a problem ($out/deps.log)"
-step build 420 make -j"$(nproc)" WITH_CUDA=1 CUDA_ARCH="${CUDA_ARCH:-90}" || {
-  say "exit 1 (no build, nothing else runs)"
-  exit 1
-}
+if [ -n "${GPU_CHECK_PREBUILT:-}" ]; then
+  # A machine that cannot install packages (no registry): build/ was made
+  # with nvcc elsewhere and carried here, with the libraries it needs on
+  # LD_LIBRARY_PATH (docs/performance.md, "The CUDA kernels").
+  if [ -x build/bin/gddr-tests ] && [ -e build/lib/libgddr-cuda.so ]; then
+    say "build: carried (GPU_CHECK_PREBUILT), not rebuilt here"
+  else
+    say "exit 1 (GPU_CHECK_PREBUILT, but build/bin/gddr-tests or build/lib/libgddr-cuda.so is missing)"
+    exit 1
+  fi
+else
+  scripts/install-deps.sh > "$out/deps.log" 2>&1 || say "install-deps reported a problem ($out/deps.log)"
+  step build 420 make -j"$(nproc)" WITH_CUDA=1 CUDA_ARCH="${CUDA_ARCH:-90}" || {
+    say "exit 1 (no build, nothing else runs)"
+    exit 1
+  }
+fi
 
 no_cuda_links() {
   local bad=0
@@ -68,7 +83,8 @@ no_cuda_links() {
   ldd build/lib/libgddr-cuda.so | grep -Ei 'cuda|cublas'
   return "$bad"
 }
-step links 60 no_cuda_links
+export -f no_cuda_links # (timeout runs programs, not functions)
+step links 60 bash -c no_cuda_links
 
 export GDDR_BIN=build/bin CK_DEFAULT_TIMEOUT=300
 step kernels 300 build/bin/gddr-tests kernels
@@ -83,12 +99,13 @@ grep -h "plugin \|device_step" "$out/kernels.log" "$out/residual.log" | head -n 
 # Client.step_ptrs (test_cuda.py, needs python3-numpy) and a CUDA torch
 # model through gddr.torch (test_torch.py; Debian's python3-torch is a CPU
 # build, so that case says why it skipped unless a CUDA torch is there).
-if /usr/bin/python3 -c 'import numpy, pytest' 2>/dev/null; then
-  step python 300 /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider python/tests/test_cuda.py \
+py=${GPU_CHECK_PY:-/usr/bin/python3}
+if "$py" -c 'import numpy, pytest, zmq, google.protobuf' 2>/dev/null; then
+  step python 300 "$py" -m pytest -q -rs -p no:cacheprovider python/tests/test_cuda.py \
     python/tests/test_torch.py -k 'cuda or device'
   tail -n 3 "$out/python.log" | sed 's/^/python: /' >> "$out/summary.txt"
 else
-  say "python3-numpy or python3-pytest missing: the Python device path was not run"
+  say "$py lacks numpy, pytest, zmq or protobuf (the tests' fixtures need all four): the Python device path was not run"
 fi
 step bench 300 build/bin/bench_kernels 1 16 64
 grep -A 16 "^GPU" "$out/bench.log" | tee -a "$out/summary.txt"
