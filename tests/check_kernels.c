@@ -1142,6 +1142,18 @@ START_TEST(test_gpu_sumsq_clip)
         float *d_x = dev_from(x, n * 4);
         CUDA_OK(gddr_sumsq_cuda(ctx, d_x, n, d_s + i));
         CUDA_OK(gddr_cuda_sync(st));
+        if (n > 1) {
+            /* A tensor at an offset that is not 16-byte aligned (the
+             * kernel reads four floats a load only when it is). */
+            double odd = 0.0, *d_odd = dev_alloc(sizeof(double));
+            CUDA_OK(gddr_sumsq_cuda(ctx, d_x + 1, n - 1, d_odd));
+            CUDA_OK(gddr_cuda_sync(st));
+            to_host(&odd, d_odd, sizeof odd);
+            const double w1 = gddr_sumsq_cpu(x + 1, n - 1);
+            ck_assert_msg(fabs(odd - w1) <= 1e-12 * w1, "sumsq at x + 1, n=%zu: %.17g vs %.17g", n - 1, odd,
+                          w1);
+            CUDA_OK(gddr_cuda_free(d_odd));
+        }
         CUDA_OK(gddr_cuda_free(d_x));
         want[i] = gddr_sumsq_cpu(x, n);
         free(x);
