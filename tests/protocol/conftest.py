@@ -23,7 +23,10 @@ import time
 from pathlib import Path
 
 import pytest
-import zmq
+
+# pyzmq is imported where a socket is made (zctx, Conn), not here: the
+# Python package's tests reuse this file's server fixture, and they must
+# load where pyzmq is missing (a GPU machine that cannot install it).
 
 REPO = Path(__file__).resolve().parents[2]
 WAIT_S = 30.0  # generous bound on any single wait for the server
@@ -162,6 +165,8 @@ def server(tmp_path):
 
 @pytest.fixture
 def zctx():
+    import zmq
+
     ctx = zmq.Context()
     yield ctx
     ctx.destroy(linger=0)
@@ -191,6 +196,8 @@ class Conn:
     added and removed by ZeroMQ)."""
 
     def __init__(self, pb, ctx, endpoint, rank=0, session=None, observer=False):
+        import zmq
+
         self.pb = pb
         self.sock = ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
