@@ -9,9 +9,7 @@
 
 int64_t gddr__now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return gddr__now_us() / 1000;
 }
 
 int64_t gddr__now_us(void)

@@ -86,6 +86,11 @@ static void start_gddr(bench_proc *p, int threads)
 typedef enum { K_GDDR, K_RAW, K_STEP, K_STEPQ8, K_STEPQ8A } kind;
 enum { STEP_WARM = 130 };
 
+static int is_step(kind k)
+{
+    return k == K_STEP || k == K_STEPQ8 || k == K_STEPQ8A;
+}
+
 typedef struct worker {
     kind k;
     const char *ep;
@@ -120,8 +125,7 @@ static void *worker_main(void *arg)
         gddr_pull(c, id, p, 0, NULL);
         const float *gw[1] = { g };
         float *pw[1] = { p };
-        int stepped = w->k == K_STEP || w->k == K_STEPQ8 || w->k == K_STEPQ8A;
-        for (int i = 0; stepped && i < STEP_WARM; i++)
+        for (int i = 0; is_step(w->k) && i < STEP_WARM; i++)
             if (gddr_step(c, gw, pw) != GDDR_OK)
                 bench_die("step: %s", gddr_client_errmsg(c));
     }
@@ -132,7 +136,7 @@ static void *worker_main(void *arg)
     for (int i = 0; i < w->iters; i++) {
         if (w->k == K_RAW) {
             raw_roundtrips(&r, g, p, w->n * 4);
-        } else if (w->k == K_STEP || w->k == K_STEPQ8 || w->k == K_STEPQ8A) {
+        } else if (is_step(w->k)) {
             if (gddr_step(c, gp, pp) != GDDR_OK)
                 bench_die("step: %s", gddr_client_errmsg(c));
         } else {

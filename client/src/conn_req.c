@@ -265,7 +265,7 @@ int gddr__pull_view(gddr_client *c, int i, float *out, uint64_t min_version, uin
     }
     rq.body_case = GDDR__REQUEST__BODY_PULL;
     rq.pull = &p;
-    int64_t t0 = gddr__now_us();
+    int64_t t0 = pick ? gddr__now_us() : 0;
     int rc = gddr__send_req(c, &rq, NULL, 0, OP_PULL, i, ticket);
     if (rc == GDDR_OK) {
         op *o = gddr__op(c, *ticket);

@@ -37,9 +37,7 @@
 
 void gddr__pullpick_init(gddr__pullpick *p)
 {
-    memset(p, 0, sizeof *p);
-    p->every = PICK_FIRST;
-    p->left = PICK_FIRST;
+    memset(p, 0, sizeof *p); /* a zeroed state is a new one (gddr__pullpick_done) */
 }
 
 int gddr__pullpick_next_whole(const gddr__pullpick *p)
@@ -71,7 +69,7 @@ static int probe_settled(const gddr__pullpick *p)
 {
     int k = !p->whole;
     unsigned n = p->n[k];
-    if (n < 2)
+    if (n < PICK_PROBE_MIN - 1) /* (the probe's first pull is not counted) */
         return 0;
     double last = p->t[k][(n - 1) % PICK_KEEP], before = p->t[k][(n - 2) % PICK_KEEP];
     return last >= (1.0 - PICK_MARGIN) * before;
@@ -113,7 +111,7 @@ void gddr__pullpick_done(gddr__pullpick *p, int was_whole, double cost)
             decide(p);
         return;
     }
-    if (p->left && --p->left)
+    if (--p->left > 0)
         return;
     p->probing = 1; /* try the other kind; its first pull is a switch */
     p->probe_pulls = 0;

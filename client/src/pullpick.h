@@ -27,6 +27,7 @@ typedef struct gddr__pullpick {
     double last_cost[2]; /* the costs the last decision compared, per kind */
 } gddr__pullpick;
 
+/* A new state (all zero: a zeroed ctensor's is new too). */
 void gddr__pullpick_init(gddr__pullpick *p);
 /* 1: the next pull should be whole; 0: the configured reduced pull. */
 int gddr__pullpick_next_whole(const gddr__pullpick *p);
