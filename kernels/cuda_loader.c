@@ -268,6 +268,31 @@ static int driver_says_device(void *drv, const void *p)
            type == CU_MEMORYTYPE_DEVICE;
 }
 
+static int is_driver(struct dl_phdr_info *info, size_t size, void *found)
+{
+    (void)size;
+    const char *name = info->dlpi_name ? info->dlpi_name : "";
+    const char *base = strrchr(name, '/');
+    base = base ? base + 1 : name;
+    if (strncmp(base, "libcuda.so", 10) != 0)
+        return 0;
+    *(int *)found = 1;
+    return 1;
+}
+
+/* Whether the process has the NVIDIA driver mapped, from the loader's own
+ * list: no system call. dlopen(RTLD_NOLOAD) of a name that is not loaded
+ * searches the disk first (ld.so.cache mapped and unmapped, four failed
+ * opens), and the unmap's TLB shootdown interrupts every core running the
+ * process's threads: asked once a step, that cost a loopback 1 MiB step
+ * about a quarter of its time (docs/performance.md, "A dlopen every step"). */
+static int driver_loaded(void)
+{
+    int found = 0;
+    dl_iterate_phdr(is_driver, &found);
+    return found;
+}
+
 int gddr_cuda_is_device_ptr(const void *p)
 {
     if (!p)
@@ -275,6 +300,8 @@ int gddr_cuda_is_device_ptr(const void *p)
     const gddr_cuda_api *a = atomic_load_explicit(&api, memory_order_acquire);
     if (a)
         return a->is_device_ptr(p);
+    if (!driver_loaded())
+        return 0; /* this process never loaded the driver: no device memory exists */
     void *drv = dlopen(DRIVER, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
     if (!drv)
         return 0; /* this process never loaded the driver: no device memory exists */

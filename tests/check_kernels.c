@@ -771,6 +771,39 @@ START_TEST(test_loader_without_plugin)
 }
 END_TEST
 
+/* Every dlopen() of this program (libgddr-client is linked in statically)
+ * goes through here and is counted, then done by the C library's. */
+static int dlopen_calls;
+void *dlopen(const char *file, int flags)
+{
+    static void *(*real)(const char *, int);
+    if (!real) {
+        void *sym = dlsym(RTLD_NEXT, "dlopen");
+        memcpy(&real, &sym, sizeof real);
+    }
+    dlopen_calls++;
+    return real(file, flags);
+}
+
+/* gddr_step asks whether the gradient is device memory on every step. In a
+ * process without the NVIDIA driver the answer must come without a dlopen:
+ * one of a library that is not loaded searches the disk (92 us here) and
+ * unmaps ld.so.cache, which interrupts every core the process runs on. */
+START_TEST(test_device_ptr_without_driver_is_free)
+{
+    if (maps_contain("libcuda.so")) {
+        printf("SKIP device_ptr_without_driver_is_free: this process has the driver loaded\n");
+        return;
+    }
+    float h[4] = { 1, 2, 3, 4 };
+    dlopen_calls = 0;
+    for (int i = 0; i < 100; i++)
+        ck_assert_int_eq(gddr_cuda_is_device_ptr(h + (i & 3)), 0);
+    ck_assert_int_eq(dlopen_calls, 0);
+    ck_assert_msg(!maps_contain("libcuda.so"), "asking loaded the driver");
+}
+END_TEST
+
 /* Files that are not a plugin are refused with the reason; a plugin loads
  * once, and a second, different one is refused. */
 START_TEST(test_loader_bad_files)
@@ -1297,6 +1330,7 @@ Suite *suite_kernels(void)
     TCase *loader = tcase_create("loader");
     tcase_set_timeout(loader, 60);
     tcase_add_test(loader, test_loader_without_plugin);
+    tcase_add_test(loader, test_device_ptr_without_driver_is_free);
     tcase_add_test(loader, test_loader_bad_files);
 #ifdef GDDR_HAVE_CUDA
     tcase_add_test(loader, test_loader_real_plugin);
