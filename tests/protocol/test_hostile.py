@@ -26,6 +26,7 @@ GDDR_FUZZ_ITERS=20000 GDDR_FUZZ_SEED=7 python3 -m pytest tests/protocol/test_hos
 import os
 import random
 import struct
+import time
 import warnings
 
 import pytest
@@ -207,7 +208,11 @@ def attack(pb, srv, conns, rng, tensors, tables):
         if it % 100 == 0:
             assert srv.proc.poll() is None, "gddr-ps exited (%s) after %d requests:\n%s" % (
                 srv.proc.returncode, it + 1, srv.log_text()[-4000:])
-    drain()
+    # The last replies: until every connection has been quiet for a second
+    # (a loaded machine answers late, not never).
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and not all(c.quiet(1.0) for c in conns):
+        drain()
     return answered
 
 
