@@ -52,6 +52,7 @@ typedef struct op {
     int duplicate;     /* push: the server had taken this push already */
     uint32_t retry_ms; /* error: a passing refusal, try again after this long */
     uint32_t parts, parts_got; /* pull answered in parts: how many, how many in */
+    size_t parts_next;  /* pull in parts: the value the next part must start at */
     int pick;          /* pull_delta_auto: 0 not timed, 1 a reduced pull, 2 a whole one */
     int64_t t0_us;     /* pick: when it was sent */
 } op;

@@ -55,6 +55,8 @@ const float *gddr__last(ctensor *t)
     size_t o = 0;
     for (uint32_t k = 0; k < t->nlast; k++) {
         size_t b = zmq_msg_size(&t->last_msgs[k]);
+        if (b > t->n * 4 - o)
+            b = t->n * 4 - o; /* never: pull_reply keeps parts that tile the tensor once */
         memcpy((char *)v + o, zmq_msg_data(&t->last_msgs[k]), b);
         o += b;
     }
@@ -131,7 +133,12 @@ static int pull_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__fr
     uint32_t parts = pr->parts > 1 ? pr->parts : 1;
     size_t lo = parts > 1 ? pr->offset : 0;
     int first = o->parts_got == 0;
+    /* Parts come in order and each starts where the one before ended, so
+     * together they are the tensor once: a server that sent two parts over
+     * the same values would otherwise have them kept (and joined by
+     * gddr__last) past the tensor's end. */
     if (f->n != 2 || pr->payload_bytes != bytes || bytes % 4 || lo > t->n || bytes / 4 > t->n - lo ||
+        lo != (first ? 0 : o->parts_next) ||
         (parts == 1 && bytes != t->n * 4) || pr->part != o->parts_got ||
         (!first && (parts != o->parts || pr->version != o->version)) ||
         (pr->part + 1 == parts && lo + bytes / 4 != t->n)) {
@@ -143,6 +150,7 @@ static int pull_reply(gddr_client *c, op *o, const Gddr__PullReply *pr, gddr__fr
         return 1;
     }
     o->parts = parts;
+    o->parts_next = lo + bytes / 4;
     o->version = pr->version;
     memcpy(o->out + lo, gddr__frame_data(f, 1), bytes); /* the one copy */
     c->k.bytes_pulled += f->bytes;
@@ -240,6 +248,19 @@ static void complete(gddr_client *c, gddr__frames *f)
     case GDDR__REPLY__BODY_HELLO:
         if (o->kind != OP_HELLO)
             goto unexpected;
+        /* The chunk lays out every residual, age and bitmap this client
+         * holds: a server (restarted, or not a gddr-ps) that names another
+         * one, or none, is refused rather than believed. */
+        if (r->hello->chunk == 0 || r->hello->chunk > (1u << 24) ||
+            (c->info.chunk > 0 && r->hello->chunk != (uint32_t)c->info.chunk)) {
+            o->rc = gddr__set_err(c, GDDR_ECONFIG,
+                                  "the server's chunk is %u values, where this client %s%d: its "
+                                  "residuals are laid out in that one (restart the workers after "
+                                  "changing chunk)", r->hello->chunk,
+                                  c->info.chunk > 0 ? "started with " : "accepts 1 to ",
+                                  c->info.chunk > 0 ? c->info.chunk : 1 << 24);
+            break;
+        }
         c->info.epoch = r->epoch;
         c->info.mode = r->hello->mode;
         c->info.chunk = (int)r->hello->chunk;
