@@ -15,7 +15,9 @@
 # pip installs it offline into a venv, gddr imports and trains with the
 # library inside it), the Debian packages (scripts/test-deb.sh: lintian-clean,
 # installed into a scratch root, C and python3-gddr through them), the protocol
-# test (tests/protocol: the wire spoken from Python without libgddr-client),
+# test (tests/protocol: the wire spoken from Python without libgddr-client,
+# hostile traffic included) and libgddr-client against a lying server
+# (scripts/fuzz-client.sh, 20 s),
 # the Python package's tests (python/tests: gddr and gddr.torch over
 # libgddr-client) with the language-model example's smoke run
 # (scripts/experiment-lm.sh --quick: gddr-ps with Adam, Python workers, an
@@ -95,6 +97,8 @@ if [ "$protocol" -eq 1 ]; then
   # Debian's python3 explicitly: it has python3-zmq, python3-protobuf and
   # python3-pytest (a python3 earlier in PATH may be another build).
   timeout 600 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/protocol || status=$?
+  # and the other way round: libgddr-client against a lying server (20 s)
+  scripts/fuzz-client.sh --seconds 20 || status=$?
 fi
 if [ "$python" -eq 1 ]; then
   # The package loads the library of this build ($GDDR_BIN/../lib); -rs
