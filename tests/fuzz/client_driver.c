@@ -66,9 +66,9 @@ int main(int argc, char **argv)
         o.server = argv[1];
         o.rank = 0;
         o.world_size = 1;
-        o.timeout_ms = 200; /* the liar may not answer at all */
-        o.reconnect_timeout_ms = 400;
-        o.connect_timeout_ms = 400;
+        o.timeout_ms = 100; /* the liar may not answer at all */
+        o.reconnect_timeout_ms = 200;
+        o.connect_timeout_ms = 200;
         o.delay_fraction = k % 3 == 1 ? 0.4 : 0;
         o.pull_delta_bits = k % 2 ? 8 : 0;
         o.heartbeat_ms = k % 5 == 2 ? 50 : 0;

@@ -6,7 +6,8 @@ replies a gddr-ps never sends, for tests/fuzz/client_driver.c
 Each reply starts as a plausible one (a hello with a chunk of 4, 256, 3
 or 0; an init of the asked length; pulls whole, in parts at random
 offsets, or as 8- and 16-bit deltas with bitmaps of any length; pushes
-taken or not; tables of another dim; row pulls of the wrong size) and then,
+taken or not; tables of another dim; row pulls of the wrong size; whole
+pulls in parts laid out at random, tiling or overlapping) and then,
 often, has fields overwritten with values from the edges (the Fuzzer of
 tests/protocol/test_hostile.py), its frames replaced, its header replaced
 with random bytes, is sent twice, not at all, or is preceded by an unasked
@@ -89,6 +90,21 @@ def main():
             if rng.random() < 0.2:
                 p.parts, p.part = rng.choice([1, 2, 3]), rng.randrange(4)
                 p.offset = rng.choice([0, 4, 12, 1 << 40])
+            elif rng.random() < 0.25 and not p.delta_bits:
+                # A whole answer in parts, laid out at random: in order or
+                # not, tiling the values or overlapping them.
+                parts = rng.choice([2, 3])
+                for k in range(parts):
+                    q = pb.Reply()
+                    q.CopyFrom(rp)
+                    m = rng.choice([0, n // 2, n // 3, n, 4]) if rng.random() < 0.5 else k * (n // parts)
+                    size = rng.choice([n, n // parts, n - m if n >= m else 0, 1])
+                    q.pull.parts, q.pull.part, q.pull.offset = parts, k if rng.random() < 0.9 else 0, m
+                    q.pull.payload_bytes = 4 * size
+                    if k < parts - 1:
+                        s.send_multipart([ident, q.SerializeToString(), fz.floats(size)])
+                    else:
+                        rp, frames = q, [fz.floats(size)]
         elif kind == "push":
             version += 1
             p = rp.push
