@@ -12,27 +12,18 @@ fake server answering with random mutations of valid replies:
     one, and the next GDDR step or flush ran past them.
 """
 
-import importlib.util
-import subprocess
 import threading
 
 import numpy as np
 import pytest
 
 import gddr
-from conftest import REPO, WAIT_S
+from conftest import WAIT_S, protocol
 
 
 @pytest.fixture(scope="module")
 def pb(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gddr_pb2")
-    proto = REPO / "proto"
-    subprocess.run(["protoc", "--python_out=%s" % out, "--proto_path=%s" % proto,
-                    str(proto / "gddr.proto")], check=True)
-    spec = importlib.util.spec_from_file_location("gddr_pb2_lying", out / "gddr_pb2.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return protocol.compile_proto(tmp_path_factory.mktemp("gddr_pb2"))
 
 
 class LyingServer:

@@ -17,7 +17,6 @@ Orphan.
 """
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,21 +26,14 @@ import zmq
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests" / "protocol"))
+from conftest import compile_proto  # noqa: E402
 from test_hostile import Fuzzer  # noqa: E402
-
-
-def load_pb():
-    out = tempfile.mkdtemp(prefix="gddr_pb2.")
-    subprocess.run(["protoc", "--python_out=" + out, "--proto_path=" + str(REPO / "proto"),
-                    str(REPO / "proto" / "gddr.proto")], check=True)
-    sys.path.insert(0, out)
-    import gddr_pb2
-    return gddr_pb2
 
 
 def main():
     seed, seconds, ep_file = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
-    pb = load_pb()
+    with tempfile.TemporaryDirectory(prefix="gddr_pb2.") as d:
+        pb = compile_proto(d)  # imported: the folder may go
     rng = random.Random(seed)
     fz = Fuzzer(pb, rng)
     ctx = zmq.Context()

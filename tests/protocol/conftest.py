@@ -118,18 +118,24 @@ class Server:
         return self.proc.returncode
 
 
-@pytest.fixture(scope="session")
-def pb(tmp_path_factory):
-    """proto/gddr.proto compiled by protoc --python_out, imported."""
-    out = tmp_path_factory.mktemp("gddr_pb2")
+def compile_proto(out):
+    """proto/gddr.proto compiled by protoc --python_out into the folder
+    out, imported (as gddr_pb2). Also used by python/tests and
+    tests/fuzz/lying_server.py."""
     proto_dir = REPO / "proto"
     subprocess.run(["protoc", "--python_out=%s" % out, "--proto_path=%s" % proto_dir,
                     str(proto_dir / "gddr.proto")], check=True)
-    spec = importlib.util.spec_from_file_location("gddr_pb2", out / "gddr_pb2.py")
+    spec = importlib.util.spec_from_file_location("gddr_pb2", Path(out) / "gddr_pb2.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules["gddr_pb2"] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="session")
+def pb(tmp_path_factory):
+    """proto/gddr.proto compiled by protoc --python_out, imported."""
+    return compile_proto(tmp_path_factory.mktemp("gddr_pb2"))
 
 
 def servers(tmp_path):
