@@ -134,9 +134,14 @@ int gddr__opts_open_full(const gddr_client_opts *opts, gddr_client **out)
 {
     if (!opts || !out || !opts->server || !opts->server[0])
         return GDDR_EINVAL;
-    if (gddr__server_count(opts->server) > 1)
-        return gddr__shards_open(opts, out, NULL, 0);
-    return gddr__client_open_shard(opts, 0, 0, out, NULL, 0);
+    /* Its reason (the server's sentence when it refused) for
+     * gddr_opts_errmsg(): the code alone says "bad worker rank". */
+    char why[sizeof errmsg] = "";
+    int rc = gddr__server_count(opts->server) > 1 ? gddr__shards_open(opts, out, why, sizeof why)
+                                                  : gddr__client_open_shard(opts, 0, 0, out, why, sizeof why);
+    if (rc != GDDR_OK)
+        snprintf(errmsg, sizeof errmsg, "%s", why[0] ? why : gddr_strerror(rc));
+    return rc;
 }
 
 int gddr__opts_open_sized(const gddr_client_opts *opts, size_t size, gddr_client **out)

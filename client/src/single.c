@@ -23,17 +23,28 @@ static void single_close(gddr_client *c);
 
 /* ---- open and close ---------------------------------------------------------- */
 
+/* rc, with why in err (gddr_opts_errmsg() for the caller of the open). */
+static int open_refused(int rc, char *err, size_t errlen, const char *why)
+{
+    if (err && errlen)
+        snprintf(err, errlen, "%s", why);
+    return rc;
+}
+
 int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int shard_count,
                             gddr_client **out, char *err, size_t errlen)
 {
     if (!opts || !out || !opts->server || !opts->server[0])
-        return GDDR_EINVAL;
+        return open_refused(GDDR_EINVAL, err, errlen, "no server given");
     if (opts->timeout_ms <= 0 || opts->delay_fraction < 0 || opts->delay_fraction >= 1 ||
         !(opts->pull_delay_fraction >= 0 && opts->pull_delay_fraction < 1) ||
         (opts->pull_delta_bits != 0 && opts->pull_delta_bits != 8 && opts->pull_delta_bits != 16) ||
         opts->dc_lambda < 0 || opts->clip_norm < 0 || opts->replay_decay <= 0 ||
         opts->replay_decay > 1 || opts->dc_ms_decay < 0 || opts->dc_ms_decay >= 1)
-        return GDDR_EINVAL;
+        return open_refused(GDDR_EINVAL, err, errlen,
+                            "an option out of range: timeout_ms > 0, delay_fraction and "
+                            "pull_delay_fraction in [0, 1), pull_delta_bits 0, 8 or 16, dc_lambda and "
+                            "clip_norm >= 0, replay_decay in (0, 1], dc_ms_decay in [0, 1)");
     *out = NULL;
     gddr_client *c = calloc(1, sizeof *c);
     if (!c)
@@ -46,7 +57,9 @@ int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int s
     if (opts->curve_server_key && opts->curve_server_key[0]) {
         if (strlen(opts->curve_server_key) != 40 || !opts->curve_key_file) {
             free(c);
-            return GDDR_ECONFIG;
+            return open_refused(GDDR_ECONFIG, err, errlen,
+                                "curve_server_key must be the server's 40-character public key "
+                                "(gddr-keygen), with curve_key_file set");
         }
         snprintf(c->curve_server, sizeof c->curve_server, "%s", opts->curve_server_key);
         snprintf(c->curve_file, sizeof c->curve_file, "%s", opts->curve_key_file);
@@ -61,8 +74,12 @@ int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int s
         c->o.world_size = gddr__env_world();
     if (c->info.rank < 0 || c->info.rank >= 65536 || c->o.world_size < 1 ||
         (!c->o.observer && c->info.rank >= c->o.world_size)) {
+        char why[224];
+        snprintf(why, sizeof why, "rank %d of world_size %d: a worker's rank is 0 to world_size - 1 "
+                 "(rank -1, world_size 0: from GDDR_RANK, SLURM_PROCID, ... and GDDR_WORLD_SIZE, SLURM_NTASKS, ...)",
+                 c->info.rank, c->o.world_size);
         free(c);
-        return GDDR_EWORKER;
+        return open_refused(GDDR_EWORKER, err, errlen, why);
     }
     /* The session: random, never 0, top bit clear (the server's stand-ins
      * for session-less connections have it set). */

@@ -200,7 +200,8 @@ class Client:
         handle = ctypes.c_void_p()
         rc = _lib.client_open_sized(opts.buf, opts.size, ctypes.byref(handle))
         if rc != 0:
-            raise from_code(rc, "cannot open a client to %s: %s" % (server, strerror(rc)))
+            why = _lib.opts_errmsg().decode(errors="replace")  # the library's reason
+            raise from_code(rc, "cannot open a client to %s: %s" % (server, why or strerror(rc)))
         self._setup(handle, opts)
 
     @classmethod

@@ -130,7 +130,9 @@ def test_open_errors(server, tmp_path):
            delay_fraction=1.5)
     raises(gddr.InvalidArgument, 1, gddr.Client, "", rank=0, world_size=1)
     # EWORKER: a rank outside the world.
-    raises(gddr.WorkerError, 18, gddr.Client, srv.endpoint, rank=4, world_size=4)
+    e = raises(gddr.WorkerError, 18, gddr.Client, srv.endpoint, rank=4, world_size=4)
+    # The library's reason (here the server's), not only the code's name.
+    assert "rank 4" in e.message, e.message
     # ECONFIG: a CURVE server key of the wrong length.
     raises(gddr.ConfigError, 12, gddr.Client, srv.endpoint, rank=0, world_size=1,
            curve_server_key="short", curve_key_file=str(tmp_path / "k"))
@@ -142,6 +144,7 @@ def test_open_errors(server, tmp_path):
     e = raises(gddr.Timeout, 3, gddr.Client, "tcp://127.0.0.1:%d" % port, rank=0,
                world_size=1, timeout_ms=100, reconnect_timeout_ms=200)
     assert isinstance(e, TimeoutError)
+    assert "nothing accepts connections at tcp://127.0.0.1:%d" % port in e.message, e.message
     # Python-side mistakes are Python's exceptions.
     with pytest.raises(TypeError, match="unknown gddr option"):
         gddr.Client(srv.endpoint, rank=0, world_size=1, delay_fractoin=0.4)

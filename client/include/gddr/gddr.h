@@ -149,7 +149,10 @@ const char *gddr_opts_describe(size_t i, const char **type, const char **def,
                                const char **choices, const char **help);
 
 /* Why the last gddr_opts_* or *_sized call of this thread failed ("" when
- * it did not); static per thread. */
+ * it did not); static per thread. After a failed gddr_client_open (a
+ * *_sized call), the reason: an option refused, or the server's answer
+ * ("rank 4 is not below world_size 4"), or what the connection found
+ * ("nothing accepts connections at ..."). */
 const char *gddr_opts_errmsg(void);
 
 /* Fills *o with the defaults GDDR_CLIENT_OPTS_INIT gives (the frozen prefix
