@@ -9,6 +9,7 @@
 #
 #   scripts/fuzz-client.sh                     one seed, 20 s, this build (make check)
 #   scripts/fuzz-client.sh --asan --seeds "1 2 3 4 5 6" --seconds 40
+#   scripts/fuzz-client.sh --asan --shards 2   a sharded client against two liars
 #
 # --asan builds the library with `make SANITIZER=address` (build/address)
 # first (a few minutes the first time).
@@ -17,12 +18,13 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
 . scripts/lib.sh
 me=fuzz-client
-seeds=1 seconds=20 asan=0
+seeds=1 seconds=20 asan=0 shards=1
 while [ $# -gt 0 ]; do
   case $1 in
     --seeds) seeds=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --asan) asan=1; shift ;;
+    --shards) shards=$2; shift 2 ;;
     -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "$me: unknown option $1" >&2; exit 2 ;;
   esac
@@ -36,24 +38,30 @@ fi
 lib=$build/lib/libgddr-client-cpu.a
 [ -f "$lib" ] || { echo "$me: $lib is missing: build first (make)" >&2; exit 1; }
 tmp=$(mktemp -d /tmp/gddr-fuzz-client.XXXXXX)
-server_pid=
-cleanup() { [ -z "$server_pid" ] || stop_pid "$server_pid"; rm -rf "$tmp"; }
+server_pids=()
+cleanup() { for p in "${server_pids[@]}"; do stop_pid "$p"; done; rm -rf "$tmp"; }
 trap cleanup EXIT INT TERM
 # shellcheck disable=SC2046
 cc -g -O1 "${san[@]}" -Wall -Werror -I client/include tests/fuzz/client_driver.c "$lib" \
   $(pkg-config --libs libzmq libprotobuf-c inih) -lz -lm -pthread -ldl -o "$tmp/driver"
 status=0
 for seed in $seeds; do
-  rm -f "$tmp/ep"
-  /usr/bin/python3 tests/fuzz/lying_server.py "$seed" "$seconds" "$tmp/ep" > "$tmp/server.log" 2>&1 &
-  server_pid=$!
-  wait_file "$tmp/ep" 30 || { echo "$me: the lying server did not start:" >&2; cat "$tmp/server.log" >&2; exit 1; }
-  # The driver stops a few seconds before the server does.
+  server_pids=() eps=""
+  for ((i = 0; i < shards; i++)); do
+    rm -f "$tmp/ep$i"
+    /usr/bin/python3 tests/fuzz/lying_server.py "$((seed + 1000 * i))" "$seconds" "$tmp/ep$i" \
+      > "$tmp/server$i.log" 2>&1 &
+    server_pids+=($!)
+    wait_file "$tmp/ep$i" 30 ||
+      { echo "$me: the lying server did not start:" >&2; cat "$tmp/server$i.log" >&2; exit 1; }
+    eps+="${eps:+,}$(cat "$tmp/ep$i")"
+  done
+  # The driver stops a few seconds before the servers do.
   rc=0
-  ASAN_OPTIONS=detect_leaks=0 timeout $((seconds + 120)) "$tmp/driver" "$(cat "$tmp/ep")" \
+  ASAN_OPTIONS=detect_leaks=0 timeout $((seconds + 120)) "$tmp/driver" "$eps" \
     $((seconds > 5 ? seconds - 3 : 2)) > "$tmp/driver.log" 2>&1 || rc=$?
-  wait "$server_pid" || true
-  server_pid=
+  for p in "${server_pids[@]}"; do wait "$p" || true; done
+  server_pids=()
   if grep -q "ERROR: AddressSanitizer" "$tmp/driver.log"; then
     echo "$me: FAIL: seed $seed: AddressSanitizer:" >&2
     grep -A 20 "ERROR: AddressSanitizer" "$tmp/driver.log" | head -n 30 >&2
@@ -63,8 +71,8 @@ for seed in $seeds; do
     tail -n 20 "$tmp/driver.log" >&2
     status=1
   else
-    echo "$me: seed $seed: $(tail -n 1 "$tmp/driver.log"); $(tail -n 1 "$tmp/server.log")"
+    echo "$me: seed $seed: $(tail -n 1 "$tmp/driver.log"); $(tail -n 1 "$tmp/server0.log")"
   fi
 done
-[ "$status" = 0 ] && echo "$me: OK (seeds $seeds, ${seconds} s each$([ "$asan" = 1 ] && echo ', AddressSanitizer'))"
+[ "$status" = 0 ] && echo "$me: OK (seeds $seeds, ${seconds} s each, $shards server(s)$([ "$asan" = 1 ] && echo ', AddressSanitizer'))"
 exit "$status"

@@ -61,7 +61,10 @@ def main():
         if kind == "hello":
             h = rp.hello
             h.mode, h.chunk, h.workers, h.tau = 0, rng.choice([4, 4, 256, 0, 3]), 1, 4
-            h.max_message_bytes, h.shard_count = 1 << 30, 1
+            h.max_message_bytes = 1 << 30
+            # The layout the client says it expects (a sharded client's
+            # hello names it), so sharded clients get past their hello.
+            h.shard_index, h.shard_count = rq.hello.shard_index, max(rq.hello.shard_count, 1)
         elif kind == "init":
             rp.init.id, rp.init.version, rp.init.n, rp.init.created = 0, version, rq.init.n, True
         elif kind == "pull":
