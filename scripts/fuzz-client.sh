@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
     --seconds) seconds=$2; shift 2 ;;
     --asan) asan=1; shift ;;
     --shards) shards=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "$me: unknown option $1" >&2; exit 2 ;;
   esac
 done
