@@ -444,7 +444,7 @@ def run(args, chaos):
     cons_err = open(os.path.join(tmp, "conserve.err"), "ab")
     cons = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--conserve",
                              "--servers", eps, "--rank", str(args.workers), "--world", str(world),
-                             "--server-key", keys["server_pub"],
+                             "--server-key=" + keys["server_pub"],
                              "--key-file", os.path.join(tmp, "client.key"),
                              "--stop-file", stop_file, "--steps-file", steps_file,
                              "--result-file", result_file],

@@ -117,7 +117,7 @@ class Stepper(soak.Worker):
         self.steps_file = os.path.join(tmp, "sync%d.steps" % rank)
         self.result_file = os.path.join(tmp, "sync%d.json" % rank)
         argv = [sys.executable, os.path.abspath(__file__), "--worker", "--rows", str(rows), "--servers", eps,
-                "--rank", str(rank), "--world", str(world), "--server-key", keys["server_pub"],
+                "--rank", str(rank), "--world", str(world), "--server-key=" + keys["server_pub"],
                 "--key-file", os.path.join(tmp, "client.key"), "--stop-file", stop_file,
                 "--steps-file", self.steps_file, "--result-file", self.result_file]
         super().__init__(rank, argv, tmp)
