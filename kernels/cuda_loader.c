@@ -304,7 +304,7 @@ int gddr_cuda_is_device_ptr(const void *p)
         return 0; /* this process never loaded the driver: no device memory exists */
     void *drv = dlopen(DRIVER, RTLD_LAZY | RTLD_LOCAL | RTLD_NOLOAD);
     if (!drv)
-        return 0; /* this process never loaded the driver: no device memory exists */
+        return 0; /* a libcuda.so* is mapped, but not the driver's soname */
     a = plugin();
     int dev = a ? a->is_device_ptr(p) : driver_says_device(drv, p);
     dlclose(drv);

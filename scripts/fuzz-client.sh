@@ -60,8 +60,16 @@ for seed in $seeds; do
   rc=0
   ASAN_OPTIONS=detect_leaks=0 timeout $((seconds + 120)) "$tmp/driver" "$eps" \
     $((seconds > 5 ? seconds - 3 : 2)) > "$tmp/driver.log" 2>&1 || rc=$?
-  for p in "${server_pids[@]}"; do wait "$p" || true; done
+  liar=0
+  for p in "${server_pids[@]}"; do wait "$p" || liar=1; done
   server_pids=()
+  if [ "$liar" = 1 ]; then
+    # A liar that died early leaves the driver nobody to talk to: no test.
+    echo "$me: FAIL: seed $seed: a lying server failed:" >&2
+    tail -n 20 "$tmp"/server*.log >&2
+    status=1
+    continue
+  fi
   if grep -q "ERROR: AddressSanitizer" "$tmp/driver.log"; then
     echo "$me: FAIL: seed $seed: AddressSanitizer:" >&2
     grep -A 20 "ERROR: AddressSanitizer" "$tmp/driver.log" | head -n 30 >&2

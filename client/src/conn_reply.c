@@ -54,9 +54,7 @@ const float *gddr__last(ctensor *t)
         return NULL;
     size_t o = 0;
     for (uint32_t k = 0; k < t->nlast; k++) {
-        size_t b = zmq_msg_size(&t->last_msgs[k]);
-        if (b > t->n * 4 - o)
-            b = t->n * 4 - o; /* never: pull_reply keeps parts that tile the tensor once */
+        size_t b = zmq_msg_size(&t->last_msgs[k]); /* pull_reply keeps parts that tile it once */
         memcpy((char *)v + o, zmq_msg_data(&t->last_msgs[k]), b);
         o += b;
     }
@@ -251,14 +249,17 @@ static void complete(gddr_client *c, gddr__frames *f)
         /* The chunk lays out every residual, age and bitmap this client
          * holds: a server (restarted, or not a gddr-ps) that names another
          * one, or none, is refused rather than believed. */
-        if (r->hello->chunk == 0 || r->hello->chunk > (1u << 24) ||
-            (c->info.chunk > 0 && r->hello->chunk != (uint32_t)c->info.chunk)) {
+        if (c->info.chunk > 0 && r->hello->chunk != (uint32_t)c->info.chunk) {
             o->rc = gddr__set_err(c, GDDR_ECONFIG,
-                                  "the server's chunk is %u values, where this client %s%d: its "
-                                  "residuals are laid out in that one (restart the workers after "
-                                  "changing chunk)", r->hello->chunk,
-                                  c->info.chunk > 0 ? "started with " : "accepts 1 to ",
-                                  c->info.chunk > 0 ? c->info.chunk : 1 << 24);
+                                  "the server's chunk is %u values, where this client started with "
+                                  "%d: its residuals are laid out in that one (restart the workers "
+                                  "after changing chunk)", r->hello->chunk, c->info.chunk);
+            break;
+        }
+        if (r->hello->chunk == 0 || r->hello->chunk > (1u << 24)) {
+            o->rc = gddr__set_err(c, GDDR_ECONFIG,
+                                  "the server's chunk is %u values, where this client accepts 1 to "
+                                  "16777216", r->hello->chunk);
             break;
         }
         c->info.epoch = r->epoch;

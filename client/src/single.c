@@ -8,6 +8,7 @@
  * these (shard.c drives them through gddr__single).
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +25,15 @@ static void single_close(gddr_client *c);
 /* ---- open and close ---------------------------------------------------------- */
 
 /* rc, with why in err (gddr_opts_errmsg() for the caller of the open). */
-static int open_refused(int rc, char *err, size_t errlen, const char *why)
+__attribute__((format(printf, 4, 5))) static int open_refused(int rc, char *err, size_t errlen,
+                                                              const char *fmt, ...)
 {
-    if (err && errlen)
-        snprintf(err, errlen, "%s", why);
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
     return rc;
 }
 
@@ -74,12 +80,12 @@ int gddr__client_open_shard(const gddr_client_opts *opts, int shard_index, int s
         c->o.world_size = gddr__env_world();
     if (c->info.rank < 0 || c->info.rank >= 65536 || c->o.world_size < 1 ||
         (!c->o.observer && c->info.rank >= c->o.world_size)) {
-        char why[224];
-        snprintf(why, sizeof why, "rank %d of world_size %d: a worker's rank is 0 to world_size - 1 "
-                 "(rank -1, world_size 0: from GDDR_RANK, SLURM_PROCID, ... and GDDR_WORLD_SIZE, SLURM_NTASKS, ...)",
-                 c->info.rank, c->o.world_size);
+        int rank = c->info.rank, world = c->o.world_size;
         free(c);
-        return open_refused(GDDR_EWORKER, err, errlen, why);
+        return open_refused(GDDR_EWORKER, err, errlen,
+                            "rank %d of world_size %d: a worker's rank is 0 to world_size - 1 (rank "
+                            "-1, world_size 0: from GDDR_RANK, SLURM_PROCID, ... and "
+                            "GDDR_WORLD_SIZE, SLURM_NTASKS, ...)", rank, world);
     }
     /* The session: random, never 0, top bit clear (the server's stand-ins
      * for session-less connections have it set). */

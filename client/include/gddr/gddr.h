@@ -151,7 +151,7 @@ const char *gddr_opts_describe(size_t i, const char **type, const char **def,
 /* Why the last gddr_opts_* or *_sized call of this thread failed ("" when
  * it did not); static per thread. After a failed gddr_client_open (a
  * *_sized call), the reason: an option refused, or the server's answer
- * ("rank 4 is not below world_size 4"), or what the connection found
+ * ("rank 4 of world_size 4: ..."), or what the connection found
  * ("nothing accepts connections at ..."). */
 const char *gddr_opts_errmsg(void);
 
