@@ -27,6 +27,13 @@ extern "C" {
 double gddr_sumsq_cpu(const float *x, size_t n);                /* sum of x^2, in double */
 double gddr_nrm2_cpu(const float *x, size_t n);                 /* sqrt(gddr_sumsq_cpu()) */
 double gddr_asum_cpu(const float *x, size_t n);                 /* sum of |x|, in double */
+/* The same sums to float precision (relative error under ~2e-6), three times
+ * faster: blocks of 1024 values summed in float, the blocks in double. NaN or
+ * Inf in x gives NaN or Inf, as above; finite x a finite sum. For checks and
+ * reported figures (a push's finiteness and norm, a residual's L1), not for
+ * what scales values (clipping uses gddr_sumsq_cpu, as the CUDA path does). */
+double gddr_sumsq_fp32_cpu(const float *x, size_t n);
+double gddr_asum_fp32_cpu(const float *x, size_t n);
 void gddr_scal_cpu(float *x, size_t n, float a);                /* x *= a */
 void gddr_axpy_cpu(float *y, const float *x, size_t n, float a); /* y += a*x */
 

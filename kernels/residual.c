@@ -119,7 +119,7 @@ int gddr_residual_step_l1_cpu(const gddr_residual_args *a, const float *g, float
                 for (size_t i = 0; i < len; i++)
                     rc[i] = rc[i] + gc[i];
             if (l1) /* the chunk is in L1 cache now: its share of the residual's mass */
-                held_l1 += gddr_asum_cpu(rc, len);
+                held_l1 += gddr_asum_fp32_cpu(rc, len);
             age[c] += 1;
         } else {
             float *pc = packed + out;

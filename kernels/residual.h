@@ -78,8 +78,8 @@ int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r
 /* The same, and *l1 (when l1 is not NULL) = the residual's mass sum |r|
  * after the step, taken chunk by chunk as each held chunk is written (sent
  * chunks are 0): the host step's residual L1 without a pass of its own.
- * The sum runs in another order than gddr_asum_cpu(r, n), so the two agree
- * to rounding, not bit for bit. */
+ * Each chunk's share is summed with gddr_asum_fp32_cpu (blas.h), so the two
+ * agree to float precision (2e-6), not bit for bit. */
 int gddr_residual_step_l1_cpu(const gddr_residual_args *a, const float *g, float *r, uint32_t *age,
                               float *packed, uint8_t *bitmap, size_t *npacked, size_t *nsent,
                               double *l1);

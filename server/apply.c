@@ -155,14 +155,14 @@ static void apply_chunk(const ps_job *j, size_t c)
     switch (j->kind) {
     case PS_JOB_NORM: {
         const float *g = job_values(j, c, lo);
-        j->sq[c] = g ? gddr_sumsq_cpu(g, len) : 0.0;
+        j->sq[c] = g ? gddr_sumsq_fp32_cpu(g, len) : 0.0;
         return;
     }
     case PS_JOB_APPLY:
     case PS_JOB_JOIN: {
         const float *g = job_values(j, c, lo);
         if (j->sq) /* validated as it is applied: the chunk is read once (push.c) */
-            j->sq[c] = g ? gddr_sumsq_cpu(g, len) : 0.0;
+            j->sq[c] = g ? gddr_sumsq_fp32_cpu(g, len) : 0.0;
         if (!g && j->held && j->fw && j->kind == PS_JOB_APPLY) {
             /* Held by the pusher (async fill, adam): the chunk's last fresh
              * push stands in (async_fill = recent), or m-hat (moment). */

@@ -236,7 +236,7 @@ int ps_part_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__f
         snprintf(msg, sizeof msg, "the part's chunks hold %zu values but the payload %zu bytes", o, frame);
         return part_refuse(ps, ident, id, q, bmlen ? GDDR_EBITMAP : GDDR_ELENGTH, msg, t);
     }
-    double nrm = gddr_nrm2_cpu(vals, o);
+    double nrm = sqrt(gddr_sumsq_fp32_cpu(vals, o));
     if (!isfinite(nrm))
         return part_refuse(ps, ident, id, q, GDDR_ENONFINITE, "NaN or Inf in the values", t);
     q->sumsq += nrm * nrm;

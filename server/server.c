@@ -119,7 +119,7 @@ static int on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
                    ps->cfg.max_tensors);
         }
         /* One read: a NaN or Inf makes the norm NaN or Inf. */
-        if (!isfinite(gddr_nrm2_cpu(vals, in->n))) {
+        if (!isfinite(gddr_sumsq_fp32_cpu(vals, in->n))) {
             return ps_reject(ps, ident, rq->req_id, GDDR_ENONFINITE, "tensor '%s': initial values hold NaN or Inf",
                    in->key);
         }

@@ -35,12 +35,16 @@
 #endif
 
 enum { OP_RESIDUAL, OP_PACK, OP_UNPACK, OP_DC_DIAG, OP_DC_ADAPTIVE, OP_REPLAY, OP_NRM2, OP_AXPY,
-       OP_SUMSQ, OP_FUSED, OP_FUSED_DC, OP_FUSED_DENSE, NOPS };
-/* The last four are the device step's passes (fused.h): pass 1, and pass 2
- * as a GDDR step without and with clipping + DC-ASGD-a, and as a dense one. */
-static const char *op_names[NOPS] = { "residual_step", "pack", "unpack(acc)", "dc diag",
+       OP_SUMSQ, OP_FUSED, OP_FUSED_DC, OP_FUSED_DENSE, NOPS,
+       OP_SUMSQ_FP32 = NOPS, OP_ASUM, OP_ASUM_FP32, NALL };
+/* OP_SUMSQ to OP_FUSED_DENSE are the device step's passes (fused.h): pass
+ * 1, and pass 2 as a GDDR step without and with clipping + DC-ASGD-a, and
+ * as a dense one. The ops from NOPS on have no GPU form: the reductions to
+ * float precision the host's checks use, next to the double ones. */
+static const char *op_names[NALL] = { "residual_step", "pack", "unpack(acc)", "dc diag",
                                       "dc adaptive", "replay", "nrm2", "axpy",
-                                      "sumsq (pass1)", "fused gddr", "fused gddr+dc", "fused dense+dc" };
+                                      "sumsq (pass1)", "fused gddr", "fused gddr+dc", "fused dense+dc",
+                                      "sumsq fp32", "asum", "asum fp32" };
 
 /* One set of buffers, on the host or the device. */
 typedef struct bufs {
@@ -91,7 +95,10 @@ static double traffic(int op, const shape *s)
     case OP_DC_ADAPTIVE: return 24 * n;
     case OP_REPLAY: return 16 * n;
     case OP_NRM2: return 4 * n;
-    case OP_SUMSQ: return 4 * n;
+    case OP_SUMSQ:
+    case OP_SUMSQ_FP32:
+    case OP_ASUM:
+    case OP_ASUM_FP32: return 4 * n;
     case OP_FUSED: return 12 * n + 4.0 * s->nplanned + 4.0 * s->nc;      /* g, r in/out, out, rank */
     case OP_FUSED_DC: return 28 * n + 4.0 * s->nplanned + 4.0 * s->nc;   /* + w_new, w_bak, ms in/out */
     case OP_FUSED_DENSE: return 24 * n;                                  /* g, w_new, w_bak, ms, out */
@@ -132,6 +139,9 @@ static int run_cpu(int op, const shape *s, bufs *b)
         return GDDR_OK;
     }
     case OP_SUMSQ: *b->sum = gddr_sumsq_cpu(b->g, s->n); return GDDR_OK;
+    case OP_SUMSQ_FP32: *b->sum = gddr_sumsq_fp32_cpu(b->g, s->n); return GDDR_OK;
+    case OP_ASUM: *b->sum = gddr_asum_cpu(b->g, s->n); return GDDR_OK;
+    case OP_ASUM_FP32: *b->sum = gddr_asum_fp32_cpu(b->g, s->n); return GDDR_OK;
     case OP_FUSED:
     case OP_FUSED_DC:
     case OP_FUSED_DENSE: {
@@ -222,7 +232,7 @@ static void bench_cpu(const shape *s0)
     printf("\nCPU  n = %zu floats (%.1f MB), chunk %u, %zu of %zu chunks selected\n", s.n,
            s.n * 4.0 / 1e6, s.chunk, s.npacked / (s.chunk ? s.chunk : 1), s.nc);
     printf("  %-14s %10s %10s %10s %12s\n", "kernel", "ms", "GB/s", "memcpy GB/s", "vs memcpy");
-    for (int op = 0; op < NOPS; op++) {
+    for (int op = 0; op < NALL; op++) {
         double t[3];
         if (run_cpu(op, &s, &h) != GDDR_OK) {
             printf("  %-14s failed\n", op_names[op]);

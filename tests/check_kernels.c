@@ -140,7 +140,8 @@ START_TEST(test_residual_conservation)
                                                                bm, &np, &ns, &l1),
                                      GDDR_OK);
                     const double want = gddr_asum_cpu(r, n);
-                    ck_assert_msg(fabs(l1 - want) <= 1e-12 * (1.0 + want),
+                    /* float precision: summed per chunk with gddr_asum_fp32_cpu */
+                    ck_assert_msg(fabs(l1 - want) <= 4e-6 * want + 1e-12,
                                   "n=%zu chunk=%u alpha=%g step %llu: L1 in the step %.17g, asum %.17g",
                                   n, chunk, alphas[ai], (unsigned long long)step, l1, want);
                 } else {
@@ -697,6 +698,70 @@ START_TEST(test_clip_ctl_and_sumsq)
     ck_assert(fabs(gddr_sumsq_cpu(x, 1001) - want) <= 1e-13 * want);
     x[500] = NAN;
     ck_assert(isnan(gddr_sumsq_cpu(x, 1001)));
+}
+END_TEST
+
+/* gddr_sumsq_fp32_cpu and gddr_asum_fp32_cpu against the double sums:
+ * within float precision at every length and alignment, NaN and Inf where
+ * the input has them, and finite sums of finite inputs whose squares
+ * overflow or underflow a float (the blocks summed again in double). */
+static void fp32_pair(const float *x, size_t n, const char *what)
+{
+    const double s = gddr_sumsq_cpu(x, n), sf = gddr_sumsq_fp32_cpu(x, n);
+    const double a = gddr_asum_cpu(x, n), af = gddr_asum_fp32_cpu(x, n);
+    ck_assert_msg(fabs(sf - s) <= 2e-6 * s, "%s n=%zu: sumsq fp32 %.17g, double %.17g", what, n, sf, s);
+    ck_assert_msg(fabs(af - a) <= 2e-6 * a, "%s n=%zu: asum fp32 %.17g, double %.17g", what, n, af, a);
+    ck_assert_msg(isfinite(sf) && isfinite(af), "%s n=%zu: finite input, sums %g %g", what, n, sf, af);
+}
+
+START_TEST(test_fp32_reductions)
+{
+    const size_t lens[] = { 0, 1, 31, 32, 33, 1023, 1024, 1025, 1056, 5000, 262147 };
+    const size_t big = 262147 + 1;
+    float *x = xmalloc(big * sizeof *x);
+    fill_random(x, big, -3.0f, 3.0f);
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        fp32_pair(x, lens[k], "random");
+        fp32_pair(x + 1, lens[k], "random at x + 1"); /* blocks not 32-byte aligned */
+    }
+    ck_assert(gddr_sumsq_fp32_cpu(x, 0) == 0.0 && gddr_asum_fp32_cpu(x, 0) == 0.0);
+    /* Exact where every partial sum is: 1024 ones, 3-4-12. */
+    float ones[2048];
+    for (int i = 0; i < 2048; i++)
+        ones[i] = 1.0f;
+    ck_assert(gddr_sumsq_fp32_cpu(ones, 2048) == 2048.0 && gddr_asum_fp32_cpu(ones, 2000) == 2000.0);
+    const float v[3] = { 3.0f, 4.0f, 12.0f };
+    ck_assert(gddr_sumsq_fp32_cpu(v, 3) == 169.0);
+    /* NaN or Inf anywhere (first block, a middle block, the tail). */
+    const size_t at[] = { 0, 40, 1500, 5000 - 3 };
+    for (size_t k = 0; k < 4; k++) {
+        float keep = x[at[k]];
+        x[at[k]] = NAN;
+        ck_assert_msg(isnan(gddr_sumsq_fp32_cpu(x, 5000)) && isnan(gddr_asum_fp32_cpu(x, 5000)),
+                      "NaN at %zu", at[k]);
+        x[at[k]] = -INFINITY;
+        ck_assert_msg(gddr_sumsq_fp32_cpu(x, 5000) == INFINITY && gddr_asum_fp32_cpu(x, 5000) == INFINITY,
+                      "-Inf at %zu", at[k]);
+        x[at[k]] = keep;
+    }
+    /* Squares past FLT_MAX, and a float sum of |x| past it: still finite. */
+    float *h = xmalloc(3000 * sizeof *h);
+    for (int i = 0; i < 3000; i++)
+        h[i] = (i % 2 ? -1.0f : 1.0f) * 3.0e38f * (0.5f + 0.5f * (float)(i % 7) / 7.0f);
+    fp32_pair(h, 3000, "huge");
+    for (int i = 0; i < 3000; i++)
+        h[i] = 2.0e19f * (1.0f + (float)(i % 5));
+    fp32_pair(h, 3000, "squares over FLT_MAX");
+    /* Squares under FLT_MIN: summed again in double, not lost. */
+    for (int i = 0; i < 3000; i++)
+        h[i] = 1.0e-25f * (1.0f + (float)(i % 3));
+    fp32_pair(h, 3000, "tiny");
+    ck_assert(gddr_sumsq_fp32_cpu(h, 3000) > 0.0);
+    /* One large value among tiny ones, in the same block. */
+    h[100] = 1.0f;
+    fp32_pair(h, 3000, "mixed");
+    free(h);
+    free(x);
 }
 END_TEST
 
@@ -1325,6 +1390,7 @@ Suite *suite_kernels(void)
     tcase_add_test(cpu, test_fused_cpu_equals_unfused);
     tcase_add_test(cpu, test_fused_cpu_stop_writes_nothing);
     tcase_add_test(cpu, test_clip_ctl_and_sumsq);
+    tcase_add_test(cpu, test_fp32_reductions);
     suite_add_tcase(s, cpu);
 
     TCase *loader = tcase_create("loader");
