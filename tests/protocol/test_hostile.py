@@ -100,120 +100,159 @@ class Fuzzer:
         return f32([r.choice(FLOATS) if r.random() < 0.02 else r.uniform(-1, 1) for _ in range(k)])
 
 
-def attack(pb, srv, conns, rng, tensors, tables):
-    fz = Fuzzer(pb, rng)
-    step = [1]
-    sent = {id(c): set() for c in conns}
-    answered = 0
-    lost = set()
+class Attack:
+    """ITERS requests over conns, each a near-valid one with edge values
+    (rows, push or pull) or a random one; every reply is checked as it
+    comes (drain). The requests and their order depend on rng alone."""
 
-    def drain():
-        nonlocal answered
-        for c in conns:
+    BODIES = ["hello", "init", "pull", "push", "stats", "heartbeat", "checkpoint", "bye",
+              "init_table", "pull_rows", "push_rows"]
+
+    def __init__(self, pb, srv, conns, rng, tensors, tables):
+        self.pb, self.srv, self.conns, self.rng = pb, srv, conns, rng
+        self.tensors, self.tables = tensors, tables
+        self.fz = Fuzzer(pb, rng)
+        self.step = 1
+        self.sent = {id(c): set() for c in conns}
+        self.answered = 0
+        self.lost = set()
+
+    def drain(self):
+        for c in self.conns:
             while not c.quiet(0):
                 r = c.recv()  # parses, or the test fails here
                 rid = r.header.req_id
-                assert rid == 0 or rid in sent[id(c)], "a reply to a request never sent: %r" % r
-                if r.kind == "error" and r.body.code == pb.E_WORKER:
-                    lost.add(id(c))  # a Bye or a stranger took its rank: hello again
-                answered += 1
+                assert rid == 0 or rid in self.sent[id(c)], "a reply to a request never sent: %r" % r
+                if r.kind == "error" and r.body.code == self.pb.E_WORKER:
+                    self.lost.add(id(c))  # a Bye or a stranger took its rank: hello again
+                self.answered += 1
 
-    bodies = ["hello", "init", "pull", "push", "stats", "heartbeat", "checkpoint", "bye",
-              "init_table", "pull_rows", "push_rows"]
-    for it in range(ITERS):
-        c = rng.choice(conns)
+    def rows(self, rq):
+        """A pull_rows or push_rows of a table, keys at the edges."""
+        rng = self.rng
+        tb, dim = rng.choice(sorted(self.tables.items()))
+        k = rng.choice([0, 1, 2, 5, 17])
+        keys = [rng.choice([0, 1, 2, 3, 2**63, 2**64 - 1, rng.getrandbits(64)]) for _ in range(k)]
+        frames = [struct.pack("<%dQ" % k, *keys)]
+        if rng.random() < 0.5:
+            m = rq.pull_rows
+            m.table, m.nkeys, m.create = tb, k, rng.random() < 0.7
+            m.min_version, m.wait_ms = rng.choice([0, 0, 1, 5]), rng.choice([0, 0, 20])
+        else:
+            m = rq.push_rows
+            m.table, m.nkeys, m.step = tb, k, self.step
+            m.base_version, m.payload_bytes = rng.choice([0, 1, 2]), 4 * k * dim
+            self.step += 1
+            frames.append(self.fz.floats(k * dim))
+        return frames
+
+    def push(self, rq, tid, n):
+        """A push of tensor tid (n values): dense or by bitmap, maybe held,
+        a snapshot, a flush, a part, norm_from_payload."""
+        rng = self.rng
+        nch = (n + CHUNK - 1) // CHUNK
+        m = rq.push
+        m.id, m.step = tid, self.step
+        self.step += rng.choice([0, 1, 1, 1])
+        m.base_version = m.birth_version = rng.choice([0, 1, 2, 5])
+        count = n
+        if rng.random() < 0.5:
+            bm = bytearray(rng.getrandbits(8) for _ in range((nch + 7) // 8))
+            if rng.random() < 0.8 and nch % 8:
+                bm[-1] &= (1 << (nch % 8)) - 1
+            m.bitmap = bytes(bm)
+            m.held = rng.random() < 0.5
+            count = sum(min(CHUNK, n - ch * CHUNK) for ch in range(nch) if bm[ch >> 3] >> (ch & 7) & 1)
+        m.payload_bytes = 4 * count
+        frames = [self.fz.floats(count)]
+        if rng.random() < 0.2:
+            m.residual_snapshot = True
+            m.residual_bitmap = bytes((nch + 7) // 8)
+            frames.append(b"")
+        m.flush = rng.random() < 0.1
+        m.norm_from_payload = rng.random() < 0.1
+        if rng.random() < 0.15:
+            m.parts, m.part = rng.choice([1, 2, 3]), rng.randrange(3)
+            m.first_chunk, m.part_chunks = rng.randrange(nch + 1), rng.randrange(nch + 1)
+        return m, frames
+
+    def pull(self, rq, tid):
+        """A pull of tensor tid: versions, waits, delta bits, views, parts."""
+        rng = self.rng
+        m = rq.pull
+        m.id, m.min_version = tid, rng.choice([0, 0, 1, 2, 2**63])
+        m.wait_ms, m.delta_bits = rng.choice([0, 1, 50]), rng.choice([0, 0, 8, 16, 3])
+        m.view_seq = rng.choice([0, 1, 2, 7])
+        if rng.random() < 0.3:
+            m.delay_fraction = rng.choice([0.4, 1.0, -1.0, float("nan")])
+        if rng.random() < 0.2:
+            m.part_bytes = rng.choice([4, 8, 12, 16, 1 << 20])
+        return m
+
+    def anything(self, rq, c):
+        """Any body with random fields and frames; sometimes the header's
+        own fields too."""
+        rng = self.rng
+        m = getattr(rq, rng.choice(self.BODIES))
+        m.SetInParent()
+        self.fz.fill(m)
+        frames = self.fz.frames(rng.choice([1, 4, 10]))
+        if rng.random() < 0.1:
+            self.fz.fill(rq)  # protocol, rank, session, observer; req_id too
+            rq.req_id = c.next_id
+        return frames
+
+    def request(self, c):
+        """The next request on c: (header bytes, frames)."""
+        pb, rng = self.pb, self.rng
         c.next_id += 1
-        rq = pb.Request(protocol=pb.PROTOCOL_VERSION, req_id=c.next_id, rank=c.rank,
-                        session=c.session)
+        rq = pb.Request(protocol=pb.PROTOCOL_VERSION, req_id=c.next_id, rank=c.rank, session=c.session)
         frames = []
         roll = rng.random()
-        if id(c) in lost and rng.random() < 0.5:
-            lost.discard(id(c))
+        if id(c) in self.lost and rng.random() < 0.5:
+            self.lost.discard(id(c))
             rq.hello.world_size = 2
-        elif roll < 0.2 and tables:
-            tb, dim = rng.choice(sorted(tables.items()))
-            k = rng.choice([0, 1, 2, 5, 17])
-            keys = [rng.choice([0, 1, 2, 3, 2**63, 2**64 - 1, rng.getrandbits(64)])
-                    for _ in range(k)]
-            frames = [struct.pack("<%dQ" % k, *keys)]
-            if rng.random() < 0.5:
-                m = rq.pull_rows
-                m.table, m.nkeys, m.create = tb, k, rng.random() < 0.7
-                m.min_version, m.wait_ms = rng.choice([0, 0, 1, 5]), rng.choice([0, 0, 20])
-            else:
-                m = rq.push_rows
-                m.table, m.nkeys, m.step = tb, k, step[0]
-                m.base_version, m.payload_bytes = rng.choice([0, 1, 2]), 4 * k * dim
-                step[0] += 1
-                frames.append(fz.floats(k * dim))
-        elif roll < 0.7 and tensors:
-            tid, n = rng.choice(sorted(tensors.items()))
-            nch = (n + CHUNK - 1) // CHUNK
+        elif roll < 0.2 and self.tables:
+            frames = self.rows(rq)
+        elif roll < 0.7 and self.tensors:
+            tid, n = rng.choice(sorted(self.tensors.items()))
             if rng.random() < 0.65:
-                m = rq.push
-                m.id, m.step = tid, step[0]
-                step[0] += rng.choice([0, 1, 1, 1])
-                m.base_version = m.birth_version = rng.choice([0, 1, 2, 5])
-                count = n
-                if rng.random() < 0.5:
-                    bm = bytearray(rng.getrandbits(8) for _ in range((nch + 7) // 8))
-                    if rng.random() < 0.8 and nch % 8:
-                        bm[-1] &= (1 << (nch % 8)) - 1
-                    m.bitmap = bytes(bm)
-                    m.held = rng.random() < 0.5
-                    count = sum(min(CHUNK, n - ch * CHUNK) for ch in range(nch)
-                                if bm[ch >> 3] >> (ch & 7) & 1)
-                m.payload_bytes = 4 * count
-                frames = [fz.floats(count)]
-                if rng.random() < 0.2:
-                    m.residual_snapshot = True
-                    m.residual_bitmap = bytes((nch + 7) // 8)
-                    frames.append(b"")
-                m.flush = rng.random() < 0.1
-                m.norm_from_payload = rng.random() < 0.1
-                if rng.random() < 0.15:
-                    m.parts, m.part = rng.choice([1, 2, 3]), rng.randrange(3)
-                    m.first_chunk, m.part_chunks = rng.randrange(nch + 1), rng.randrange(nch + 1)
+                m, frames = self.push(rq, tid, n)
             else:
-                m = rq.pull
-                m.id, m.min_version = tid, rng.choice([0, 0, 1, 2, 2**63])
-                m.wait_ms, m.delta_bits = rng.choice([0, 1, 50]), rng.choice([0, 0, 8, 16, 3])
-                m.view_seq = rng.choice([0, 1, 2, 7])
-                if rng.random() < 0.3:
-                    m.delay_fraction = rng.choice([0.4, 1.0, -1.0, float("nan")])
-                if rng.random() < 0.2:
-                    m.part_bytes = rng.choice([4, 8, 12, 16, 1 << 20])
+                m = self.pull(rq, tid)
             if rng.random() < 0.3:
-                fz.fill(m)
+                self.fz.fill(m)
         else:
-            m = getattr(rq, rng.choice(bodies))
-            m.SetInParent()
-            fz.fill(m)
-            frames = fz.frames(rng.choice([1, 4, 10]))
-            if rng.random() < 0.1:
-                fz.fill(rq)  # protocol, rank, session, observer; req_id too
-                rq.req_id = c.next_id
+            frames = self.anything(rq, c)
         header = rq.SerializeToString()
-        sent[id(c)].add(c.next_id)
+        self.sent[id(c)].add(c.next_id)
         if rng.random() < 0.03:
             header = bytes(rng.getrandbits(8) for _ in range(rng.randrange(40)))
             with warnings.catch_warnings():  # random bytes may well be a valid Request,
                 warnings.simplefilter("ignore")  # with a req_id of their own
                 try:
-                    sent[id(c)].add(pb.Request.FromString(header).req_id)
+                    self.sent[id(c)].add(pb.Request.FromString(header).req_id)
                 except Exception:
                     pass
-        c.send_raw([header] + frames)
-        drain()
-        if it % 100 == 0:
-            assert srv.proc.poll() is None, "gddr-ps exited (%s) after %d requests:\n%s" % (
-                srv.proc.returncode, it + 1, srv.log_text()[-4000:])
-    # The last replies: until every connection has been quiet for a second
-    # (a loaded machine answers late, not never).
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline and not all(c.quiet(1.0) for c in conns):
-        drain()
-    return answered
+        return header, frames
+
+    def run(self):
+        """Sends ITERS requests; returns the replies seen."""
+        for it in range(ITERS):
+            c = self.rng.choice(self.conns)
+            header, frames = self.request(c)
+            c.send_raw([header] + frames)
+            self.drain()
+            if it % 100 == 0:
+                srv = self.srv
+                assert srv.proc.poll() is None, "gddr-ps exited (%s) after %d requests:\n%s" % (
+                    srv.proc.returncode, it + 1, srv.log_text()[-4000:])
+        # The last replies: until every connection has been quiet for a second
+        # (a loaded machine answers late, not never).
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline and not all(c.quiet(1.0) for c in self.conns):
+            self.drain()
+        return self.answered
 
 
 @pytest.mark.parametrize("mode,optimizer", [("async", "sgd"), ("sync", "adam"),
@@ -233,7 +272,7 @@ def test_hostile_traffic(pb, server, connect, mode, optimizer):
             r = c.call(pb.InitTable(key=key, dim=dim, **extra))
             assert r.kind == "init_table", r
             tables[r.body.id] = dim
-    answered = attack(pb, srv, conns, rng, tensors, tables)
+    answered = Attack(pb, srv, conns, rng, tensors, tables).run()
     assert answered > ITERS // 2, "only %d replies to %d requests" % (answered, ITERS)
     assert srv.proc.poll() is None, srv.log_text()[-4000:]
 
