@@ -100,8 +100,9 @@ GDDR_CLONES double gddr_asum_cpu(const float *x, size_t n)
  * blocks of GDDR_FP32_BLOCK values in float (8 lanes x 4 accumulators: 32
  * terms per lane, a relative error of at most ~2e-6), and the blocks in
  * double. A block whose float sum is not finite (NaN, Inf, or finite squares
- * that overflowed a float) or is tiny (squares that may have underflowed) is
- * summed again the double way, so NaN or Inf in x still gives NaN or Inf,
+ * that overflowed a float) or is tiny (squares that may have underflowed;
+ * an all-zero block too, at the double sum's speed) is summed again the
+ * double way, so NaN or Inf in x still gives NaN or Inf,
  * finite x always a finite sum, and tiny values are not lost. The order is
  * fixed by the code, not the instruction set: every clone gives the same
  * bits. */
