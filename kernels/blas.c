@@ -127,7 +127,20 @@ static inline __attribute__((always_inline)) double lanes(gddr__v8f t)
 #define GDDR_FP32_TINY 0x1p-80
 #define GDDR_FP32_INF ((double)__builtin_inff())
 
-GDDR_CLONES double gddr_sumsq_fp32_cpu(const float *x, size_t n)
+/* One term of the float sums: x^2 (squares) or |x|, lane by lane. */
+static inline __attribute__((always_inline)) gddr__v8f term8(const float *p, int squares)
+{
+    typedef int gddr__v8i __attribute__((vector_size(32)));
+    const int m = 0x7fffffff;
+    const gddr__v8i abs_mask = { m, m, m, m, m, m, m, m };
+    gddr__v8f v = load8(p);
+    return squares ? v * v : (gddr__v8f)((gddr__v8i)v & abs_mask);
+}
+
+/* Both float sums; squares is a constant at each call, so each clone of
+ * the two callers gets its own loop. A block is summed again the double
+ * way when its float sum is not finite, or (squares) tiny. */
+static inline __attribute__((always_inline)) double fp32_sum(const float *x, size_t n, int squares)
 {
     double total = 0.0;
     size_t i = 0;
@@ -135,47 +148,29 @@ GDDR_CLONES double gddr_sumsq_fp32_cpu(const float *x, size_t n)
         const size_t lo = i, span = n - i < GDDR_FP32_BLOCK ? (n - i) & ~(size_t)31 : GDDR_FP32_BLOCK;
         gddr__v8f s0 = { 0 }, s1 = { 0 }, s2 = { 0 }, s3 = { 0 };
         for (; i < lo + span; i += 32) {
-            gddr__v8f a = load8(x + i), b = load8(x + i + 8), c = load8(x + i + 16), d = load8(x + i + 24);
-            s0 += a * a;
-            s1 += b * b;
-            s2 += c * c;
-            s3 += d * d;
+            s0 += term8(x + i, squares);
+            s1 += term8(x + i + 8, squares);
+            s2 += term8(x + i + 16, squares);
+            s3 += term8(x + i + 24, squares);
         }
         double b = lanes((s0 + s1) + (s2 + s3));
-        if (!(b < GDDR_FP32_INF) || b < GDDR_FP32_TINY)
-            b = gddr_sumsq_cpu(x + lo, span);
+        if (!(b < GDDR_FP32_INF) || (squares && b < GDDR_FP32_TINY))
+            b = squares ? gddr_sumsq_cpu(x + lo, span) : gddr_asum_cpu(x + lo, span);
         total += b;
     }
     for (; i < n; i++)
-        total += (double)x[i] * (double)x[i];
+        total += squares ? (double)x[i] * (double)x[i] : fabs((double)x[i]);
     return total;
+}
+
+GDDR_CLONES double gddr_sumsq_fp32_cpu(const float *x, size_t n)
+{
+    return fp32_sum(x, n, 1);
 }
 
 GDDR_CLONES double gddr_asum_fp32_cpu(const float *x, size_t n)
 {
-    const int m = 0x7fffffff;
-    const gddr__v8f none = { 0 };
-    typedef int gddr__v8i __attribute__((vector_size(32)));
-    const gddr__v8i mask = { m, m, m, m, m, m, m, m };
-    double total = 0.0;
-    size_t i = 0;
-    while (n - i >= 32) {
-        const size_t lo = i, span = n - i < GDDR_FP32_BLOCK ? (n - i) & ~(size_t)31 : GDDR_FP32_BLOCK;
-        gddr__v8f s0 = none, s1 = none, s2 = none, s3 = none;
-        for (; i < lo + span; i += 32) {
-            s0 += (gddr__v8f)((gddr__v8i)load8(x + i) & mask);
-            s1 += (gddr__v8f)((gddr__v8i)load8(x + i + 8) & mask);
-            s2 += (gddr__v8f)((gddr__v8i)load8(x + i + 16) & mask);
-            s3 += (gddr__v8f)((gddr__v8i)load8(x + i + 24) & mask);
-        }
-        double b = lanes((s0 + s1) + (s2 + s3));
-        if (!(b < GDDR_FP32_INF)) /* NaN, Inf, or an overflow of the float sum */
-            b = gddr_asum_cpu(x + lo, span);
-        total += b;
-    }
-    for (; i < n; i++)
-        total += fabs((double)x[i]);
-    return total;
+    return fp32_sum(x, n, 0);
 }
 
 void gddr_scal_cpu(float *x, size_t n, float a)
