@@ -236,10 +236,10 @@ int ps_part_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__f
         snprintf(msg, sizeof msg, "the part's chunks hold %zu values but the payload %zu bytes", o, frame);
         return part_refuse(ps, ident, id, q, bmlen ? GDDR_EBITMAP : GDDR_ELENGTH, msg, t);
     }
-    double nrm = sqrt(gddr_sumsq_fp32_cpu(vals, o));
-    if (!isfinite(nrm))
+    double sq = gddr_sumsq_fp32_cpu(vals, o); /* NaN or Inf anywhere makes it so */
+    if (!isfinite(sq))
         return part_refuse(ps, ident, id, q, GDDR_ENONFINITE, "NaN or Inf in the values", t);
-    q->sumsq += nrm * nrm;
+    q->sumsq += sq;
     ps->push_parts++;
     q->next_chunk = c0 + nc;
     if (q->got < q->parts)
