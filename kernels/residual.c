@@ -58,13 +58,33 @@ float gddr_hold_probability(float alpha, uint32_t tau)
     return (float)hi;
 }
 
-/* docs/design.md section 6 step 4: age is tested first, so a chunk at its
- * bound is sent whatever U says, which is what bounds the delay by tau. */
+uint32_t gddr_hold_period(double delay_fraction, uint32_t tau)
+{
+    if (!(delay_fraction > 0) || tau == 0)
+        return 0;
+    double l = delay_fraction < 1 ? (double)tau / delay_fraction : 0;
+    if (!(l < (double)(1u << 24)))
+        l = (double)(1u << 24); /* a tiny fraction: a chunk held tau steps in 2^24 */
+    uint32_t period = (uint32_t)l;
+    return period > tau ? period : tau + 1;
+}
+
+uint32_t gddr_hold_phase(uint32_t period, uint32_t worker, uint32_t world, uint64_t step)
+{
+    if (period == 0)
+        return 0;
+    if (world == 0)
+        world = 1;
+    uint64_t shift = (uint64_t)(worker % world) * period / world;
+    return (uint32_t)((shift + step % period) % period);
+}
+
+/* docs/design.md section 6 step 4 (gddr__chunk_held, residual.h). */
 static inline int chunk_held(const gddr_residual_args *a, uint64_t prefix, uint32_t age,
                              size_t c)
 {
-    return age < a->tau &&
-           gddr__u32_to_uniform(gddr__hash_chunk(prefix, a->chunk0 + (uint32_t)c)) < a->alpha;
+    return gddr__chunk_held(prefix, a->chunk0 + (uint32_t)c, a->alpha, a->tau, a->period,
+                            a->phase, age);
 }
 
 /* What the step and the plan share before their chunk loop: the checks of
@@ -75,12 +95,17 @@ static int mask_begin(const gddr_residual_args *a, uint8_t *bitmap, size_t *npac
 {
     if (!a || !npacked || !nsent || !chunk_geometry_ok(a->n, a->chunk, who) || isnan(a->alpha))
         return GDDR_EINVAL;
+    if (a->period && (a->period <= a->tau || a->phase >= a->period)) {
+        gddr_log(GDDR_LOG_ERROR, "%s: hold period %u must be above tau %u and phase %u below it",
+                 who, a->period, a->tau, a->phase);
+        return GDDR_EINVAL;
+    }
     if (a->n > 0 && (!bufs_ok || !bitmap))
         return GDDR_EINVAL;
     const size_t nchunks = gddr_nchunks(a->n, a->chunk);
     if (nchunks > 0)
         memset(bitmap, 0, gddr_bitmap_bytes(nchunks));
-    *prefix = gddr__hash_prefix(a->seed, a->worker, a->key, a->step);
+    *prefix = gddr__mask_prefix(a);
     return GDDR_OK;
 }
 

@@ -130,7 +130,8 @@ static void scratch_put(scratch *s, cudaStream_t st)
 /* ---- kernels ------------------------------------------------------------- */
 
 static __global__ void mask_kernel(size_t nchunks, uint64_t prefix, uint32_t chunk0, float alpha,
-                                   uint32_t tau, uint32_t *__restrict__ age, uint8_t *__restrict__ bitmap,
+                                   uint32_t tau, uint32_t period, uint32_t phase,
+                                   uint32_t *__restrict__ age, uint8_t *__restrict__ bitmap,
                                    size_t nbytes, uint32_t *__restrict__ flag)
 {
     const unsigned lane = threadIdx.x & 31;
@@ -144,8 +145,7 @@ static __global__ void mask_kernel(size_t nchunks, uint64_t prefix, uint32_t chu
         int sent = 0;
         if (c < nchunks) {
             const uint32_t a = age[c];
-            const int hold =
-                a < tau && gddr__u32_to_uniform(gddr__hash_chunk(prefix, chunk0 + (uint32_t)c)) < alpha;
+            const int hold = gddr__chunk_held(prefix, chunk0 + (uint32_t)c, alpha, tau, period, phase, a);
             sent = !hold;
             age[c] = hold ? a + 1 : 0;
             flag[c] = (uint32_t)sent;
@@ -350,7 +350,7 @@ extern "C" int gddr_residual_step_cuda(const gddr_residual_args *a, const float 
                                        size_t *npacked, size_t *nsent, void *stream)
 {
     if (!a || !npacked || !nsent || !geometry_ok(a->n, a->chunk, "residual step (cuda)") ||
-        a->alpha != a->alpha)
+        a->alpha != a->alpha || (a->period && (a->period <= a->tau || a->phase >= a->period)))
         return GDDR_EINVAL;
     if (a->n > 0 && (!d_r || !d_age || !d_packed || !d_bitmap))
         return GDDR_EINVAL;
@@ -364,9 +364,9 @@ extern "C" int gddr_residual_step_cuda(const gddr_residual_args *a, const float 
     int rc = scratch_get(&s, nchunks, st);
     if (rc != GDDR_OK)
         return rc;
-    const uint64_t prefix = gddr__hash_prefix(a->seed, a->worker, a->key, a->step);
+    const uint64_t prefix = gddr__mask_prefix(a);
     mask_kernel<<<blocks_for((nchunks + 31) / 32 * 32), THREADS, 0, st>>>(
-        nchunks, prefix, a->chunk0, a->alpha, a->tau, d_age, d_bitmap, gddr_bitmap_bytes(nchunks), s.flag);
+        nchunks, prefix, a->chunk0, a->alpha, a->tau, a->period, a->phase, d_age, d_bitmap, gddr_bitmap_bytes(nchunks), s.flag);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         gddr__cuda_seterr("%s:%d: mask_kernel: %s", __FILE__, __LINE__,

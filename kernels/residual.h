@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gddr_hash.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -40,7 +42,51 @@ typedef struct gddr_residual_args {
     uint32_t chunk0;   /* index of chunk 0 in the whole tensor (a shard's piece of
                         * a tensor split over servers; 0 otherwise): the mask
                         * hashes the whole tensor's chunk index */
+    uint32_t period;   /* 0: each chunk held with probability alpha, drawn per worker
+                        * and step. > tau: the staggered schedule: each chunk is held
+                        * tau steps of every `period`, at a place in the cycle that
+                        * depends on the chunk (not on the worker or the step) plus
+                        * `phase`; gddr_hold_period() */
+    uint32_t phase;    /* staggered: this worker's and this step's shift, in [0, period)
+                        * (gddr_hold_phase) */
 } gddr_residual_args;
+
+/* hold_schedule = staggered (docs/design.md, "The staggered schedule"): the
+ * cycle length L = floor(tau / delay_fraction), at least tau + 1, so a chunk
+ * is held tau steps of every L (a share tau / L, within 1 / L above
+ * delay_fraction) and sent the other L - tau: once as its release, then
+ * fresh. 0 when nothing is held (delay_fraction <= 0 or tau 0). */
+uint32_t gddr_hold_period(double delay_fraction, uint32_t tau);
+
+/* This worker's shift in the cycle at this step: worker w of `world` starts
+ * w * L / world places on, so the workers' hold windows are spread evenly
+ * over the cycle and at any step about world * (tau + 1) / L of them hold
+ * or release a chunk -- the others send it fresh. 0 when period is 0. */
+uint32_t gddr_hold_phase(uint32_t period, uint32_t worker, uint32_t world, uint64_t step);
+
+/* The hash prefix of a mask: per worker and step for the random schedule;
+ * per tensor only for the staggered one (every worker's cycle of a chunk
+ * starts at the same place; the phase shifts it). */
+static inline GDDR_HD uint64_t gddr__mask_prefix(const gddr_residual_args *a)
+{
+    return a->period ? gddr__hash_prefix(a->seed, UINT32_MAX, a->key, 0)
+                     : gddr__hash_prefix(a->seed, a->worker, a->key, a->step);
+}
+
+/* Whether chunk c (of the whole tensor) is held at this age; one function
+ * for the CPU twin and the CUDA kernel. age is tested first, so a chunk at
+ * its bound is sent whatever the schedule says: the delay is bounded by
+ * tau. */
+static inline GDDR_HD int gddr__chunk_held(uint64_t prefix, uint32_t c, float alpha, uint32_t tau,
+                                           uint32_t period, uint32_t phase, uint32_t age)
+{
+    if (age >= tau)
+        return 0;
+    const uint32_t h = gddr__hash_chunk(prefix, c);
+    if (period)
+        return (h % period + phase) % period < tau;
+    return gddr__u32_to_uniform(h) < alpha;
+}
 
 /* The hold probability p that makes alpha the share of chunk sends held
  * back when no chunk may wait more than tau steps. A chunk held with

@@ -39,7 +39,10 @@
  * once, at weight 1/N, like any push; a chunk no fresh push carried gets
  * no fill that step (its holders send their share later, in full). That
  * halves the variance (0.60); the transformer's gap, +1.86 % over 11 runs
- * of 3 seeds, still scatters from run to run (docs/results-lm.md).
+ * of 3 seeds, still scatters from run to run (docs/results-lm.md). Most of
+ * the rest was closed on the workers, in who holds: with the staggered
+ * schedule (hold_schedule, kernels/residual.c) every chunk has fresh
+ * pushes in every step, so no chunk goes unfilled for want of them.
  * Per worker and tensor this costs one float a value (the credit) and two
  * bytes a chunk, within max_fill_bytes; a worker over the bound is taken
  * without fill (its held chunks then count as zeros of the step, as before).

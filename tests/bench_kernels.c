@@ -122,7 +122,7 @@ static void fused_for(int op, const shape *s, const bufs *b, gddr_fused_args *a,
 static int run_cpu(int op, const shape *s, bufs *b)
 {
     gddr_residual_args ra = { s->n, s->chunk, 0.5f, 4, 42, 0, gddr_key_hash("bench"),
-                              bench_step++, 0 };
+                              bench_step++, 0, 0, 0 };
     gddr_dc_args da = { s->n, 1e-3f, GDDR_DC_DIAG, op == OP_DC_ADAPTIVE, 0.95f, 1e-7f, 1.0f };
     size_t np, ns;
     switch (op) {
@@ -272,7 +272,7 @@ static int run_gpu(int op, const shape *s, bufs *d)
 {
     void *st = gddr_cuda_ctx_stream(ctx);
     gddr_residual_args ra = { s->n, s->chunk, 0.5f, 4, 42, 0, gddr_key_hash("bench"),
-                              bench_step++, 0 };
+                              bench_step++, 0, 0, 0 };
     gddr_dc_args da = { s->n, 1e-3f, GDDR_DC_DIAG, op == OP_DC_ADAPTIVE, 0.95f, 1e-7f, 1.0f };
     size_t np, ns;
     double nrm;

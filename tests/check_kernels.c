@@ -67,7 +67,7 @@ static gddr_residual_args args_for(size_t n, uint32_t chunk, float alpha, uint32
                                    uint64_t step)
 {
     gddr_residual_args a = { n, chunk, alpha, tau, 0x5eedull, 3, gddr_key_hash("layer0.weight"),
-                             step, 0 };
+                             step, 0, 0, 0 };
     return a;
 }
 
@@ -132,6 +132,12 @@ START_TEST(test_residual_conservation)
                 memcpy(prev, age, nc * sizeof *age);
                 memset(bm, 0xff, nb);
                 gddr_residual_args a = args_for(n, chunk, alphas[ai], tau, step);
+                /* every third step on the staggered schedule (world of 4) */
+                const int stag = step % 3 == 2 && alphas[ai] > 0;
+                if (stag) {
+                    a.period = gddr_hold_period(alphas[ai], tau);
+                    a.phase = gddr_hold_phase(a.period, a.worker, 4, step);
+                }
                 size_t np = 0, ns = 0;
                 if (step % 2) {
                     /* the host step's form: the residual's L1 taken in the same pass */
@@ -156,9 +162,12 @@ START_TEST(test_residual_conservation)
                 for (size_t c = nc; c < nb * 8; c++)
                     ck_assert_msg(!bit(bm, c), "padding bit %zu set", c);
                 for (size_t c = 0; c < nc; c++) {
+                    const uint32_t h = gddr_hash_u32(a.seed, stag ? UINT32_MAX : a.worker, a.key,
+                                                     stag ? 0 : step, (uint32_t)c);
                     const int held = prev[c] < tau &&
-                                     gddr_hash_uniform(a.seed, a.worker, a.key, step,
-                                                       (uint32_t)c) < a.alpha;
+                                     (stag ? (h % a.period + a.phase) % a.period < tau
+                                           : gddr_hash_uniform(a.seed, a.worker, a.key, step,
+                                                               (uint32_t)c) < a.alpha);
                     ck_assert_int_eq(bit(bm, c), !held);
                     ck_assert_uint_eq(age[c], held ? prev[c] + 1 : 0);
                     ck_assert_uint_le(age[c], tau);
@@ -277,6 +286,125 @@ static void run_mask(gddr_residual_args a, uint8_t *bm)
 /* The mask is a pure function of (seed, worker, key, step, chunk): the same
  * inputs give the same bitmap, and changing any one of them changes it
  * (4096 chunks at alpha 0.5: a collision has probability 2^-4096). */
+/* hold_schedule = staggered (docs/design.md, "The staggered schedule"): the
+ * period and phases, and what the schedule is for. 4 workers, tau 4,
+ * delay_fraction 0.4: period 10, each worker holds each chunk 4 steps of
+ * every 10 and the workers' windows are spread over the cycle, so from the
+ * first full cycle on exactly 2 of the 4 send every chunk fresh (not held,
+ * not a release) at every step, and each holds exactly 40 %. The random
+ * schedule, same share, leaves chunk-steps that no worker sends fresh (a
+ * sync step then has no fresh mean to fill the holders' share with). */
+START_TEST(test_residual_staggered)
+{
+    ck_assert_uint_eq(gddr_hold_period(0.4, 4), 10);
+    ck_assert_uint_eq(gddr_hold_period(0.4, 2), 5);
+    ck_assert_uint_eq(gddr_hold_period(0.4, 3), 7);
+    ck_assert_uint_eq(gddr_hold_period(0.9, 4), 5); /* at least tau + 1 */
+    ck_assert_uint_eq(gddr_hold_period(1.0, 4), 5);
+    ck_assert_uint_eq(gddr_hold_period(0.0, 4), 0);
+    ck_assert_uint_eq(gddr_hold_period(0.4, 0), 0);
+    ck_assert_uint_eq(gddr_hold_period(1e-12, 4), 1u << 24);
+    ck_assert_uint_eq(gddr_hold_phase(10, 0, 4, 0), 0);
+    ck_assert_uint_eq(gddr_hold_phase(10, 1, 4, 0), 2);
+    ck_assert_uint_eq(gddr_hold_phase(10, 2, 4, 0), 5);
+    ck_assert_uint_eq(gddr_hold_phase(10, 3, 4, 13), 0); /* 7 + 13 */
+    ck_assert_uint_eq(gddr_hold_phase(10, 5, 4, 1), 3);  /* rank 5 of 4 sits where rank 1 does */
+    ck_assert_uint_eq(gddr_hold_phase(10, 1, 0, 0), 0);  /* world 0 taken as 1 */
+    ck_assert_uint_eq(gddr_hold_phase(0, 1, 4, 3), 0);
+
+    enum { W = 4, NC = 512, CH = 8, STEPS = 60 };
+    const size_t n = (size_t)NC * CH, nb = gddr_bitmap_bytes(NC);
+    const uint32_t tau = 4;
+    float *g = xmalloc(n * sizeof *g), *packed = xmalloc(n * sizeof *packed);
+    float *tmp = xmalloc(n * sizeof *tmp);
+    uint8_t *bm = xmalloc(nb);
+    uint32_t *prev = xmalloc(NC * sizeof *prev);
+    {
+        /* a period at or under tau, or a phase past it, is refused */
+        float r[16] = { 0 };
+        uint32_t age[2] = { 0, 0 };
+        size_t np, ns;
+        gddr_residual_args a = args_for(16, CH, 0.5f, 4, 0);
+        a.period = 4;
+        ck_assert_int_eq(gddr_residual_step_cpu(&a, r, r, age, packed, bm, &np, &ns), GDDR_EINVAL);
+        a.period = 10, a.phase = 10;
+        ck_assert_int_eq(gddr_residual_step_cpu(&a, r, r, age, packed, bm, &np, &ns), GDDR_EINVAL);
+    }
+    for (int stag = 1; stag >= 0; stag--) {
+        float *r[W];
+        uint32_t *age[W];
+        double *gsum = calloc(n, sizeof *gsum), *ssum = calloc(n, sizeof *ssum);
+        size_t held[W] = { 0 }, no_fresh = 0, fresh_total = 0;
+        for (int w = 0; w < W; w++) {
+            r[w] = calloc(n, sizeof(float));
+            age[w] = calloc(NC, sizeof(uint32_t));
+            ck_assert(r[w] && age[w]);
+        }
+        ck_assert(gsum && ssum);
+        for (uint64_t step = 0; step < STEPS; step++) {
+            int fresh[NC] = { 0 };
+            for (int w = 0; w < W; w++) {
+                gddr_residual_args a = args_for(n, CH, gddr_hold_probability(0.4f, tau), tau, step);
+                a.worker = (uint32_t)w;
+                if (stag) {
+                    a.period = gddr_hold_period(0.4, tau);
+                    a.phase = gddr_hold_phase(a.period, a.worker, W, step);
+                }
+                fill_random(g, n, -1.0f, 1.0f);
+                memcpy(prev, age[w], NC * sizeof *prev);
+                size_t np = 0, ns = 0;
+                ck_assert_int_eq(gddr_residual_step_cpu(&a, g, r[w], age[w], packed, bm, &np, &ns),
+                                 GDDR_OK);
+                for (size_t c = 0; c < NC; c++) {
+                    if (!bit(bm, c))
+                        held[w]++;
+                    else if (prev[c] == 0)
+                        fresh[c]++;
+                    if (age[w][c] > tau) /* one check per chunk, not an assertion each */
+                        ck_abort_msg("worker %d chunk %zu: age %u over tau", w, c, age[w][c]);
+                }
+                memset(tmp, 0, n * sizeof *tmp);
+                ck_assert_int_eq(gddr_unpack_cpu(packed, bm, n, CH, 1.0f, 0, tmp), GDDR_OK);
+                for (size_t i = 0; i < n; i++)
+                    ssum[i] += tmp[i], gsum[i] += g[i];
+            }
+            for (size_t c = 0; c < NC; c++) {
+                no_fresh += fresh[c] == 0;
+                fresh_total += (size_t)fresh[c];
+                if (stag && step >= 10 && fresh[c] != 2)
+                    ck_abort_msg("step %llu chunk %zu: %d workers sent it fresh",
+                                 (unsigned long long)step, c, fresh[c]);
+            }
+        }
+        for (int w = 0; w < W; w++) {
+            if (stag)
+                ck_assert_uint_eq(held[w], (size_t)NC * STEPS * 4 / 10);
+            else
+                ck_assert(held[w] > (size_t)NC * STEPS * 35 / 100 && held[w] < (size_t)NC * STEPS * 45 / 100);
+        }
+        for (size_t i = 0; i < n; i++) { /* nothing lost: sent + held = every gradient */
+            double rs = 0;
+            for (int w = 0; w < W; w++)
+                rs += r[w][i];
+            if (!(fabs(ssum[i] + rs - gsum[i]) < 1e-3))
+                ck_abort_msg("value %zu: sent %g + held %g != %g", i, ssum[i], rs, gsum[i]);
+        }
+        if (stag)
+            ck_assert_uint_eq(no_fresh, 0);
+        else
+            ck_assert_msg(no_fresh > (size_t)NC * STEPS / 20,
+                          "random schedule: only %zu chunk-steps without a fresh push", no_fresh);
+        printf("kernels: %s schedule, 4 workers, tau 4, 0.4 held: %.2f fresh pushes a chunk-step, "
+               "%.1f %% of chunk-steps with none\n", stag ? "staggered" : "random",
+               (double)fresh_total / (NC * STEPS), 100.0 * (double)no_fresh / (NC * STEPS));
+        for (int w = 0; w < W; w++)
+            free(r[w]), free(age[w]);
+        free(gsum), free(ssum);
+    }
+    free(g), free(packed), free(tmp), free(bm), free(prev);
+}
+END_TEST
+
 START_TEST(test_residual_mask_pure)
 {
     const size_t n = 4096 * 16;
@@ -1031,6 +1159,10 @@ START_TEST(test_gpu_residual)
                 CUDA_OK(gddr_cuda_memcpy_h2d(d_bm, got_bm, nb + G, NULL));
 
                 gddr_residual_args a = args_for(n, chunk, alphas[ai], taus[step % 3], step);
+                if (step % 2 && alphas[ai] > 0) { /* the staggered schedule, rank 3 of 5 */
+                    a.period = gddr_hold_period(alphas[ai], a.tau);
+                    a.phase = gddr_hold_phase(a.period, a.worker, 5, step);
+                }
                 size_t np, ns, gnp = 7, gns = 7;
                 CUDA_OK(gddr_residual_step_cpu(&a, zero_g ? NULL : g, r, age, packed, bm, &np,
                                                &ns));
@@ -1381,6 +1513,7 @@ Suite *suite_kernels(void)
     tcase_add_test(cpu, test_residual_held_fraction);
     tcase_add_test(cpu, test_residual_age_bound);
     tcase_add_test(cpu, test_residual_mask_pure);
+    tcase_add_test(cpu, test_residual_staggered);
     tcase_add_test(cpu, test_bitmap_count);
     tcase_add_test(cpu, test_pack_unpack_roundtrip);
     tcase_add_test(cpu, test_invalid_args);

@@ -180,7 +180,7 @@ START_TEST(test_wire_size_of_sparse_push)
         gddr_client_counters_get(c, &after);
 
         /* What the client must have sent. */
-        gddr_residual_args a = { N, K, 0.5f, 4, SEED, 0, gddr_key_hash("ws"), (uint64_t)k, 0 };
+        gddr_residual_args a = { N, K, 0.5f, 4, SEED, 0, gddr_key_hash("ws"), (uint64_t)k, 0, 0, 0 };
         size_t np = 0, ns = 0;
         ck_assert_int_eq(gddr_residual_step_cpu(&a, g, r, age, packed, bm, &np, &ns), GDDR_OK);
         Gddr__Request rq = GDDR__REQUEST__INIT;
@@ -564,6 +564,55 @@ START_TEST(test_held_share_is_alpha)
     ck_assert(gddr_hold_probability(0.6f, 1) == 1.0f);
     ck_assert(gddr_hold_probability(0.0f, 4) == 0.0f);
     ck_assert(gddr_hold_probability(0.4f, 40) < 0.4001f && gddr_hold_probability(0.4f, 40) >= 0.4f);
+}
+END_TEST
+
+/* hold_schedule reaches the mask: with auto, a sync server's workers get
+ * the staggered schedule (period floor(tau / alpha), phases spread by rank
+ * over the world size: 0, 2, 5, 7 of 10 for 4 workers at tau 4, alpha 0.4),
+ * an async server's the random draw; the option overrides both ways. The
+ * schedule's effect on the masks is gddr-tests kernels residual_staggered. */
+static gddr_residual_args hold_args(const char *ep, int rank, int schedule)
+{
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = ep;
+    o.rank = rank;
+    o.world_size = 4;
+    o.timeout_ms = REPLY_WAIT_MS;
+    o.delay_fraction = 0.4;
+    o.seed = SEED;
+    o.hold_schedule = schedule;
+    gddr_client *c = NULL;
+    int rc = gddr_client_open(&o, &c);
+    ck_assert_msg(rc == GDDR_OK, "open rank %d: %s", rank, gddr_strerror(rc));
+    float w0[64] = { 0 };
+    int id;
+    ck_assert_int_eq(gddr_register(c, "t", w0, 64, &id, NULL), GDDR_OK);
+    gddr_residual_args a = gddr__residual_args(c, id);
+    gddr_client_close(&c);
+    return a;
+}
+
+START_TEST(test_hold_schedule_by_mode)
+{
+    static const uint32_t phases[4] = { 0, 2, 5, 7 };
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=4", "chunk=4", "tau_dynamic=false", "tau_init=4");
+    for (int r = 0; r < 4; r++) {
+        gddr_residual_args a = hold_args(s.endpoint, r, GDDR_HOLD_AUTO);
+        ck_assert_uint_eq(a.tau, 4);
+        ck_assert_uint_eq(a.period, 10);
+        ck_assert_uint_eq(a.phase, phases[r]);
+        ck_assert(a.alpha > 0);
+    }
+    ck_assert_uint_eq(hold_args(s.endpoint, 1, GDDR_HOLD_RANDOM).period, 0);
+    stop_server(&s);
+    START_SERVER(s, "chunk=4", "tau_dynamic=false", "tau_init=4");
+    ck_assert_uint_eq(hold_args(s.endpoint, 1, GDDR_HOLD_AUTO).period, 0);
+    gddr_residual_args a = hold_args(s.endpoint, 3, GDDR_HOLD_STAGGERED);
+    ck_assert_uint_eq(a.period, 10);
+    ck_assert_uint_eq(a.phase, 7);
+    stop_server(&s);
 }
 END_TEST
 
@@ -1119,6 +1168,7 @@ Suite *suite_residual(void)
     ADD_CASE(s, "dynamic_tau", test_dynamic_tau);
     ADD_CASE(s, "client_obeys_tau", test_client_obeys_reply_tau);
     ADD_CASE(s, "held_share_is_alpha", test_held_share_is_alpha);
+    ADD_CASE(s, "hold_schedule_by_mode", test_hold_schedule_by_mode);
     ADD_CASE(s, "pipeline_matches_step", test_pipeline_matches_step);
     ADD_CASE(s, "pipeline_server_gone", test_pipeline_server_gone);
     GT_ADD_CASE(s, "gddr_experiment_saves_bytes", test_gddr_experiment_saves_bytes, EXPERIMENT_WAIT_MS / 1000 + 60);

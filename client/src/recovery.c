@@ -194,12 +194,22 @@ int gddr__residual_flush(gddr_client *c)
     return rc;
 }
 
+int gddr__hold_staggered(const gddr_client *c)
+{
+    return c->o.hold_schedule == GDDR_HOLD_STAGGERED ||
+           (c->o.hold_schedule == GDDR_HOLD_AUTO && c->info.mode == GDDR_MODE_SYNC);
+}
+
 gddr_residual_args gddr__residual_args(const gddr_client *c, int i)
 {
     const ctensor *t = &c->t[i];
     uint32_t tau = (uint32_t)(t->tau > 0 ? t->tau : 1);
     gddr_residual_args a = { t->n, (uint32_t)c->info.chunk,
                              gddr_hold_probability((float)c->o.delay_fraction, tau), tau, c->o.seed,
-                             (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0 };
+                             (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0, 0, 0 };
+    if (a.alpha > 0 && gddr__hold_staggered(c)) {
+        a.period = gddr_hold_period(c->o.delay_fraction, tau);
+        a.phase = gddr_hold_phase(a.period, a.worker, (uint32_t)c->o.world_size, c->step);
+    }
     return a;
 }

@@ -266,7 +266,7 @@ def make_model(args):
 
 def client_options(args):
     opts = {}
-    for k in ("delay_fraction", "pull_delta_bits", "clip_norm", "timeout_ms"):
+    for k in ("delay_fraction", "pull_delta_bits", "hold_schedule", "clip_norm", "timeout_ms"):
         v = getattr(args, k)
         if v is not None:
             opts[k] = v
@@ -351,6 +351,9 @@ def main(argv=None):
     ap.add_argument("--delay-fraction", type=float, help="GDDR alpha")
     ap.add_argument("--pull-delta-bits", type=int, choices=(8, 16),
                     help="pulls as 8/16-bit differences from the worker's view")
+    ap.add_argument("--hold-schedule", choices=("auto", "random", "staggered"),
+                    help="which chunks GDDR holds (client option hold_schedule; default auto: "
+                         "staggered in sync mode)")
     ap.add_argument("--clip-norm", type=float, help="clip gradients to this global L2 norm")
     ap.add_argument("--timeout-ms", type=int, help="bound on every wait for the server")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")

@@ -93,6 +93,13 @@ typedef struct gddr_client_opts {
                                the bytes it saves), trying the other kind now and then
                                (after 16 pulls, then 32, 64, ... up to 1024). 0 = always
                                the reduced pulls asked for */
+    int hold_schedule;      /* gddr_hold_schedule: which chunks GDDR holds. STAGGERED: each
+                               chunk is held tau steps of every floor(tau / delay_fraction),
+                               the workers' windows spread evenly over the cycle by rank, so
+                               every step most chunks reach the server fresh from some
+                               workers (sync steps fill the holders' share from them).
+                               RANDOM: held with probability alpha, per worker and step.
+                               AUTO (0): staggered in sync mode, random in async and ssp */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
@@ -104,7 +111,8 @@ typedef struct gddr_client_opts {
       .log = NULL, .log_user = NULL, .log_level = GDDR_LOG_WARN, .observer = 0, \
       .curve_server_key = NULL, .curve_key_file = NULL, .heartbeat_ms = 2000, \
       .part_bytes = 4u << 20, .accumulate_steps = 1, .pull_delay_fraction = 0.0,   \
-      .pull_delta_bits = 0, .connect_timeout_ms = -1, .pull_delta_auto = 0 }
+      .pull_delta_bits = 0, .connect_timeout_ms = -1, .pull_delta_auto = 0,    \
+      .hold_schedule = GDDR_HOLD_AUTO }
 
 /* The end of the frozen prefix: the size of gddr_client_opts in the first
  * gddr.h (its last field's end, without trailing padding). */
