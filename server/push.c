@@ -331,6 +331,8 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
             t->step_opened_ms = gddr__now_ms();
         if (p->lr > 0)
             t->step_lr = p->lr;
+        if (!p->flush) /* tau moves at the step's close, in rank order (tau.c) */
+            ps_tau_defer(&ps->cfg, t, rq->rank, p->norm_from_payload ? measured : (double)p->grad_norm);
         out.sync_target = t->version + (behind ? 0 : 1);
         out.applied = (uint8_t)ps_sync_try_complete(ps, t, 0);
         if (out.applied)
@@ -394,7 +396,7 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
                      ps->stale.ema, ps->cfg.staleness_alarm);
         ps->alarm_on = over;
     }
-    if (!p->flush && ps_tau_update(&ps->cfg, t, fresh_norm))
+    if (!p->flush && mode != GDDR_PS_MODE_SYNC && ps_tau_update(&ps->cfg, t, fresh_norm))
         gddr_log(GDDR_LOG_DEBUG, "tensor '%s': tau now %d (norm EMA %.4g, change rate %.3f)",
                  t->key, t->tau, t->norm_ema, t->rate_ema);
     send_push_reply(ps, ident, id, t, wt, 0, behind);

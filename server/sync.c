@@ -84,6 +84,7 @@ int ps_sync_try_complete(gddr_ps *ps, ps_tensor *t, int force)
     t->version++;
     ps->versions_total++;
     t->sync_divisor = (uint32_t)divisor;
+    ps_tau_step_close(&ps->cfg, t); /* the step's norms, in rank order */
     memset(t->contrib, 0, (size_t)ps->cfg.max_workers);
     t->ncontrib = 0;
     t->npushes = 0;

@@ -2,6 +2,7 @@
  * moved by how fast its pushed gradient norms change. The server hands
  * tau to the workers in every reply's header (reply.c); a worker holds a
  * chunk back at most tau steps. */
+#include "log.h"
 #include "ps.h"
 
 int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double norm)
@@ -62,4 +63,35 @@ int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double norm)
         t->calm = 0;
     }
     return t->tau != old;
+}
+
+static void feed(const gddr_ps_config *cfg, ps_tensor *t, double norm)
+{
+    if (ps_tau_update(cfg, t, norm))
+        gddr_log(GDDR_LOG_DEBUG, "tensor '%s': tau now %d (norm EMA %.4g, change rate %.3f)", t->key,
+                 t->tau, t->norm_ema, t->rate_ema);
+}
+
+void ps_tau_defer(const gddr_ps_config *cfg, ps_tensor *t, uint32_t rank, double norm)
+{
+    if (!cfg->tau_dynamic || !(norm > 0))
+        return;
+    if (!t->tau_pend || rank >= (uint32_t)cfg->max_workers) {
+        feed(cfg, t, norm);
+        return;
+    }
+    if (t->tau_pend[rank] > 0) /* a second push of the rank in the open step (a late one) */
+        feed(cfg, t, t->tau_pend[rank]);
+    t->tau_pend[rank] = norm;
+}
+
+void ps_tau_step_close(const gddr_ps_config *cfg, ps_tensor *t)
+{
+    if (!t->tau_pend)
+        return;
+    for (long long r = 0; r < cfg->max_workers; r++)
+        if (t->tau_pend[r] > 0) {
+            feed(cfg, t, t->tau_pend[r]);
+            t->tau_pend[r] = 0;
+        }
 }

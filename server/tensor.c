@@ -201,6 +201,7 @@ void ps_tensor_free(ps_tensor *t)
     free(t->contrib);
     free(t->seen);
     free(t->sstep);
+    free(t->tau_pend);
     ps_align_free(&t->align);
     while (t->flushes) {
         ps_flush *f = t->flushes;
@@ -233,9 +234,10 @@ ps_tensor *ps_tensor_create(gddr_ps *ps, const char *key, size_t n)
     t->contrib = calloc((size_t)ps->cfg.max_workers, 1);
     t->seen = calloc((size_t)ps->cfg.max_workers, sizeof *t->seen);
     t->sstep = calloc((size_t)ps->cfg.max_workers, sizeof *t->sstep);
+    t->tau_pend = calloc((size_t)ps->cfg.max_workers, sizeof *t->tau_pend);
     t->tau = (int)ps->cfg.tau_init;
     ps_tensor **arr = t->w && t->acc && t->touched && t->cnt && t->holders && t->holders_alt &&
-                              t->off && t->mod && t->contrib && t->seen && t->sstep
+                              t->off && t->mod && t->contrib && t->seen && t->sstep && t->tau_pend
                           ? realloc(ps->tensors, (ps->ntensors + 1) * sizeof *arr)
                           : NULL;
     if (!arr) {

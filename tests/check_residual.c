@@ -616,6 +616,71 @@ START_TEST(test_hold_schedule_by_mode)
 }
 END_TEST
 
+/* Sync steps feed the tau controller at the step's close, in rank order
+ * (server/tau.c): tau does not move inside a step, so every worker of a
+ * step holds under the same tau (the staggered schedule's cycles are tau
+ * long), and the same pushes give the same tau whatever order they arrive
+ * in. Two tensors get the same norms each step, rank 0 first for one and
+ * rank 1 first for the other; every reply's tau is compared. */
+static uint32_t push_tau(raw_conn *r, uint32_t rank, int id, float norm, uint64_t v, int *applied)
+{
+    enum { N = 16 };
+    float g[N];
+    for (int i = 0; i < N; i++)
+        g[i] = norm / 4.0f; /* |g| = norm */
+    uint64_t rid = raw_push(r, rank, (uint32_t)id, g, N, N * 4, NULL, 0, v, norm);
+    Gddr__Reply *rep = raw_recv(r, REPLY_WAIT_MS, NULL);
+    ck_assert_msg(rep && rep->body_case == GDDR__REPLY__BODY_PUSH && rep->req_id == rid,
+                  "rank %u: no push reply", rank);
+    uint32_t tau = rep->tau;
+    *applied = rep->push->applied;
+    gddr__reply__free_unpacked(rep, NULL);
+    return tau;
+}
+
+START_TEST(test_sync_tau_by_rank)
+{
+    gt_server s;
+    START_SERVER(s, "mode=sync", "workers=2", "lr=0.0001", "tau_patience=1");
+    float w0[16] = { 0 };
+    gddr_client *c = open_client(s.endpoint, 0, 2, 0);
+    int ida, idb;
+    ck_assert_int_eq(gddr_register(c, "ta", w0, 16, &ida, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c, "tb", w0, 16, &idb, NULL), GDDR_OK);
+    gddr_client_close(&c);
+    raw_conn r0, r1;
+    raw_open(&r0, s.endpoint);
+    raw_open(&r1, s.endpoint);
+    raw_hello(&r0, 0, 2);
+    raw_hello(&r1, 1, 2);
+    /* calm, a spike from rank 1, calm, one from rank 0, ... */
+    static const float norms[][2] = { { 1, 1 }, { 1, 9 }, { 2, 1 }, { 1, 1 }, { 30, 2 }, { 1, 1 },
+                                      { 1, 1 }, { 1, 1 }, { 3, 40 }, { 1, 1 }, { 1, 2 }, { 1, 1 },
+                                      { 1, 1 }, { 1, 1 }, { 1, 1 }, { 1, 1 } };
+    uint32_t before = 4, moves = 0;
+    for (uint64_t k = 0; k < sizeof norms / sizeof norms[0]; k++) {
+        int ap[4];
+        uint32_t a0 = push_tau(&r0, 0, ida, norms[k][0], k, &ap[0]);
+        uint32_t a1 = push_tau(&r1, 1, ida, norms[k][1], k, &ap[1]);
+        uint32_t b1 = push_tau(&r1, 1, idb, norms[k][1], k, &ap[2]);
+        uint32_t b0 = push_tau(&r0, 0, idb, norms[k][0], k, &ap[3]);
+        ck_assert_msg(!ap[0] && ap[1] && !ap[2] && ap[3], "step %llu: the second push completes it",
+                      (unsigned long long)k);
+        ck_assert_msg(a0 == before && b1 == before,
+                      "step %llu: tau moved inside the step (%u, %u; %u before it)",
+                      (unsigned long long)k, a0, b1, before);
+        ck_assert_msg(a1 == b0, "step %llu: tau %u with rank 0 first, %u with rank 1 first",
+                      (unsigned long long)k, a1, b0);
+        moves += a1 != before;
+        before = a1;
+    }
+    ck_assert_msg(moves >= 2, "tau moved %u times: the norms did not exercise the controller", moves);
+    raw_close(&r0);
+    raw_close(&r1);
+    stop_server(&s);
+}
+END_TEST
+
 START_TEST(test_client_obeys_reply_tau)
 {
     gt_server s;
@@ -1169,6 +1234,7 @@ Suite *suite_residual(void)
     ADD_CASE(s, "client_obeys_tau", test_client_obeys_reply_tau);
     ADD_CASE(s, "held_share_is_alpha", test_held_share_is_alpha);
     ADD_CASE(s, "hold_schedule_by_mode", test_hold_schedule_by_mode);
+    ADD_CASE(s, "sync_tau_by_rank", test_sync_tau_by_rank);
     ADD_CASE(s, "pipeline_matches_step", test_pipeline_matches_step);
     ADD_CASE(s, "pipeline_server_gone", test_pipeline_server_gone);
     GT_ADD_CASE(s, "gddr_experiment_saves_bytes", test_gddr_experiment_saves_bytes, EXPERIMENT_WAIT_MS / 1000 + 60);
