@@ -1001,15 +1001,17 @@ typedef struct dev_case {
     double alpha, clip, dc_lambda;
     int dc_adaptive, dc_mode;
     int waits; /* stream waits per step from the second on */
+    int hold;  /* hold_schedule (0: auto, random in this async run) */
 } dev_case;
 
 static const dev_case dev_cases[] = {
-    { "gddr", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2 },
-    { "gddr+clip", 0.4, 30.0, 0.0, 0, GDDR_DC_DIAG, 2 },
-    { "gddr+clip+dc-a", 0.4, 30.0, 0.01, 1, GDDR_DC_DIAG, 3 },
-    { "gddr+dc-identity", 0.5, 0.0, 0.02, 0, GDDR_DC_IDENTITY, 3 },
-    { "dense+clip", 0.0, 30.0, 0.0, 0, GDDR_DC_DIAG, 2 },
-    { "dense+dc", 0.0, 0.0, 0.01, 1, GDDR_DC_DIAG, 3 },
+    { "gddr", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, 0 },
+    { "gddr+staggered", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, GDDR_HOLD_STAGGERED },
+    { "gddr+clip", 0.4, 30.0, 0.0, 0, GDDR_DC_DIAG, 2, 0 },
+    { "gddr+clip+dc-a", 0.4, 30.0, 0.01, 1, GDDR_DC_DIAG, 3, 0 },
+    { "gddr+dc-identity", 0.5, 0.0, 0.02, 0, GDDR_DC_IDENTITY, 3, 0 },
+    { "dense+clip", 0.0, 30.0, 0.0, 0, GDDR_DC_DIAG, 2, 0 },
+    { "dense+dc", 0.0, 0.0, 0.01, 1, GDDR_DC_DIAG, 3, 0 },
 };
 
 enum { DN = 3000, DSTEPS = 12, DNAN_STEP = 5 };
@@ -1031,6 +1033,7 @@ static void dev_run(const dev_case *k, int pass, int fake, float *final, float *
     o.dc_lambda = k->dc_lambda;
     o.dc_adaptive = k->dc_adaptive;
     o.dc_mode = k->dc_mode;
+    o.hold_schedule = k->hold;
     gddr_client *c = NULL;
     ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
     static float w0[DN], g[DN], params[DN];
