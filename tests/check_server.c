@@ -1192,8 +1192,13 @@ static void bad_large_case(const char *mom) /* NULL: plain SGD */
         while (gt_server_metric(c, "gddr_pulls_total") < pulls0_ + 1 && gt_now_ms() < end_) \
             usleep(1000);                                                                   \
     } while (0)
-        HOLD(); /* two replies fill the socket buffers: from here on every one is held */
-        HOLD();
+        /* Unread replies fill the slow client's queue (RCVHWM 1: about two
+         * 4 MiB replies) and the socket buffers (up to tcp_wmem's 4 MB on
+         * the server's side: about one more); from the fourth on every
+         * reply stays in gddr-ps's queue, holding the buffer. Two were not
+         * always enough on a loaded machine (5 of 6 pushes fused once). */
+        for (int k = 0; k < 4; k++)
+            HOLD();
         double fused0 = gt_server_metric(c, "gddr_pushes_validated_in_apply_total");
         /* one good dense push: w -= 0.5 g (momentum: v = mu v + 0.5 g, w -= v) */
 #define GOOD_PUSH(what)                                                                      \
