@@ -69,14 +69,14 @@ uint32_t gddr_hold_period(double delay_fraction, uint32_t tau)
     return period > tau ? period : tau + 1;
 }
 
-uint32_t gddr_hold_phase(uint32_t period, uint32_t worker, uint32_t world, uint64_t step)
+uint32_t gddr_hold_phase(uint32_t period, uint32_t worker, uint32_t world, uint64_t clock)
 {
     if (period == 0)
         return 0;
     if (world == 0)
         world = 1;
     uint64_t shift = (uint64_t)(worker % world) * period / world;
-    return (uint32_t)((shift + step % period) % period);
+    return (uint32_t)((shift + clock % period) % period);
 }
 
 /* docs/design.md section 6 step 4 (gddr__chunk_held, residual.h). */

@@ -47,7 +47,7 @@ typedef struct gddr_residual_args {
                         * tau steps of every `period`, at a place in the cycle that
                         * depends on the chunk (not on the worker or the step) plus
                         * `phase`; gddr_hold_period() */
-    uint32_t phase;    /* staggered: this worker's and this step's shift, in [0, period)
+    uint32_t phase;    /* staggered: this worker's shift at this step, in [0, period)
                         * (gddr_hold_phase) */
 } gddr_residual_args;
 
@@ -58,11 +58,13 @@ typedef struct gddr_residual_args {
  * fresh. 0 when nothing is held (delay_fraction <= 0 or tau 0). */
 uint32_t gddr_hold_period(double delay_fraction, uint32_t tau);
 
-/* This worker's shift in the cycle at this step: worker w of `world` starts
- * w * L / world places on, so the workers' hold windows are spread evenly
- * over the cycle and at any step about world * (tau + 1) / L of them hold
- * or release a chunk -- the others send it fresh. 0 when period is 0. */
-uint32_t gddr_hold_phase(uint32_t period, uint32_t worker, uint32_t world, uint64_t step);
+/* This worker's shift in the cycle at time `clock` (the client passes the
+ * tensor's version in sync mode, its own step count otherwise): worker w
+ * of `world` starts w * L / world places on, so the workers' hold windows
+ * are spread evenly over the cycle and at any step about
+ * world * (tau + 1) / L of them hold or release a chunk -- the others send
+ * it fresh. 0 when period is 0. */
+uint32_t gddr_hold_phase(uint32_t period, uint32_t worker, uint32_t world, uint64_t clock);
 
 /* The hash prefix of a mask: per worker and step for the random schedule;
  * per tensor only for the staggered one (every worker's cycle of a chunk

@@ -607,6 +607,32 @@ START_TEST(test_hold_schedule_by_mode)
     }
     ck_assert_uint_eq(hold_args(s.endpoint, 1, GDDR_HOLD_RANDOM).period, 0);
     stop_server(&s);
+    /* In sync the cycle runs on the tensor's version, not the worker's own
+     * step count: a worker that starts after 3 steps (a restart, a late
+     * join) takes its place in the others' cycle: rank 0's phase 0 + 3. */
+    START_SERVER(s, "mode=sync", "workers=1", "chunk=4", "tau_dynamic=false", "tau_init=4",
+                 "lr=0.001");
+    {
+        gddr_client *w = open_client(s.endpoint, 0, 4, 0.4);
+        float w0[64] = { 0 }, g[64], params[64];
+        int id;
+        ck_assert_int_eq(gddr_register(w, "t", w0, 64, &id, NULL), GDDR_OK);
+        for (int i = 0; i < 64; i++)
+            g[i] = 0.01f * (float)(i % 7);
+        for (int k = 0; k < 3; k++) {
+            const float *gp[1] = { g };
+            float *pp[1] = { params };
+            ck_assert_int_eq(gddr_step(w, gp, pp), GDDR_OK);
+        }
+        ck_assert_uint_eq(gddr__residual_args(w, id).phase, 3);
+        gddr_client_close(&w);
+    }
+    /* a new process for the rank: its step count is 0, the tensor is at
+     * version 4 (the first one's flush at close made a version) */
+    gddr_residual_args late = hold_args(s.endpoint, 0, GDDR_HOLD_AUTO);
+    ck_assert_uint_eq(late.period, 10);
+    ck_assert_uint_eq(late.phase, 4);
+    stop_server(&s);
     START_SERVER(s, "chunk=4", "tau_dynamic=false", "tau_init=4");
     ck_assert_uint_eq(hold_args(s.endpoint, 1, GDDR_HOLD_AUTO).period, 0);
     gddr_residual_args a = hold_args(s.endpoint, 3, GDDR_HOLD_STAGGERED);

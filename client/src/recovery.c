@@ -208,8 +208,14 @@ gddr_residual_args gddr__residual_args(const gddr_client *c, int i)
                              gddr_hold_probability((float)c->o.delay_fraction, tau), tau, c->o.seed,
                              (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0, 0, 0 };
     if (a.alpha > 0 && gddr__hold_staggered(c)) {
+        /* The cycle's clock: in sync mode the version the gradient was
+         * computed on, which every worker of a step shares -- also one
+         * restarted or joining late, whose own step count starts at 0;
+         * otherwise this worker's steps (a version moves with every
+         * worker's push there). */
+        uint64_t clock = c->info.mode == GDDR_MODE_SYNC ? t->version : c->step;
         a.period = gddr_hold_period(c->o.delay_fraction, tau);
-        a.phase = gddr_hold_phase(a.period, a.worker, (uint32_t)c->o.world_size, c->step);
+        a.phase = gddr_hold_phase(a.period, a.worker, (uint32_t)c->o.world_size, clock);
     }
     return a;
 }
