@@ -95,7 +95,7 @@ static int mask_begin(const gddr_residual_args *a, uint8_t *bitmap, size_t *npac
 {
     if (!a || !npacked || !nsent || !chunk_geometry_ok(a->n, a->chunk, who) || isnan(a->alpha))
         return GDDR_EINVAL;
-    if (a->period && (a->period <= a->tau || a->phase >= a->period)) {
+    if (!gddr__hold_args_ok(a)) {
         gddr_log(GDDR_LOG_ERROR, "%s: hold period %u must be above tau %u and phase %u below it",
                  who, a->period, a->tau, a->phase);
         return GDDR_EINVAL;

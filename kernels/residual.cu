@@ -350,7 +350,7 @@ extern "C" int gddr_residual_step_cuda(const gddr_residual_args *a, const float 
                                        size_t *npacked, size_t *nsent, void *stream)
 {
     if (!a || !npacked || !nsent || !geometry_ok(a->n, a->chunk, "residual step (cuda)") ||
-        a->alpha != a->alpha || (a->period && (a->period <= a->tau || a->phase >= a->period)))
+        a->alpha != a->alpha || !gddr__hold_args_ok(a))
         return GDDR_EINVAL;
     if (a->n > 0 && (!d_r || !d_age || !d_packed || !d_bitmap))
         return GDDR_EINVAL;

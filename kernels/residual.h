@@ -66,6 +66,13 @@ uint32_t gddr_hold_period(double delay_fraction, uint32_t tau);
  * it fresh. 0 when period is 0. */
 uint32_t gddr_hold_phase(uint32_t period, uint32_t worker, uint32_t world, uint64_t clock);
 
+/* The staggered schedule's arguments make sense: a period above tau (or
+ * 0: the random schedule) and a phase inside it. Checked by both twins. */
+static inline GDDR_HD int gddr__hold_args_ok(const gddr_residual_args *a)
+{
+    return a->period == 0 || (a->period > a->tau && a->phase < a->period);
+}
+
 /* The hash prefix of a mask: per worker and step for the random schedule;
  * per tensor only for the staggered one (every worker's cycle of a chunk
  * starts at the same place; the phase shifts it). */

@@ -192,6 +192,7 @@ typedef struct ps_tensor {
     int calm;
     double *tau_pend; /* sync: per rank, the norm of its push to the open step, fed to the
                        * controller at the step's close in rank order (0 = none; tau.c) */
+    uint32_t tau_pend_n; /* ranks below this may have one */
 } ps_tensor;
 
 /* What the server remembers of one worker's pushes to one tensor: the last
@@ -674,6 +675,9 @@ void ps_fill_fresh_alloc(gddr_ps *ps, ps_tensor *t);
 
 /* tau.c: the dynamic tau controller. Returns 1 when tau changed. */
 int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double grad_norm);
+/* ps_tau_update, and a debug line when tau changed (async and ssp pushes,
+ * and a sync step's norms at its close). */
+void ps_tau_feed(const gddr_ps_config *cfg, ps_tensor *t, double grad_norm);
 /* Sync mode: keeps rank's norm for the open step (a second one of the same
  * rank feeds the first at once); ps_tau_step_close feeds them in rank order
  * when the step completes, so tau moves only between steps and does not

@@ -225,6 +225,13 @@ static int norm_refused(gddr_ps *ps, zmq_msg_t *ident, uint64_t id, const ps_ten
     return GDDR_OK;
 }
 
+/* The norm of the push's fresh gradient, for the tau controller: the
+ * client's, or the payload's where the client left it to the server. */
+static double fresh_norm(const Gddr__Push *p, double measured)
+{
+    return p->norm_from_payload ? measured : (double)p->grad_norm;
+}
+
 /* measured: the payload's norm, or NAN when it is still to be taken (a
  * push of one message: here, over the pool, or while it is applied). */
 static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr__frames *f,
@@ -332,7 +339,7 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         if (p->lr > 0)
             t->step_lr = p->lr;
         if (!p->flush) /* tau moves at the step's close, in rank order (tau.c) */
-            ps_tau_defer(&ps->cfg, t, rq->rank, p->norm_from_payload ? measured : (double)p->grad_norm);
+            ps_tau_defer(&ps->cfg, t, rq->rank, fresh_norm(p, measured));
         out.sync_target = t->version + (behind ? 0 : 1);
         out.applied = (uint8_t)ps_sync_try_complete(ps, t, 0);
         if (out.applied)
@@ -374,7 +381,6 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
         ps->versions_total++;
         out.applied = 1;
     }
-    double fresh_norm = p->norm_from_payload ? measured : (double)p->grad_norm;
     out.version = t->version;
     t->seen[rq->rank] = ps->joins;
     out.mode = (uint8_t)ps_tensor_mode(ps, t); /* may end the warm-up */
@@ -396,9 +402,8 @@ static int push_take(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gdd
                      ps->stale.ema, ps->cfg.staleness_alarm);
         ps->alarm_on = over;
     }
-    if (!p->flush && mode != GDDR_PS_MODE_SYNC && ps_tau_update(&ps->cfg, t, fresh_norm))
-        gddr_log(GDDR_LOG_DEBUG, "tensor '%s': tau now %d (norm EMA %.4g, change rate %.3f)",
-                 t->key, t->tau, t->norm_ema, t->rate_ema);
+    if (!p->flush && mode != GDDR_PS_MODE_SYNC) /* sync: at the step's close (ps_tau_defer) */
+        ps_tau_feed(&ps->cfg, t, fresh_norm(p, measured));
     send_push_reply(ps, ident, id, t, wt, 0, behind);
     ps_orphans_pushed(ps, ident, t, rq->rank, p, f);
     ps_release_pulls(ps);

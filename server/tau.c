@@ -65,7 +65,7 @@ int ps_tau_update(const gddr_ps_config *cfg, ps_tensor *t, double norm)
     return t->tau != old;
 }
 
-static void feed(const gddr_ps_config *cfg, ps_tensor *t, double norm)
+void ps_tau_feed(const gddr_ps_config *cfg, ps_tensor *t, double norm)
 {
     if (ps_tau_update(cfg, t, norm))
         gddr_log(GDDR_LOG_DEBUG, "tensor '%s': tau now %d (norm EMA %.4g, change rate %.3f)", t->key,
@@ -77,21 +77,24 @@ void ps_tau_defer(const gddr_ps_config *cfg, ps_tensor *t, uint32_t rank, double
     if (!cfg->tau_dynamic || !(norm > 0))
         return;
     if (!t->tau_pend || rank >= (uint32_t)cfg->max_workers) {
-        feed(cfg, t, norm);
+        ps_tau_feed(cfg, t, norm);
         return;
     }
     if (t->tau_pend[rank] > 0) /* a second push of the rank in the open step (a late one) */
-        feed(cfg, t, t->tau_pend[rank]);
+        ps_tau_feed(cfg, t, t->tau_pend[rank]);
     t->tau_pend[rank] = norm;
+    if (rank >= t->tau_pend_n)
+        t->tau_pend_n = rank + 1;
 }
 
 void ps_tau_step_close(const gddr_ps_config *cfg, ps_tensor *t)
 {
     if (!t->tau_pend)
         return;
-    for (long long r = 0; r < cfg->max_workers; r++)
+    for (uint32_t r = 0; r < t->tau_pend_n; r++) /* the ranks that pushed, not max_workers */
         if (t->tau_pend[r] > 0) {
-            feed(cfg, t, t->tau_pend[r]);
+            ps_tau_feed(cfg, t, t->tau_pend[r]);
             t->tau_pend[r] = 0;
         }
+    t->tau_pend_n = 0;
 }

@@ -297,9 +297,6 @@ int gddr__step_run(gddr_client *c, const float *const *grads, const float *const
  * chunks held back under the tensor's tau (gddr_hold_probability), and with
  * the staggered schedule its period and this rank's phase. */
 gddr_residual_args gddr__residual_args(const gddr_client *c, int i);
-/* recovery.c: whether this client's holds follow the staggered schedule
- * (hold_schedule, and for auto the server's mode). */
-int gddr__hold_staggered(const gddr_client *c);
 /* DC-ASGD runs in async and ssp steps (a sync step has w' == w_bak). */
 static inline int gddr__dc_on(const gddr_client *c)
 {

@@ -194,7 +194,9 @@ int gddr__residual_flush(gddr_client *c)
     return rc;
 }
 
-int gddr__hold_staggered(const gddr_client *c)
+/* Whether this client's holds follow the staggered schedule (hold_schedule,
+ * and for auto the server's mode). */
+static int hold_staggered(const gddr_client *c)
 {
     return c->o.hold_schedule == GDDR_HOLD_STAGGERED ||
            (c->o.hold_schedule == GDDR_HOLD_AUTO && c->info.mode == GDDR_MODE_SYNC);
@@ -207,7 +209,7 @@ gddr_residual_args gddr__residual_args(const gddr_client *c, int i)
     gddr_residual_args a = { t->n, (uint32_t)c->info.chunk,
                              gddr_hold_probability((float)c->o.delay_fraction, tau), tau, c->o.seed,
                              (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0, 0, 0 };
-    if (a.alpha > 0 && gddr__hold_staggered(c)) {
+    if (a.alpha > 0 && hold_staggered(c)) {
         /* The cycle's clock: in sync mode the version the gradient was
          * computed on, which every worker of a step shares -- also one
          * restarted or joining late, whose own step count starts at 0;
