@@ -1480,7 +1480,9 @@ END_TEST
 /* ---- 10. SIGTERM ------------------------------------------------------------------- */
 
 /* gddr-bench runs and reports every row it promises (figures are not
- * asserted: they belong to the machine, docs/performance.md). */
+ * asserted: they belong to the machine, docs/performance.md), and its
+ * raw+apply ceiling applies pushes exactly (checked by gddr-bench itself:
+ * a run whose ceiling server does not exits 1). */
 START_TEST(test_bench_reports)
 {
     char bin[512], *out = NULL, err[256];
@@ -1509,6 +1511,11 @@ START_TEST(test_bench_reports)
         ck_assert_msg(line, "no '%s' line in:\n%s", want[i], out);
         const char *r = strstr(line, "ratio=");
         ck_assert_msg(r && atof(r + 6) > 0, "no positive ratio in: %.200s", line);
+        /* The pushpull rows also run the raw server that validates and
+         * applies (gddr-bench dies when it does not apply exactly). */
+        const char *a = strstr(line, "ratio_apply=");
+        ck_assert_msg(!strstr(want[i], "pushpull") || (a && atof(a + 12) > 0),
+                      "no positive ratio_apply in: %.200s", line);
     }
     free(out);
 }

@@ -84,7 +84,7 @@ void bench_gap_section(size_t bytes, int reps, int iters)
         reps = GAP_MAXREPS;
     bench_proc gs = { 0 }, rs = { 0 };
     bench_start_shard(&gs, 2, 0, 1, NULL);
-    bench_start_raw(&rs);
+    bench_start_raw(&rs, 0);
     size_t n = bytes / 4;
     float *g = malloc(bytes), *p = malloc(bytes);
     double *t = malloc((size_t)iters * sizeof *t);

@@ -1,10 +1,12 @@
 /* bench_proc.c -- see bench_proc.h. */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include "bench_proc.h"
 
 #include "gddr/gddr.h"
 
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include <unistd.h>
 
 char bench_self[4096], bench_bin_dir[4096], bench_epfile[256];
+int bench_server_cpu = -1;
 
 void bench_proc_init(void)
 {
@@ -66,6 +69,13 @@ void bench_spawn(bench_proc *p, char *const argv[])
         prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
             _exit(127);
+        if (bench_server_cpu >= 0) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(bench_server_cpu, &set);
+            if (sched_setaffinity(0, sizeof set, &set) != 0)
+                _exit(126);
+        }
         execv(argv[0], argv);
         _exit(127);
     }
@@ -172,8 +182,8 @@ gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, in
     return c;
 }
 
-void bench_start_raw(bench_proc *p)
+void bench_start_raw(bench_proc *p, int apply)
 {
-    char *argv[] = { bench_self, "--raw-server", bench_epfile, NULL };
+    char *argv[] = { bench_self, apply ? "--raw-apply-server" : "--raw-server", bench_epfile, NULL };
     bench_spawn(p, argv);
 }

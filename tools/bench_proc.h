@@ -10,6 +10,8 @@
 /* The binary's own path and folder, and the endpoint file the servers
  * write (bench_proc_init fills them). */
 extern char bench_self[4096], bench_bin_dir[4096], bench_epfile[256];
+/* The CPU every server bench_spawn starts is bound to (--server-cpu), or -1. */
+extern int bench_server_cpu;
 
 void bench_proc_init(void);
 double bench_now(void);
@@ -37,8 +39,10 @@ double bench_disk_write_sync(const char *dir, size_t bytes);
 /* The same with any number of KEY=VALUE settings (NULL-terminated, may be NULL). */
 void bench_start_sets(bench_proc *p, int threads, int index, int count, const char *const *extra);
 
-/* The raw ZeroMQ server (bench_raw.c): this binary run with --raw-server. */
-void bench_start_raw(bench_proc *p);
+/* The raw ZeroMQ server (bench_raw.c): this binary run with --raw-server,
+ * or with --raw-apply-server when apply is set (it also validates and
+ * applies each push: raw_server). */
+void bench_start_raw(bench_proc *p, int apply);
 
 /* A libgddr-client connection to ep as rank of world (GDDR alpha, delta
  * pulls of qbits, 0 for none, pull_delta_auto on with pull_auto; waits of

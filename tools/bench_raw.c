@@ -1,16 +1,49 @@
 /* bench_raw.c -- see bench_raw.h. */
 #include "bench_raw.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <zmq.h>
 
+#include "vec.h"
+
+/* The least a server that keeps the model pays for a push beyond moving
+ * it: one read of the payload for its squared norm before the ack (a NaN
+ * or Inf must be refused, so it cannot be acked first), then, after the
+ * ack is queued (so its flight overlaps the work, as gddr-ps's reply
+ * overlaps its apply), w -= lr * g in place on the same thread, before the
+ * next request is read. Float sums in 8 lanes, as gddr-ps's validation,
+ * and both loops vectorised as its kernels are (common/vec.h). */
+GDDR_VEC static int raw_valid(const float *restrict g, size_t n)
+{
+    float acc[8] = { 0 };
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += g[i + k] * g[i + k];
+    float s = 0;
+    for (int k = 0; k < 8; k++)
+        s += acc[k];
+    for (; i < n; i++)
+        s += g[i] * g[i];
+    return isfinite(s);
+}
+
+GDDR_VEC static void raw_apply(float *restrict w, const float *restrict g, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        w[i] -= 1e-6f * g[i];
+}
+
 /* A ROUTER that answers a push (header "P" + payload) with an empty ack and
  * a pull (header "G" + 8-byte size) with that many bytes from one buffer,
- * sent without a copy. The minimum any server on ZeroMQ pays. */
-int raw_server(const char *file)
+ * sent without a copy. The minimum any server on ZeroMQ pays. With apply
+ * set, a push of as many bytes as the buffer holds is also validated and
+ * applied to it (raw_apply): the minimum any parameter server pays. */
+int raw_server(const char *file, int apply)
 {
     void *ctx = zmq_ctx_new(), *s = zmq_socket(ctx, ZMQ_ROUTER);
     int zero = 0;
@@ -47,7 +80,7 @@ int raw_server(const char *file)
         if (kind == 'G' && zmq_msg_size(&hdr) == 9) {
             uint64_t n;
             memcpy(&n, (char *)zmq_msg_data(&hdr) + 1, 8);
-            if (n > cap) {
+            if (n > cap || (apply && n != cap)) { /* apply: the buffer is the tensor */
                 free(buf);
                 buf = malloc(n);
                 cap = n;
@@ -55,7 +88,12 @@ int raw_server(const char *file)
                  * shared zero page over and over, always in cache, and
                  * sending it cost a fraction of sending values (measured:
                  * the kernel's copy of a 1 MiB reply was 5x cheaper). */
-                if (buf)
+                if (buf && apply) /* floats that stay normal under the applies */
+                    for (uint64_t i = 0; i + 4 <= n; i += 4) {
+                        float v = 0.5f + 1e-3f * (float)(i / 4 % 97);
+                        memcpy(buf + i, &v, 4);
+                    }
+                else if (buf)
                     for (uint64_t i = 0; i < n; i++)
                         buf[i] = (char)(i * 131 + 7);
             }
@@ -64,7 +102,11 @@ int raw_server(const char *file)
             zmq_msg_init_data(&out, buf, n, NULL, NULL);
             zmq_msg_send(&out, s, 0);
         } else {
-            zmq_send(s, "p", 1, 0);
+            int take = apply && buf && zmq_msg_size(&body) == cap && cap % 4 == 0 &&
+                       raw_valid(zmq_msg_data(&body), cap / 4);
+            zmq_send(s, take || !apply ? "p" : "e", 1, 0);
+            if (take)
+                raw_apply((float *)buf, zmq_msg_data(&body), cap / 4);
         }
         zmq_msg_close(&hdr);
         zmq_msg_close(&body);
@@ -123,4 +165,35 @@ void raw_roundtrips(raw_client *r, const float *push, float *pull, size_t bytes)
 {
     raw_push(r, push, bytes);
     raw_pull(r, pull, bytes);
+}
+
+/* Whether raw_server(apply) applies what the benchmark says it does: a
+ * pull, a push of g, a pull: every value must have moved by exactly
+ * -1e-6 * g (the same float operation); then a push with a NaN in its last
+ * value must be refused and change nothing. */
+int raw_check_apply(const char *ep, size_t bytes)
+{
+    size_t n = bytes / 4;
+    float *g = malloc(bytes), *a = malloc(bytes), *b = malloc(bytes);
+    int ok = g && a && b && n > 0;
+    raw_client r;
+    raw_connect(&r, ep);
+    if (ok) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = 0.25f * (float)(i % 13) - 1.0f;
+        raw_pull(&r, a, bytes);
+        raw_push(&r, g, bytes);
+        raw_pull(&r, b, bytes);
+        for (size_t i = 0; i < n && ok; i++)
+            ok = b[i] == a[i] - 1e-6f * g[i];
+        g[n - 1] = NAN;
+        raw_push(&r, g, bytes);
+        raw_pull(&r, a, bytes);
+        ok = ok && memcmp(a, b, bytes) == 0;
+    }
+    raw_close(&r);
+    free(g);
+    free(a);
+    free(b);
+    return ok;
 }

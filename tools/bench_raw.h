@@ -11,8 +11,18 @@
  * rename, so a reader sees it whole) and serves until the process ends: a
  * push (header "P" + payload) gets an empty ack, a pull (header "G" +
  * 8-byte size) that many bytes from one buffer, sent without a copy.
+ * With apply set, a push as large as that buffer is also read once for
+ * its norm and, when finite, applied to the buffer in place after its ack
+ * (w -= lr * g, on the same thread, before the next request): the least a
+ * server that validates and keeps the model pays, with none of gddr-ps's
+ * protocol, threads or bookkeeping. (Several clients' replies may then
+ * see a buffer being written: a ceiling for timing, not a server.)
  * Returns 1 when it cannot start. */
-int raw_server(const char *file);
+int raw_server(const char *file, int apply);
+
+/* 1 when the server at ep, started with apply, applies a push of `bytes`
+ * exactly as raw_server says and refuses one holding a NaN. */
+int raw_check_apply(const char *ep, size_t bytes);
 
 /* One raw client: a DEALER of its own context. */
 typedef struct raw_client {

@@ -4,6 +4,7 @@
  *   gddr-bench                 the full set (a few minutes)
  *   gddr-bench --quick         small sizes and few repetitions (seconds)
  *   gddr-bench --sizes 4K,1M --reps 7 --clients 1,4 --sections pushpull,apply
+ *   gddr-bench --server-cpu 1 ...   every server it starts bound to CPU 1
  *
  * Sections (each prints a table for people and one "BENCH ..." line per
  * row for machines):
@@ -44,9 +45,11 @@
  * --raw-server), as in production; on 2 cores client and server compete
  * for them.
  */
+#define _GNU_SOURCE /* sched_setaffinity, CPU_SET */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -201,30 +204,44 @@ static const char *human(size_t bytes, char *buf, size_t len)
 
 static void section_pushpull(const size_t *sizes, int nsizes)
 {
-    bench_proc gs = { 0 }, rs = { 0 };
+    bench_proc gs = { 0 }, rs = { 0 }, as = { 0 };
     start_gddr(&gs, 2);
-    bench_start_raw(&rs);
+    bench_start_raw(&rs, 0);
+    bench_start_raw(&as, 1);
     printf("\n## push+pull, 1 client (MB/s = 2 x payload x round trips / time; median of %d)\n\n", reps);
-    printf("| size | gddr MB/s | raw ZeroMQ MB/s | ratio | gddr us/round trip |\n|---|---|---|---|---|\n");
+    printf("raw+apply: the raw server that also reads each push once for its norm and applies it in "
+           "place after the ack (bench_raw.c): the ceiling of any server that keeps the model.\n\n");
+    printf("| size | gddr MB/s | raw ZeroMQ MB/s | ratio | raw+apply MB/s | gddr / raw+apply | raw+apply / "
+           "raw | gddr us/round trip |\n|---|---|---|---|---|---|---|---|\n");
     for (int s = 0; s < nsizes; s++) {
         size_t n = sizes[s] / 4;
         int it = iters_for(sizes[s], budget_mb);
-        double g[MAXV], r[MAXV], q[MAXV];
+        double g[MAXV], r[MAXV], a[MAXV], q[MAXV], qa[MAXV], ar[MAXV];
+        char h[32];
+        if (!raw_check_apply(as.endpoint, sizes[s]))
+            bench_die("the raw+apply server did not apply a push of %s as it should",
+                      human(sizes[s], h, sizeof h));
         for (int k = 0; k < reps; k++) {
             g[k] = run(K_GDDR, gs.endpoint, 1, n, it, 0, NULL);
             r[k] = run(K_RAW, rs.endpoint, 1, n, it, 0, NULL);
+            a[k] = run(K_RAW, as.endpoint, 1, n, it, 0, NULL);
             q[k] = g[k] / r[k];
+            qa[k] = g[k] / a[k];
+            ar[k] = a[k] / r[k];
         }
         double gm = bench_median(g, reps), rm = bench_median(r, reps), qm = bench_median(q, reps);
-        char h[32];
-        printf("| %s | %.0f | %.0f | %.2f | %.0f |\n", human(sizes[s], h, sizeof h), gm, rm, qm,
-               2.0 * (double)sizes[s] / gm);
-        fprintf(stderr, "BENCH section=pushpull bytes=%zu clients=1 gddr_mbps=%.1f raw_mbps=%.1f ratio=%.3f\n",
-                sizes[s], gm, rm, qm);
+        double am = bench_median(a, reps), qam = bench_median(qa, reps), arm = bench_median(ar, reps);
+        printf("| %s | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f |\n", human(sizes[s], h, sizeof h), gm,
+               rm, qm, am, qam, arm, 2.0 * (double)sizes[s] / gm);
+        fprintf(stderr,
+                "BENCH section=pushpull bytes=%zu clients=1 gddr_mbps=%.1f raw_mbps=%.1f ratio=%.3f "
+                "raw_apply_mbps=%.1f ratio_apply=%.3f apply_over_raw=%.3f\n",
+                sizes[s], gm, rm, qm, am, qam, arm);
         fflush(stdout);
     }
     bench_stop(&gs);
     bench_stop(&rs);
+    bench_stop(&as);
 }
 
 /* push+pull against gddr-ps with push_log off, batch and always (one
@@ -285,7 +302,7 @@ static void section_clients(const int *clients, int ncl, size_t bytes)
     bench_proc gs = { 0 }, rs = { 0 };
     char h[32];
     start_gddr(&gs, 2);
-    bench_start_raw(&rs);
+    bench_start_raw(&rs, 0);
     printf("\n## concurrent clients, %s each (aggregate MB/s; median of %d)\n\n",
            human(bytes, h, sizeof h), reps);
     printf("| clients | gddr MB/s | raw ZeroMQ MB/s | ratio |\n|---|---|---|---|\n");
@@ -598,7 +615,9 @@ static int has(const char *list, const char *name)
 int main(int argc, char **argv)
 {
     if (argc == 3 && strcmp(argv[1], "--raw-server") == 0)
-        return raw_server(argv[2]);
+        return raw_server(argv[2], 0);
+    if (argc == 3 && strcmp(argv[1], "--raw-apply-server") == 0)
+        return raw_server(argv[2], 1);
     if (argc == 3 && strcmp(argv[1], "--kv-server") == 0)
         return bench_kv_server(argv[2]);
     bench_proc_init();
@@ -629,6 +648,11 @@ int main(int argc, char **argv)
             rclients_s = argv[++i];
         } else if (strcmp(argv[i], "--sections") == 0 && i + 1 < argc) {
             sections = argv[++i];
+        } else if (strcmp(argv[i], "--server-cpu") == 0 && i + 1 < argc) {
+            long long v;
+            if (gddr__arg_int("gddr-bench", "--server-cpu", argv[++i], 0, CPU_SETSIZE - 1, &v) < 0)
+                return 2;
+            bench_server_cpu = (int)v;
         } else if (strcmp(argv[i], "--budget-mb") == 0 && i + 1 < argc) {
             if (gddr__arg_num("gddr-bench", "--budget-mb", argv[++i], 1, 1e7, &budget_mb) < 0)
                 return 2;
@@ -636,7 +660,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: gddr-bench [--quick] [--sizes 4K,1M,...] [--clients 4,16] [--reps N]\n"
                             "                  [--sections pushpull,durability,clients,gddr,apply,threads,servers,gap,rows]\n"
                             "                  [--budget-mb MB] [--rows-keys 1K,64K] [--rows-dims 16,64,128]\n"
-                            "                  [--rows-clients 1,4]\n");
+                            "                  [--rows-clients 1,4] [--server-cpu N]\n");
             return 2;
         }
     }
