@@ -22,8 +22,11 @@
 # server), --alpha A (0.4), --pull-bits B (the GDDR row's delta pulls: 8,
 # 16, or 0 for float32 pulls; --alpha 0 --pull-bits 8 measures the 8-bit
 # pulls alone), --set KEY=VALUE (one more gddr-ps setting, for every row;
-# repeatable), --keep DIR (keep the logs there); after --, arguments for
-# every tiny_lm.py (workers and observer).
+# repeatable), --keep DIR (keep the logs there), --lockstep (the W workers
+# in one process, stepped in turn: in async every push is exactly W-1
+# versions stale and a run repeats to the last digit; tiny_lm.py
+# --lockstep); after --, arguments for every tiny_lm.py (workers and
+# observer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -32,6 +35,7 @@ BIN=${GDDR_BIN:-build/bin}
 PY=/usr/bin/python3   # Debian's: it has python3-numpy and python3-torch
 LM=python/examples/tiny_lm.py
 modes="sync async" seeds="1 2 3" quick=0 workers=4 steps="" lr=0.001 alpha=0.4 bits=8 keep="" modes_given=0
+lockstep=0
 extra=() sets=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -45,8 +49,9 @@ while [ $# -gt 0 ]; do
     --set) sets+=(--set "$2"); shift 2 ;;
     --keep) keep=$2; shift 2 ;;
     --quick) quick=1; shift ;;
+    --lockstep) lockstep=1; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,29p' "$0"; exit 0 ;;
     *) echo "experiment-lm: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -95,12 +100,19 @@ run() {
     { echo "experiment-lm: gddr-ps did not start:" >&2; cat "$log/server.log" >&2; exit 1; }
   ep=$(cat "$tmp/endpoint")
   wpids=()
-  for ((r = 0; r < workers; r++)); do
+  local procs=$workers
+  if [ "$lockstep" = 1 ]; then
+    procs=1
+    "$PY" "$LM" --server "$ep" --lockstep "$workers" --seed "$seed" --steps "$steps" \
+      --progress 30 ${lm_args[@]+"${lm_args[@]}"} "$@" > "$log/worker0.log" 2>&1 &
+    wpids+=($!)
+  fi
+  for ((r = 0; r < workers && lockstep == 0; r++)); do
     "$PY" "$LM" --server "$ep" --rank "$r" --world "$workers" --seed "$seed" --steps "$steps" \
       --progress 30 ${lm_args[@]+"${lm_args[@]}"} "$@" > "$log/worker$r.log" 2>&1 &
     wpids+=($!)
   done
-  for ((r = 0; r < workers; r++)); do
+  for ((r = 0; r < procs; r++)); do
     wait "${wpids[$r]}" ||
       { echo "experiment-lm: worker $r failed ($mode $tag seed $seed):" >&2; tail -n 20 "$log/worker$r.log" >&2; fail=1; }
   done
@@ -120,12 +132,17 @@ run() {
     exit 1
   fi
   for ((r = 0; r < workers; r++)); do
-    res=$(grep '^RESULT' "$log/worker$r.log")
+    if [ "$lockstep" = 1 ]; then
+      res=$(grep "^RESULT rank=$r " "$log/worker0.log")
+    else
+      res=$(grep '^RESULT' "$log/worker$r.log")
+    fi
     bp=$((bp + $(field bytes_pushed "$res"))) bl=$((bl + $(field bytes_pulled "$res")))
   done
   echo "$loss $bp $bl $wall $version" > "$tmp/row"
 }
 
+[ "$lockstep" = 0 ] || echo "experiment-lm: lockstep: the $workers workers in one process, stepped in turn"
 echo "experiment-lm: $workers workers, $steps steps each, server Adam lr $lr${sets[*]+ ${sets[*]}}," \
      "seeds $seeds; the server's final model, scored by an observer"
 for mode in $modes; do

@@ -30,6 +30,11 @@ windows (context + 1 bytes) from their concatenation, with a generator
 seeded by (seed, rank). There is no torch optimizer: the server runs Adam
 (optimizer.kind=adam; Adam's step counter is the tensor's version).
 
+With --lockstep W one process runs all W workers, stepped in turn: in
+async mode every push is then exactly W-1 versions stale and a run repeats
+to the last digit, so two settings can be compared without the machine's
+load deciding the staleness (scripts/experiment-lm.sh --lockstep).
+
 The last line is machine-readable: RESULT rank=... train_loss=... steps=...
 bytes_pushed=... bytes_pulled=... train_seconds=... With --evaluate
 nothing is trained: an observer pulls the server's current parameters and
@@ -331,6 +336,60 @@ def run_worker(args):
                  st["worker_staleness_mean"], st["staleness_max"], train_s, view), flush=True)
 
 
+def run_lockstep(args):
+    """W workers in this one process, stepped in turn (rank 0, 1, ..., W-1,
+    0, ...), each gddr_step a push and a pull. Against an async server every
+    push is then exactly W-1 versions stale, and the run repeats to the
+    last digit: the order of pushes, the staleness and every hold are the
+    same each time (one torch thread, one process). What a run of W
+    processes leaves to the machine's load -- when a worker pushes, so its
+    staleness -- is fixed here, so GDDR and dense can be compared seed by
+    seed without the async draw (docs/results-lm.md, "Async in lockstep")."""
+    world = args.lockstep
+    workers = []
+    try:
+        for r in range(world):
+            torch.manual_seed(args.seed)  # the same initial model on every worker
+            model = make_model(args)
+            c = gddr.Client(args.server, rank=r, world_size=world, **client_options(args))
+            workers.append((r, model, c))
+        run = []
+        for r, model, c in workers:
+            ps = gddr.torch.ParameterServer(model, c)
+            gen = torch.Generator().manual_seed(args.seed * 1000 + r)
+            run.append((r, model, c, ps, train_text(args, r, world), gen))
+        if not args.quiet:
+            print("[lockstep] %d workers in turn, %d steps each, mode %s, delay_fraction %g"
+                  % (world, args.steps, workers[0][2].mode, args.delay_fraction or 0), flush=True)
+        ema = [None] * world
+        t_train, last_print = time.monotonic(), time.monotonic()
+        for s in range(args.steps):
+            for r, model, c, ps, text, gen in run:
+                model.zero_grad(set_to_none=False)
+                loss = lm_loss(model, sample(text, gen, args.batch, args.context))
+                loss.backward()
+                ps.step()
+                v = loss.item()
+                ema[r] = v if ema[r] is None else 0.95 * ema[r] + 0.05 * v
+            now = time.monotonic()
+            if not args.quiet and args.progress > 0 and now - last_print >= args.progress:
+                print("[lockstep] step %d/%d loss %.4f  %.2f steps/s"
+                      % (s + 1, args.steps, sum(ema) / world, (s + 1) / (now - t_train)), flush=True)
+                last_print = now
+        train_s = time.monotonic() - t_train
+        for r, model, c, ps, text, gen in run:
+            k, st = c.counters(), c.stats()
+            print("RESULT rank=%d train_loss=%.4f steps=%d bytes_pushed=%d bytes_pulled=%d "
+                  "values_pushed=%d mean_staleness=%.3f max_staleness=%d train_seconds=%.2f"
+                  % (r, ema[r] if ema[r] is not None else float("nan"), args.steps,
+                     k["bytes_pushed"], k["bytes_pulled"], k["values_pushed"],
+                     st["worker_staleness_mean"], st["staleness_max"], train_s), flush=True)
+    finally:
+        # Closed in rank order: each close flushes its worker's residual.
+        for r, model, c in workers:
+            c.close()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", required=True, help="gddr-ps endpoint")
@@ -363,15 +422,25 @@ def main(argv=None):
     ap.add_argument("--quiet", action="store_true", help="only the RESULT line")
     ap.add_argument("--eval-view", action="store_true",
                     help="rank 0 also scores its own view on the held-out windows before it closes")
+    ap.add_argument("--lockstep", type=int, metavar="W",
+                    help="run W workers in this process, stepped in turn (async: staleness W-1, "
+                         "reproducible runs); --rank and --world are then ignored")
     ap.add_argument("--evaluate", action="store_true",
                     help="train nothing: score the server's current model on the held-out windows")
     args = ap.parse_args(argv)
+    if args.lockstep is not None and args.lockstep < 1:
+        ap.error("--lockstep needs at least 1 worker")
     torch.set_num_threads(args.threads)
     use_onednn(args.onednn)
     logging.basicConfig(format="[rank %s] gddr %%(levelname)s: %%(message)s"
                         % (args.rank if args.rank is not None else "?"))
     try:
-        run_evaluate(args) if args.evaluate else run_worker(args)
+        if args.evaluate:
+            run_evaluate(args)
+        elif args.lockstep is not None:
+            run_lockstep(args)
+        else:
+            run_worker(args)
     except (gddr.Error, FileNotFoundError, ValueError) as e:
         print("tiny_lm.py: %s" % e, file=sys.stderr)
         return 1

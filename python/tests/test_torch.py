@@ -106,6 +106,40 @@ def result(line_text):
     return dict(kv.split("=", 1) for kv in m.group(1).split())
 
 
+def test_tiny_lm_lockstep_repeats(server):
+    """tiny_lm.py --lockstep 3: three workers in one process, stepped in
+    turn against an async Adam server, with GDDR holds and 8-bit delta
+    pulls. After the first round every push is exactly 2 versions stale,
+    and a second run on a fresh server repeats the first to the last digit:
+    the workers' losses and bytes, and the server's final model."""
+    ex = PY / "examples" / "tiny_lm.py"
+    model = ["--synthetic", "20000", "--layers", "1", "--d-model", "32", "--heads", "2",
+             "--context", "32", "--batch", "4", "--eval-windows", "16"]
+    steps = 8
+    runs = []
+    for _ in range(2):
+        srv = server(mode="async", kind="adam", lr=0.001)
+        out = run([PYTHON, ex, "--server", srv.endpoint, "--lockstep", "3", "--steps", str(steps),
+                   "--delay-fraction", "0.4", "--pull-delta-bits", "8", "--progress", "0"] + model)
+        lines = sorted(l for l in out.splitlines() if l.startswith("RESULT"))
+        assert len(lines) == 3, out
+        final = result(run([PYTHON, ex, "--server", srv.endpoint, "--evaluate"] + model))
+        # train_seconds is the machine's; everything else is the run's.
+        runs.append(([re.sub(r" train_seconds=\S+", "", l) for l in lines],
+                     final["heldout_loss"], final["version"]))
+    assert runs[0] == runs[1]
+    for r, line in enumerate(runs[0][0]):
+        res = result(line)
+        assert res["rank"] == str(r)
+        assert res["max_staleness"] == "2"
+        # rank r's first push is r versions stale, each later one 2
+        assert float(res["mean_staleness"]) == pytest.approx((r + 2 * (steps - 1)) / steps, abs=1e-3)
+        # GDDR: part of each step held (and flushed at close), so fewer
+        # values pushed than 8 dense steps of the model's 21,984 values
+        assert 0 < int(res["values_pushed"]) < steps * 21984
+    assert 3 * steps <= int(runs[0][2]) <= 3 * steps + 3
+
+
 def test_fashion_mnist_example_runs_a_few_steps(server, tmp_path):
     """The example, two workers of 6 steps on synthetic images (one with
     GDDR alpha 0.4), then the observer that scores the server's model."""
