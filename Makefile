@@ -261,6 +261,7 @@ $(BUILD)/bin/gddr-train: $(BUILD)/obj/client/train/gddr-train.o $(TRAIN_A) $(LIB
 # The benchmark drives the server's apply pool in process as well.
 $(BUILD)/bin/gddr-bench: $(BUILD)/obj/tools/gddr-bench.o $(BUILD)/obj/tools/bench_proc.o \
                      $(BUILD)/obj/tools/bench_raw.o $(BUILD)/obj/tools/bench_rows.o $(BUILD)/obj/tools/bench_gap.o \
+                     $(BUILD)/obj/tools/bench_apply.o \
                      $(SERVER_A) $(CPU_A)
 	@mkdir -p $(dir $@)
 	@echo "  LD     $@"

@@ -187,3 +187,21 @@ void bench_start_raw(bench_proc *p, int apply)
     char *argv[] = { bench_self, apply ? "--raw-apply-server" : "--raw-server", bench_epfile, NULL };
     bench_spawn(p, argv);
 }
+
+int bench_thread_counts(int threads[3])
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    threads[0] = 1;
+    threads[1] = 2;
+    threads[2] = (int)(cores < 1 ? 1 : cores);
+    return threads[2] > 2 ? 3 : 2;
+}
+
+const char *bench_human(size_t bytes, char *buf, size_t len)
+{
+    if (bytes >= (1u << 20))
+        snprintf(buf, len, "%zu MiB", bytes >> 20);
+    else
+        snprintf(buf, len, "%zu KiB", bytes >> 10);
+    return buf;
+}

@@ -50,4 +50,10 @@ void bench_start_raw(bench_proc *p, int apply);
 typedef struct gddr_client gddr_client;
 gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, int qbits, int pull_auto);
 
+/* Apply-thread counts to try: 1, 2 and all cores (when more than 2);
+ * returns how many. */
+int bench_thread_counts(int threads[3]);
+/* "64 KiB", "1 MiB": bytes for people, written into buf. */
+const char *bench_human(size_t bytes, char *buf, size_t len);
+
 #endif

@@ -62,14 +62,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_apply.h"
 #include "bench_gap.h"
 #include "bench_proc.h"
 #include "bench_raw.h"
 #include "bench_rows.h"
-#include "blas.h"
 #include "gddr/gddr.h"
 #include "numparse.h"
-#include "ps.h"
 
 #define MAXV 16
 
@@ -193,15 +192,6 @@ static int iters_for(size_t bytes, double budget_mb)
 static int reps = 5;
 static double budget_mb = 256;
 
-static const char *human(size_t bytes, char *buf, size_t len)
-{
-    if (bytes >= (1u << 20))
-        snprintf(buf, len, "%zu MiB", bytes >> 20);
-    else
-        snprintf(buf, len, "%zu KiB", bytes >> 10);
-    return buf;
-}
-
 static void section_pushpull(const size_t *sizes, int nsizes)
 {
     bench_proc gs = { 0 }, rs = { 0 }, as = { 0 };
@@ -220,7 +210,7 @@ static void section_pushpull(const size_t *sizes, int nsizes)
         char h[32];
         if (!raw_check_apply(as.endpoint, sizes[s]))
             bench_die("the raw+apply server did not apply a push of %s as it should",
-                      human(sizes[s], h, sizeof h));
+                      bench_human(sizes[s], h, sizeof h));
         for (int k = 0; k < reps; k++) {
             g[k] = run(K_GDDR, gs.endpoint, 1, n, it, 0, NULL);
             r[k] = run(K_RAW, rs.endpoint, 1, n, it, 0, NULL);
@@ -231,7 +221,7 @@ static void section_pushpull(const size_t *sizes, int nsizes)
         }
         double gm = bench_median(g, reps), rm = bench_median(r, reps), qm = bench_median(q, reps);
         double am = bench_median(a, reps), qam = bench_median(qa, reps), arm = bench_median(ar, reps);
-        printf("| %s | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f |\n", human(sizes[s], h, sizeof h), gm,
+        printf("| %s | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f |\n", bench_human(sizes[s], h, sizeof h), gm,
                rm, qm, am, qam, arm, 2.0 * (double)sizes[s] / gm);
         fprintf(stderr,
                 "BENCH section=pushpull bytes=%zu clients=1 gddr_mbps=%.1f raw_mbps=%.1f ratio=%.3f "
@@ -283,7 +273,7 @@ static void section_durability(const size_t *sizes, int nsizes)
         double o = bench_median(v[0], reps), b = bench_median(v[1], reps), a = bench_median(v[2], reps);
         double qbm = bench_median(qb, reps), qam = bench_median(qa, reps);
         char h[32];
-        printf("| %s | %.0f | %.0f | %.0f | %.2f | %.2f |\n", human(sizes[s], h, sizeof h), o, b, a, qbm, qam);
+        printf("| %s | %.0f | %.0f | %.0f | %.2f | %.2f |\n", bench_human(sizes[s], h, sizeof h), o, b, a, qbm, qam);
         fprintf(stderr, "BENCH section=durability bytes=%zu off_mbps=%.1f batch_mbps=%.1f always_mbps=%.1f "
                 "ratio=%.3f always_ratio=%.3f disk_mbps=%.1f\n",
                 sizes[s], o, b, a, qbm, qam, 64.0 * 1.048576 / disk);
@@ -304,7 +294,7 @@ static void section_clients(const int *clients, int ncl, size_t bytes)
     start_gddr(&gs, 2);
     bench_start_raw(&rs, 0);
     printf("\n## concurrent clients, %s each (aggregate MB/s; median of %d)\n\n",
-           human(bytes, h, sizeof h), reps);
+           bench_human(bytes, h, sizeof h), reps);
     printf("| clients | gddr MB/s | raw ZeroMQ MB/s | ratio |\n|---|---|---|---|\n");
     for (int c = 0; c < ncl; c++) {
         int it = iters_for(bytes * (size_t)clients[c], budget_mb);
@@ -351,7 +341,7 @@ static void section_gddr(size_t bytes)
     double fm = bench_median(f, reps), fqm = bench_median(fq, reps);
     printf("\n## gddr_step of %s: dense vs GDDR alpha 0.4 pushes, vs 8-bit delta pulls, and vs "
            "8-bit delta pulls with pull_delta_auto (us per step: push + pull; median of %d)\n\n",
-           human(bytes, h, sizeof h), reps);
+           bench_human(bytes, h, sizeof h), reps);
     printf("| dense us | alpha 0.4 us | ratio | dense, q8 pulls us | ratio | q8, auto us | ratio |\n"
            "|---|---|---|---|---|---|---|\n"
            "| %.0f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f |\n", dm, am, qm, em, eqm, fm, fqm);
@@ -388,7 +378,7 @@ static void section_servers(size_t bytes, int clients)
     }
     double g1 = bench_median(m1, reps), g2 = bench_median(m2, reps), qm = bench_median(q, reps);
     printf("\n## servers: %d clients, a %s tensor each, push+pull (aggregate MB/s; median of %d)\n\n",
-           clients, human(bytes, h, sizeof h), reps);
+           clients, bench_human(bytes, h, sizeof h), reps);
     printf("| servers | aggregate MB/s | vs 1 server |\n|---|---|---|\n");
     printf("| 1 | %.0f | 1.00 |\n| 2, same host (measured) | %.0f | %.2f |\n", g1, g2, qm);
     printf("| 2, two hosts (computed: 2 x the 1-server figure) | %.0f | 2.00 |\n", 2 * g1);
@@ -400,154 +390,12 @@ static void section_servers(size_t bytes, int clients)
     bench_stop(&b);
 }
 
-/* The apply pool on one push of n floats: GB/s of payload (bytes of g). */
-/* Apply-thread counts to try: 1, 2 and all cores (when more than 2). */
-static int thread_counts(int threads[3])
-{
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    threads[0] = 1;
-    threads[1] = 2;
-    threads[2] = (int)(cores < 1 ? 1 : cores);
-    return threads[2] > 2 ? 3 : 2;
-}
-
-/* Seconds per run of fn(arg), repeated until 20 ms have passed. */
-static double per_run(void (*fn)(void *), void *arg)
-{
-    int n = 0;
-    double t0 = bench_now(), t;
-    do {
-        fn(arg);
-        n++;
-    } while ((t = bench_now() - t0) < 0.02);
-    return t / n;
-}
-
-typedef struct apply_arg {
-    ps_pool *pool;
-    ps_job job;
-    double *sq;
-    const float *g;
-    float *dst;
-    size_t n, bytes;
-} apply_arg;
-
-static void run_memcpy(void *p)
-{
-    apply_arg *a = p;
-    memcpy(a->dst, a->g, a->bytes);
-}
-
-/* Before: the front thread's norm (one thread), then the apply over the pool. */
-static void run_serial_then_apply(void *p)
-{
-    apply_arg *a = p;
-    volatile double x = gddr_nrm2_cpu(a->g, a->n);
-    (void)x;
-    ps_job j = a->job;
-    ps_pool_run(a->pool, &j);
-}
-
-/* The norm over the pool, then the apply: in place, or into dst. */
-static void pool_then_apply(apply_arg *a, float *dst)
-{
-    ps_job v = { .t = a->job.t, .vals = a->g };
-    volatile double x = ps_payload_norm(a->pool, &v, a->sq);
-    (void)x;
-    ps_job j = a->job;
-    j.dst = dst;
-    ps_pool_run(a->pool, &j);
-}
-
-/* Now, when no reply holds the tensor's buffer: in place. */
-static void run_pool_then_apply(void *p)
-{
-    pool_then_apply(p, NULL);
-}
-
-/* Copy on write (a reply holds the buffer) with two reads: momentum, Adam. */
-static void run_pool_then_cow(void *p)
-{
-    pool_then_apply(p, ((apply_arg *)p)->dst);
-}
-
-/* Copy on write, plain SGD now: the norm taken in the read that applies. */
-static void run_fused(void *p)
-{
-    apply_arg *a = p;
-    ps_job j = a->job;
-    j.sq = a->sq;
-    j.dst = a->dst;
-    ps_pool_run(a->pool, &j);
-    volatile double x = ps_job_norm(&j);
-    (void)x;
-}
-
-/* The server's validate + apply of one dense SGD push, three ways, against
- * memcpy of the payload (GB/s of payload). */
-static void section_apply(size_t bytes)
-{
-    size_t n = bytes / 4;
-    ps_tensor t;
-    memset(&t, 0, sizeof t);
-    t.n = n;
-    t.chunk = 1024;
-    t.nchunks = (n + t.chunk - 1) / t.chunk;
-    t.w = malloc(bytes);
-    float *g = malloc(bytes), *dst = malloc(bytes);
-    double *sq = malloc(t.nchunks * sizeof *sq);
-    for (size_t i = 0; i < n; i++) {
-        t.w[i] = 1.0f;
-        g[i] = 1e-3f * (float)(i % 101);
-    }
-    memcpy(dst, g, bytes);
-    int threads[3], nth = thread_counts(threads);
-    char h[32];
-    printf("\n## validate and apply one push of %s (GB/s of payload; median of %d; memcpy of the same bytes beside)\n\n",
-           human(bytes, h, sizeof h), reps);
-    printf("| pass | threads | GB/s | memcpy GB/s | ratio |\n|---|---|---|---|---|\n");
-    static const struct {
-        const char *name, *tag;
-        void (*fn)(void *);
-    } ways[] = {
-        { "norm on one thread, then apply in place (before)", "serial", run_serial_then_apply },
-        { "norm over the pool, then apply in place (now)", "pool", run_pool_then_apply },
-        { "copy on write: norm over the pool, then apply (momentum, adam)", "pool_cow", run_pool_then_cow },
-        { "copy on write: validate while applying (plain sgd)", "fused_cow", run_fused },
-    };
-    for (int ti = 0; ti < nth; ti++) {
-        ps_pool *pool = NULL;
-        ps_pool_start(&pool, threads[ti]);
-        apply_arg a = { pool, { .kind = PS_JOB_APPLY, .t = &t, .vals = g, .vscale = 1.0f, .scale = 1.0f,
-                                .upd = { .kind = PS_OPT_SGD, .lr = 1e-6f } },
-                        sq, g, dst, n, bytes };
-        for (size_t w = 0; w < sizeof ways / sizeof *ways; w++) {
-            double r[MAXV], m[MAXV], q[MAXV];
-            for (int k = 0; k < reps; k++) {
-                m[k] = (double)bytes / per_run(run_memcpy, &a) / 1e9;
-                r[k] = (double)bytes / per_run(ways[w].fn, &a) / 1e9;
-                q[k] = r[k] / m[k];
-            }
-            double rm = bench_median(r, reps), mm = bench_median(m, reps), qm = bench_median(q, reps);
-            printf("| %s | %d | %.2f | %.2f | %.2f |\n", ways[w].name, threads[ti], rm, mm, qm);
-            fprintf(stderr, "BENCH section=apply way=%s bytes=%zu threads=%d gbps=%.2f memcpy_gbps=%.2f ratio=%.3f\n",
-                    ways[w].tag, bytes, threads[ti], rm, mm, qm);
-        }
-        ps_pool_stop(&pool);
-        fflush(stdout);
-    }
-    free(t.w);
-    free(g);
-    free(dst);
-    free(sq);
-}
-
 static void section_threads(size_t bytes)
 {
-    int threads[3], nth = thread_counts(threads);
+    int threads[3], nth = bench_thread_counts(threads);
     char h[32];
     printf("\n## push+pull of %s against gddr-ps with 1, 2 and all apply threads (MB/s; median of %d)\n\n",
-           human(bytes, h, sizeof h), reps);
+           bench_human(bytes, h, sizeof h), reps);
     printf("| server threads | gddr MB/s |\n|---|---|\n");
     for (int ti = 0; ti < nth; ti++) {
         bench_proc gs = { 0 };
@@ -698,8 +546,8 @@ int main(int argc, char **argv)
     if (has(sections, "gddr"))
         section_gddr(one_mib);
     if (has(sections, "apply")) {
-        section_apply((size_t)1 << 20);
-        section_apply(budget_mb < 64 ? (size_t)16 << 20 : big);
+        bench_apply_section((size_t)1 << 20, reps);
+        bench_apply_section(budget_mb < 64 ? (size_t)16 << 20 : big, reps);
     }
     if (has(sections, "threads"))
         section_threads(budget_mb < 64 ? (size_t)16 << 20 : big);
