@@ -100,15 +100,12 @@ run() {
     { echo "experiment-lm: gddr-ps did not start:" >&2; cat "$log/server.log" >&2; exit 1; }
   ep=$(cat "$tmp/endpoint")
   wpids=()
-  local procs=$workers
-  if [ "$lockstep" = 1 ]; then
-    procs=1
-    "$PY" "$LM" --server "$ep" --lockstep "$workers" --seed "$seed" --steps "$steps" \
-      --progress 30 ${lm_args[@]+"${lm_args[@]}"} "$@" > "$log/worker0.log" 2>&1 &
-    wpids+=($!)
-  fi
-  for ((r = 0; r < workers && lockstep == 0; r++)); do
-    "$PY" "$LM" --server "$ep" --rank "$r" --world "$workers" --seed "$seed" --steps "$steps" \
+  # One process per worker, or with --lockstep one for all (its log is worker0.log).
+  local procs=$workers who
+  [ "$lockstep" = 0 ] || procs=1
+  for ((r = 0; r < procs; r++)); do
+    if [ "$lockstep" = 1 ]; then who=(--lockstep "$workers"); else who=(--rank "$r" --world "$workers"); fi
+    "$PY" "$LM" --server "$ep" "${who[@]}" --seed "$seed" --steps "$steps" \
       --progress 30 ${lm_args[@]+"${lm_args[@]}"} "$@" > "$log/worker$r.log" 2>&1 &
     wpids+=($!)
   done

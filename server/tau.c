@@ -74,12 +74,10 @@ void ps_tau_feed(const gddr_ps_config *cfg, ps_tensor *t, double norm)
 
 void ps_tau_defer(const gddr_ps_config *cfg, ps_tensor *t, uint32_t rank, double norm)
 {
+    /* rank is below max_workers (server.c refuses others), and tau_pend
+     * has that many slots (ps_tensor_create). */
     if (!cfg->tau_dynamic || !(norm > 0))
         return;
-    if (!t->tau_pend || rank >= (uint32_t)cfg->max_workers) {
-        ps_tau_feed(cfg, t, norm);
-        return;
-    }
     if (t->tau_pend[rank] > 0) /* a second push of the rank in the open step (a late one) */
         ps_tau_feed(cfg, t, t->tau_pend[rank]);
     t->tau_pend[rank] = norm;
@@ -89,8 +87,6 @@ void ps_tau_defer(const gddr_ps_config *cfg, ps_tensor *t, uint32_t rank, double
 
 void ps_tau_step_close(const gddr_ps_config *cfg, ps_tensor *t)
 {
-    if (!t->tau_pend)
-        return;
     for (uint32_t r = 0; r < t->tau_pend_n; r++) /* the ranks that pushed, not max_workers */
         if (t->tau_pend[r] > 0) {
             ps_tau_feed(cfg, t, t->tau_pend[r]);

@@ -8,34 +8,23 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "blas.h"
 #include "vec.h"
+
+/* The raw+apply server's step size, and what raw_check_apply expects. */
+#define RAW_LR 1e-6f
 
 /* The least a server that keeps the model pays for a push beyond moving
  * it: one read of the payload for its squared norm before the ack (a NaN
- * or Inf must be refused, so it cannot be acked first), then, after the
- * ack is queued (so its flight overlaps the work, as gddr-ps's reply
- * overlaps its apply), w -= lr * g in place on the same thread, before the
- * next request is read. Float sums in 8 lanes, as gddr-ps's validation,
- * and both loops vectorised as its kernels are (common/vec.h). */
-GDDR_VEC static int raw_valid(const float *restrict g, size_t n)
-{
-    float acc[8] = { 0 };
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            acc[k] += g[i + k] * g[i + k];
-    float s = 0;
-    for (int k = 0; k < 8; k++)
-        s += acc[k];
-    for (; i < n; i++)
-        s += g[i] * g[i];
-    return isfinite(s);
-}
-
+ * or Inf must be refused, so it cannot be acked first) -- gddr-ps's own
+ * validation sum (gddr_sumsq_fp32_cpu) -- then, after the ack is queued
+ * (so its flight overlaps the work, as gddr-ps's reply overlaps its
+ * apply), w -= lr * g in place on the same thread, before the next
+ * request is read, vectorised as gddr-ps's loops are (common/vec.h). */
 GDDR_VEC static void raw_apply(float *restrict w, const float *restrict g, size_t n)
 {
     for (size_t i = 0; i < n; i++)
-        w[i] -= 1e-6f * g[i];
+        w[i] -= RAW_LR * g[i];
 }
 
 /* A ROUTER that answers a push (header "P" + payload) with an empty ack and
@@ -103,7 +92,7 @@ int raw_server(const char *file, int apply)
             zmq_msg_send(&out, s, 0);
         } else {
             int take = apply && buf && zmq_msg_size(&body) == cap && cap % 4 == 0 &&
-                       raw_valid(zmq_msg_data(&body), cap / 4);
+                       isfinite(gddr_sumsq_fp32_cpu(zmq_msg_data(&body), cap / 4));
             zmq_send(s, take || !apply ? "p" : "e", 1, 0);
             if (take)
                 raw_apply((float *)buf, zmq_msg_data(&body), cap / 4);
@@ -169,7 +158,7 @@ void raw_roundtrips(raw_client *r, const float *push, float *pull, size_t bytes)
 
 /* Whether raw_server(apply) applies what the benchmark says it does: a
  * pull, a push of g, a pull: every value must have moved by exactly
- * -1e-6 * g (the same float operation); then a push with a NaN in its last
+ * -RAW_LR * g (the same float operation); then a push with a NaN in its last
  * value must be refused and change nothing. */
 int raw_check_apply(const char *ep, size_t bytes)
 {
@@ -185,7 +174,7 @@ int raw_check_apply(const char *ep, size_t bytes)
         raw_push(&r, g, bytes);
         raw_pull(&r, b, bytes);
         for (size_t i = 0; i < n && ok; i++)
-            ok = b[i] == a[i] - 1e-6f * g[i];
+            ok = b[i] == a[i] - RAW_LR * g[i];
         g[n - 1] = NAN;
         raw_push(&r, g, bytes);
         raw_pull(&r, a, bytes);

@@ -290,6 +290,16 @@ def run_evaluate(args):
           % (loss, loss / math.log(2), len(windows), version))
 
 
+def print_result(rank, loss_ema, steps, c, train_s, extra=""):
+    """A worker's machine-readable last line."""
+    k, st = c.counters(), c.stats()
+    print("RESULT rank=%d train_loss=%.4f steps=%d bytes_pushed=%d bytes_pulled=%d "
+          "values_pushed=%d mean_staleness=%.3f max_staleness=%d train_seconds=%.2f%s"
+          % (rank, loss_ema if loss_ema is not None else float("nan"), steps,
+             k["bytes_pushed"], k["bytes_pulled"], k["values_pushed"],
+             st["worker_staleness_mean"], st["staleness_max"], train_s, extra), flush=True)
+
+
 def run_worker(args):
     torch.manual_seed(args.seed)  # the same initial model on every worker
     model = make_model(args)
@@ -328,12 +338,7 @@ def run_worker(args):
             # residual comes after): what the server's final model is
             # compared against to see what the close costs.
             view = " view_loss=%.4f" % evaluate(model, heldout_windows(args))
-        k, st = c.counters(), c.stats()
-        print("RESULT rank=%d train_loss=%.4f steps=%d bytes_pushed=%d bytes_pulled=%d "
-              "values_pushed=%d mean_staleness=%.3f max_staleness=%d train_seconds=%.2f%s"
-              % (rank, loss_ema if loss_ema is not None else float("nan"), args.steps,
-                 k["bytes_pushed"], k["bytes_pulled"], k["values_pushed"],
-                 st["worker_staleness_mean"], st["staleness_max"], train_s, view), flush=True)
+        print_result(rank, loss_ema, args.steps, c, train_s, view)
 
 
 def run_lockstep(args):
@@ -346,21 +351,18 @@ def run_lockstep(args):
     staleness -- is fixed here, so GDDR and dense can be compared seed by
     seed without the async draw (docs/results-lm.md, "Async in lockstep")."""
     world = args.lockstep
-    workers = []
+    run = []  # (rank, model, client, ParameterServer, text, generator)
     try:
         for r in range(world):
             torch.manual_seed(args.seed)  # the same initial model on every worker
             model = make_model(args)
             c = gddr.Client(args.server, rank=r, world_size=world, **client_options(args))
-            workers.append((r, model, c))
-        run = []
-        for r, model, c in workers:
-            ps = gddr.torch.ParameterServer(model, c)
-            gen = torch.Generator().manual_seed(args.seed * 1000 + r)
-            run.append((r, model, c, ps, train_text(args, r, world), gen))
+            run.append((r, model, c))  # closed below whatever happens next
+            run[-1] += (gddr.torch.ParameterServer(model, c), train_text(args, r, world),
+                        torch.Generator().manual_seed(args.seed * 1000 + r))
         if not args.quiet:
             print("[lockstep] %d workers in turn, %d steps each, mode %s, delay_fraction %g"
-                  % (world, args.steps, workers[0][2].mode, args.delay_fraction or 0), flush=True)
+                  % (world, args.steps, run[0][2].mode, args.delay_fraction or 0), flush=True)
         ema = [None] * world
         t_train, last_print = time.monotonic(), time.monotonic()
         for s in range(args.steps):
@@ -378,16 +380,11 @@ def run_lockstep(args):
                 last_print = now
         train_s = time.monotonic() - t_train
         for r, model, c, ps, text, gen in run:
-            k, st = c.counters(), c.stats()
-            print("RESULT rank=%d train_loss=%.4f steps=%d bytes_pushed=%d bytes_pulled=%d "
-                  "values_pushed=%d mean_staleness=%.3f max_staleness=%d train_seconds=%.2f"
-                  % (r, ema[r] if ema[r] is not None else float("nan"), args.steps,
-                     k["bytes_pushed"], k["bytes_pulled"], k["values_pushed"],
-                     st["worker_staleness_mean"], st["staleness_max"], train_s), flush=True)
+            print_result(r, ema[r], args.steps, c, train_s)
     finally:
         # Closed in rank order: each close flushes its worker's residual.
-        for r, model, c in workers:
-            c.close()
+        for w in run:
+            w[2].close()
 
 
 def main(argv=None):
