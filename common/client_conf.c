@@ -14,7 +14,7 @@ static const char *const dc_modes[] = { "diag", "identity", NULL };
 static const char *const delta_bits[] = { "0", "8", "16", NULL };
 static const int delta_values[] = { 0, 8, 16 };
 static const char *const levels[] = { "error", "warn", "info", "debug", NULL };
-static const char *const hold_schedules[] = { "auto", "random", "staggered", NULL };
+static const char *const hold_schedules[] = { "auto", "random", "staggered", "smallest", NULL };
 
 /* The field's name, place and size, from the struct itself. */
 #define FIELD(f)                                                                                   \
@@ -84,8 +84,9 @@ const gddr__client_opt gddr__client_opts_table[] = {
     { FIELD(pull_delta_auto), .type = GDDR_OPT_BOOL, .def = "false", INI,
       .help = "reduced pulls only while cheaper than whole ones (timed; fast links: whole)" },
     { FIELD(hold_schedule), .type = GDDR_OPT_ENUM, .def = "auto", .names = hold_schedules, INI,
-      .help = "which chunks GDDR holds: staggered (tau steps of a cycle, workers spread by rank) "
-              "or random (per worker and step); auto = staggered in sync mode" },
+      .help = "which chunks GDDR holds: staggered (tau steps of a cycle, workers spread by rank), "
+              "random (per worker and step) or smallest (those with the least r + g); "
+              "auto = staggered in sync mode" },
     /* New options: append the field to gddr_client_opts and the row here. */
     { .name = NULL },
 };

@@ -70,6 +70,7 @@ typedef enum gddr_hold_schedule {
     GDDR_HOLD_AUTO = 0,      /* staggered in sync mode, random otherwise */
     GDDR_HOLD_RANDOM = 1,    /* each chunk held with probability alpha, per worker and step */
     GDDR_HOLD_STAGGERED = 2, /* each chunk held tau steps in a cycle, the workers spread over it */
+    GDDR_HOLD_SMALLEST = 3,  /* the delay_fraction share of chunks with the least r + g held */
 } gddr_hold_schedule;
 
 #ifdef __cplusplus

@@ -36,7 +36,7 @@ extern "C" {
 #endif
 
 /* Raise on any change of this header's table or of a signature in it. */
-#define GDDR_CUDA_ABI 1u
+#define GDDR_CUDA_ABI 2u
 #define GDDR_CUDA_ENTRY "gddr_cuda_plugin_entry"
 #define GDDR_CUDA_PLUGIN_FILE "libgddr-cuda.so"
 
@@ -70,6 +70,10 @@ extern "C" {
       (const gddr_residual_args *a, const float *d_g, float *d_r, uint32_t *d_age,                 \
        float *d_packed, uint8_t *d_bitmap, size_t *npacked, size_t *nsent, void *stream),          \
       (a, d_g, d_r, d_age, d_packed, d_bitmap, npacked, nsent, stream), )                          \
+    X(gddr_chunk_scores_cuda,                                                                      \
+      (const float *d_g, const float *d_r, size_t n, uint32_t chunk, double *d_score,              \
+       void *stream),                                                                              \
+      (d_g, d_r, n, chunk, d_score, stream), )                                                     \
     X(gddr_pack_cuda,                                                                              \
       (const float *d_src, size_t n, uint32_t chunk, const uint8_t *d_bitmap, float *d_packed,     \
        size_t *npacked, void *stream),                                                             \

@@ -79,10 +79,13 @@ uint32_t gddr_hold_phase(uint32_t period, uint32_t worker, uint32_t world, uint6
     return (uint32_t)((shift + clock % period) % period);
 }
 
-/* docs/design.md section 6 step 4 (gddr__chunk_held, residual.h). */
+/* docs/design.md section 6 step 4 (gddr__chunk_held, residual.h); with a
+ * pick (hold_schedule = smallest) the pick decides, under the same bound. */
 static inline int chunk_held(const gddr_residual_args *a, uint64_t prefix, uint32_t age,
                              size_t c)
 {
+    if (a->pick)
+        return age < a->tau && a->pick[c];
     return gddr__chunk_held(prefix, a->chunk0 + (uint32_t)c, a->alpha, a->tau, a->period,
                             a->phase, age);
 }
@@ -96,8 +99,8 @@ static int mask_begin(const gddr_residual_args *a, uint8_t *bitmap, size_t *npac
     if (!a || !npacked || !nsent || !chunk_geometry_ok(a->n, a->chunk, who) || isnan(a->alpha))
         return GDDR_EINVAL;
     if (!gddr__hold_args_ok(a)) {
-        gddr_log(GDDR_LOG_ERROR, "%s: hold period %u must be above tau %u and phase %u below it",
-                 who, a->period, a->tau, a->phase);
+        gddr_log(GDDR_LOG_ERROR, "%s: hold period %u must be above tau %u and phase %u below it%s",
+                 who, a->period, a->tau, a->phase, a->pick ? ", and 0 with a pick" : "");
         return GDDR_EINVAL;
     }
     if (a->n > 0 && (!bufs_ok || !bitmap))
@@ -114,6 +117,114 @@ static inline int bit_is_set(const uint8_t *bitmap, size_t c)
     return (bitmap[c >> 3] >> (c & 7)) & 1;
 }
 
+
+GDDR_VEC
+int gddr_chunk_scores_cpu(const float *g, const float *r, size_t n, uint32_t chunk, double *score)
+{
+    if (!r || !score || !chunk_geometry_ok(n, chunk, "chunk scores"))
+        return GDDR_EINVAL;
+    const size_t nchunks = gddr_nchunks(n, chunk);
+    for (size_t c = 0; c < nchunks; c++) {
+        const size_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+        double p[GDDR_SCORE_LANES] = { 0 };
+        size_t i = lo;
+        /* whole rows of 32 (a fixed inner loop the compiler vectorises),
+         * then the short row: element i always lands in lane (i - lo) % 32 */
+        if (g) {
+            for (; i + GDDR_SCORE_LANES <= hi; i += GDDR_SCORE_LANES)
+                for (size_t l = 0; l < GDDR_SCORE_LANES; l++) {
+                    const float u = r[i + l] + g[i + l];
+                    p[l] += (double)u * (double)u;
+                }
+        } else {
+            for (; i + GDDR_SCORE_LANES <= hi; i += GDDR_SCORE_LANES)
+                for (size_t l = 0; l < GDDR_SCORE_LANES; l++)
+                    p[l] += (double)r[i + l] * (double)r[i + l];
+        }
+        for (size_t l = 0; i < hi; i++, l++) {
+            const float u = g ? r[i] + g[i] : r[i];
+            p[l] += (double)u * (double)u;
+        }
+        for (size_t off = GDDR_SCORE_LANES / 2; off > 0; off /= 2)
+            for (size_t l = 0; l < off; l++)
+                p[l] = p[l] + p[l + off];
+        score[c] = p[0];
+    }
+    return GDDR_OK;
+}
+
+/* Chunk x before chunk y: the smaller score, then the lower index. */
+static inline int score_before(const double *s, uint32_t x, uint32_t y)
+{
+    return s[x] < s[y] || (s[x] == s[y] && x < y);
+}
+
+static inline void swap_u32(uint32_t *o, size_t i, size_t j)
+{
+    uint32_t t = o[i];
+    o[i] = o[j];
+    o[j] = t;
+}
+
+/* Rearranges o[0, m) so that o[k] is the chunk that sorts k-th and every
+ * chunk before it sorts before it (quickselect, median of three). */
+static void select_kth(const double *s, uint32_t *o, size_t m, size_t k)
+{
+    size_t lo = 0, hi = m - 1;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (score_before(s, o[mid], o[lo]))
+            swap_u32(o, mid, lo);
+        if (score_before(s, o[hi], o[lo]))
+            swap_u32(o, hi, lo);
+        if (score_before(s, o[hi], o[mid]))
+            swap_u32(o, hi, mid);
+        swap_u32(o, mid, hi); /* the median is the pivot, at hi */
+        const uint32_t piv = o[hi];
+        size_t st = lo;
+        for (size_t i = lo; i < hi; i++)
+            if (score_before(s, o[i], piv))
+                swap_u32(o, i, st++);
+        swap_u32(o, st, hi);
+        if (k == st)
+            return;
+        if (k < st)
+            hi = st - 1;
+        else
+            lo = st + 1;
+    }
+}
+
+long gddr_hold_smallest(const gddr_residual_args *a, double share, const double *score,
+                        const uint32_t *age, uint8_t *pick, uint32_t *order)
+{
+    if (!a || !(share >= 0) || !chunk_geometry_ok(a->n, a->chunk, "hold smallest"))
+        return -1;
+    const size_t nchunks = gddr_nchunks(a->n, a->chunk);
+    if (nchunks == 0)
+        return 0;
+    if (!score || !age || !pick || !order)
+        return -1;
+    memset(pick, 0, nchunks);
+    double whole = share < 1 ? share * (double)nchunks : (double)nchunks;
+    size_t want = (size_t)whole;
+    const uint64_t prefix = gddr__hash_prefix(a->seed, a->worker, a->key, a->step);
+    if ((double)gddr__u32_to_uniform(gddr__hash_chunk(prefix, UINT32_MAX)) < whole - (double)want)
+        want++;
+    size_t m = 0;
+    for (size_t c = 0; c < nchunks; c++)
+        if (age[c] < a->tau)
+            order[m++] = (uint32_t)c;
+    if (want > m)
+        want = m;
+    if (want == 0)
+        return 0;
+    if (want < m)
+        select_kth(score, order, m, want - 1);
+    for (size_t k = 0; k < want; k++)
+        pick[order[k]] = 1;
+    return (long)want;
+}
 
 int gddr_residual_step_cpu(const gddr_residual_args *a, const float *g, float *r, uint32_t *age,
                            float *packed, uint8_t *bitmap, size_t *npacked, size_t *nsent)

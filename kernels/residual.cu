@@ -157,6 +157,31 @@ static __global__ void mask_kernel(size_t nchunks, uint64_t prefix, uint32_t chu
     }
 }
 
+/* gddr_chunk_scores_cuda: one warp per chunk, in the order residual.h
+ * gives (lane l sums elements l, l + 32, ...; then the shuffle tree), so
+ * the CPU twin's scores are the same bits (.cu files build with
+ * -fmad=false, and u*u is exact in double). */
+static __global__ void scores_kernel(size_t n, uint32_t chunk, size_t nchunks,
+                                     const float *__restrict__ g, const float *__restrict__ r,
+                                     double *__restrict__ score)
+{
+    const unsigned lane = threadIdx.x & 31;
+    const size_t warp = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const size_t nwarps = ((size_t)gridDim.x * blockDim.x) >> 5;
+    for (size_t c = warp; c < nchunks; c += nwarps) { /* the same c for the whole warp */
+        const size_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
+        double p = 0.0;
+        for (size_t i = lo + lane; i < hi; i += 32) {
+            const float u = g ? r[i] + g[i] : r[i];
+            p += (double)u * (double)u;
+        }
+        for (int off = 16; off > 0; off >>= 1)
+            p += __shfl_down_sync(0xffffffffu, p, off);
+        if (lane == 0)
+            score[c] = p;
+    }
+}
+
 static __global__ void flags_kernel(size_t nchunks, const uint8_t *__restrict__ bitmap,
                                     uint32_t *__restrict__ flag)
 {
@@ -352,6 +377,11 @@ extern "C" int gddr_residual_step_cuda(const gddr_residual_args *a, const float 
     if (!a || !npacked || !nsent || !geometry_ok(a->n, a->chunk, "residual step (cuda)") ||
         a->alpha != a->alpha || !gddr__hold_args_ok(a))
         return GDDR_EINVAL;
+    if (a->pick) { /* host memory: the smallest schedule is planned on the host */
+        gddr__cuda_seterr("residual step (cuda): a pick (hold_schedule = smallest) is for "
+                          "gddr_residual_plan_cpu and the fused pass");
+        return GDDR_EINVAL;
+    }
     if (a->n > 0 && (!d_r || !d_age || !d_packed || !d_bitmap))
         return GDDR_EINVAL;
     *npacked = *nsent = 0;
@@ -429,6 +459,24 @@ extern "C" int gddr_pack_cuda(const float *d_src, size_t n, uint32_t chunk,
     if (rc != GDDR_OK)
         return rc;
     *npacked = (size_t)counts[1];
+    return GDDR_OK;
+}
+
+extern "C" int gddr_chunk_scores_cuda(const float *d_g, const float *d_r, size_t n, uint32_t chunk,
+                                      double *d_score, void *stream)
+{
+    if (!d_r || !d_score || !geometry_ok(n, chunk, "chunk scores (cuda)"))
+        return GDDR_EINVAL;
+    const size_t nchunks = gddr_nchunks(n, chunk);
+    if (nchunks == 0)
+        return GDDR_OK;
+    cudaStream_t st = (cudaStream_t)stream;
+    scores_kernel<<<blocks_for(nchunks * 32), THREADS, 0, st>>>(n, chunk, nchunks, d_g, d_r, d_score);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        gddr__cuda_seterr("%s:%d: scores_kernel: %s", __FILE__, __LINE__, cudaGetErrorString(e));
+        return GDDR_ECUDA;
+    }
     return GDDR_OK;
 }
 

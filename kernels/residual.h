@@ -49,6 +49,11 @@ typedef struct gddr_residual_args {
                         * `phase`; gddr_hold_period() */
     uint32_t phase;    /* staggered: this worker's shift at this step, in [0, period)
                         * (gddr_hold_phase) */
+    const uint8_t *pick; /* hold_schedule = smallest: host memory, per chunk 1 = hold
+                          * (while its age is below tau), from gddr_hold_smallest();
+                          * NULL: the hash (or the staggered cycle) decides. The
+                          * CPU twins and gddr_residual_plan_cpu() take it; the
+                          * device step (gddr_residual_step_cuda) refuses it */
 } gddr_residual_args;
 
 /* hold_schedule = staggered (docs/design.md, "The staggered schedule"): the
@@ -67,11 +72,43 @@ uint32_t gddr_hold_period(double delay_fraction, uint32_t tau);
 uint32_t gddr_hold_phase(uint32_t period, uint32_t worker, uint32_t world, uint64_t clock);
 
 /* The staggered schedule's arguments make sense: a period above tau (or
- * 0: the random schedule) and a phase inside it. Checked by both twins. */
+ * 0: the random schedule) and a phase inside it; a pick goes without a
+ * period. Checked by both twins. */
 static inline GDDR_HD int gddr__hold_args_ok(const gddr_residual_args *a)
 {
+    if (a->pick && a->period)
+        return 0;
     return a->period == 0 || (a->period > a->tau && a->phase < a->period);
 }
+
+/* hold_schedule = smallest (docs/design.md, "Holding the smallest
+ * chunks"): a worker holds the chunks whose merged value u = r + g is
+ * smallest, the way top-k sparsification with a residual does, instead of
+ * a random draw.
+ *
+ * gddr_chunk_scores_*: score[c] = sum over chunk c of u*u, in double (each
+ * product exact), in one fixed order that both twins follow: 32 lanes, lane
+ * l adding elements l, l + 32, ... of the chunk in turn, then lane l +=
+ * lane l + off for off = 16, 8, 4, 2, 1; score = lane 0. So the CPU twin
+ * and the GPU (one warp per chunk) agree bit for bit, and so do the holds
+ * picked from them. g == NULL: a zero gradient (u = r). The CUDA version
+ * takes device buffers and queues its work on `stream` without waiting. */
+#define GDDR_SCORE_LANES 32
+int gddr_chunk_scores_cpu(const float *g, const float *r, size_t n, uint32_t chunk, double *score);
+int gddr_chunk_scores_cuda(const float *d_g, const float *d_r, size_t n, uint32_t chunk,
+                           double *d_score, void *stream);
+
+/* The pick (host memory): among the chunks younger than tau (older ones
+ * are sent whatever), the `want` with the smallest scores get pick = 1
+ * (ties: the lower chunk index), every other chunk 0, where want =
+ * floor(share * nchunks) plus one more with probability equal to the
+ * fraction left over (drawn from the mask hash of a's seed, worker, key
+ * and step), so the share held is `share` (the client's delay_fraction) on
+ * average for a tensor of any size; all the younger chunks when fewer
+ * than want are. order: scratch of nchunks. Returns how many are picked,
+ * or -1 on bad arguments. O(nchunks) (a selection, not a sort). */
+long gddr_hold_smallest(const gddr_residual_args *a, double share, const double *score,
+                        const uint32_t *age, uint8_t *pick, uint32_t *order);
 
 /* The hash prefix of a mask: per worker and step for the random schedule;
  * per tensor only for the staggered one (every worker's cycle of a chunk

@@ -35,16 +35,17 @@
 #endif
 
 enum { OP_RESIDUAL, OP_PACK, OP_UNPACK, OP_DC_DIAG, OP_DC_ADAPTIVE, OP_REPLAY, OP_NRM2, OP_AXPY,
-       OP_SUMSQ, OP_FUSED, OP_FUSED_DC, OP_FUSED_DENSE, NOPS,
+       OP_SUMSQ, OP_FUSED, OP_FUSED_DC, OP_FUSED_DENSE, OP_SCORES, NOPS,
        OP_SUMSQ_FP32 = NOPS, OP_ASUM, OP_ASUM_FP32, NALL };
 /* OP_SUMSQ to OP_FUSED_DENSE are the device step's passes (fused.h): pass
  * 1, and pass 2 as a GDDR step without and with clipping + DC-ASGD-a, and
- * as a dense one. The ops from NOPS on have no GPU form: the reductions to
+ * as a dense one; OP_SCORES the extra pass of hold_schedule = smallest
+ * (residual.h: the chunks' sums of (r + g)^2). The ops from NOPS on have no GPU form: the reductions to
  * float precision the host's checks use, next to the double ones. */
 static const char *op_names[NALL] = { "residual_step", "pack", "unpack(acc)", "dc diag",
                                       "dc adaptive", "replay", "nrm2", "axpy",
                                       "sumsq (pass1)", "fused gddr", "fused gddr+dc", "fused dense+dc",
-                                      "sumsq fp32", "asum", "asum fp32" };
+                                      "chunk scores", "sumsq fp32", "asum", "asum fp32" };
 
 /* One set of buffers, on the host or the device. */
 typedef struct bufs {
@@ -54,6 +55,7 @@ typedef struct bufs {
     uint32_t *rank;   /* the fused passes' plan: the initial bitmap's chunks */
     float *ctl;       /* clip factor 0.5, go */
     double *sum;      /* sumsq / L1 output */
+    double *score;    /* chunk scores (nc) */
 } bufs;
 
 typedef struct shape {
@@ -102,6 +104,7 @@ static double traffic(int op, const shape *s)
     case OP_FUSED: return 12 * n + 4.0 * s->nplanned + 4.0 * s->nc;      /* g, r in/out, out, rank */
     case OP_FUSED_DC: return 28 * n + 4.0 * s->nplanned + 4.0 * s->nc;   /* + w_new, w_bak, ms in/out */
     case OP_FUSED_DENSE: return 24 * n;                                  /* g, w_new, w_bak, ms, out */
+    case OP_SCORES: return 8 * n + 8.0 * s->nc;                          /* g, r; a double a chunk */
     default: return 12 * n;                           /* axpy */
     }
 }
@@ -122,7 +125,7 @@ static void fused_for(int op, const shape *s, const bufs *b, gddr_fused_args *a,
 static int run_cpu(int op, const shape *s, bufs *b)
 {
     gddr_residual_args ra = { s->n, s->chunk, 0.5f, 4, 42, 0, gddr_key_hash("bench"),
-                              bench_step++, 0, 0, 0 };
+                              bench_step++, 0, 0, 0, NULL };
     gddr_dc_args da = { s->n, 1e-3f, GDDR_DC_DIAG, op == OP_DC_ADAPTIVE, 0.95f, 1e-7f, 1.0f };
     size_t np, ns;
     switch (op) {
@@ -139,6 +142,7 @@ static int run_cpu(int op, const shape *s, bufs *b)
         return GDDR_OK;
     }
     case OP_SUMSQ: *b->sum = gddr_sumsq_cpu(b->g, s->n); return GDDR_OK;
+    case OP_SCORES: return gddr_chunk_scores_cpu(b->g, b->r, s->n, s->chunk, b->score);
     case OP_SUMSQ_FP32: *b->sum = gddr_sumsq_fp32_cpu(b->g, s->n); return GDDR_OK;
     case OP_ASUM: *b->sum = gddr_asum_cpu(b->g, s->n); return GDDR_OK;
     case OP_ASUM_FP32: *b->sum = gddr_asum_fp32_cpu(b->g, s->n); return GDDR_OK;
@@ -183,7 +187,8 @@ static void host_init(const shape *s0, shape *s, bufs *h)
     h->rank = malloc((s->nc ? s->nc : 1) * sizeof *h->rank);
     h->ctl = malloc(2 * sizeof *h->ctl);
     h->sum = malloc(sizeof *h->sum);
-    if (!h->age || !h->bm || !h->rank || !h->ctl || !h->sum)
+    h->score = calloc(s->nc ? s->nc : 1, sizeof *h->score);
+    if (!h->age || !h->bm || !h->rank || !h->ctl || !h->sum || !h->score)
         exit(1);
     h->ctl[0] = 0.5f, h->ctl[1] = 1.0f;
     *h->sum = 0.0;
@@ -203,7 +208,7 @@ static void host_free(bufs *h)
 {
     free(h->g), free(h->r), free(h->packed), free(h->wn), free(h->wb), free(h->ms);
     free(h->rem), free(h->dense), free(h->age), free(h->bm), free(h->rank), free(h->ctl);
-    free(h->sum);
+    free(h->sum), free(h->score);
 }
 
 /* memcpy of half the traffic moves the same bytes (one read, one write). */
@@ -272,7 +277,7 @@ static int run_gpu(int op, const shape *s, bufs *d)
 {
     void *st = gddr_cuda_ctx_stream(ctx);
     gddr_residual_args ra = { s->n, s->chunk, 0.5f, 4, 42, 0, gddr_key_hash("bench"),
-                              bench_step++, 0, 0, 0 };
+                              bench_step++, 0, 0, 0, NULL };
     gddr_dc_args da = { s->n, 1e-3f, GDDR_DC_DIAG, op == OP_DC_ADAPTIVE, 0.95f, 1e-7f, 1.0f };
     size_t np, ns;
     double nrm;
@@ -287,6 +292,7 @@ static int run_gpu(int op, const shape *s, bufs *d)
     case OP_REPLAY: return gddr_replay_cuda(d->r, d->rem, s->n, 0.5f, 0, st);
     case OP_NRM2: return gddr_nrm2_cuda(ctx, d->g, s->n, &nrm);
     case OP_SUMSQ: return gddr_sumsq_cuda(ctx, d->g, s->n, d->sum);
+    case OP_SCORES: return gddr_chunk_scores_cuda(d->g, d->r, s->n, s->chunk, d->score, st);
     case OP_FUSED:
     case OP_FUSED_DC:
     case OP_FUSED_DENSE: {
@@ -318,13 +324,14 @@ static void dev_init(const shape *s, const bufs *h, bufs *d)
     d->rank = dup_to_dev(h->rank, (s->nc ? s->nc : 1) * sizeof *h->rank);
     d->ctl = dup_to_dev(h->ctl, 2 * sizeof *h->ctl);
     d->sum = dup_to_dev(h->sum, sizeof *h->sum);
+    d->score = dup_to_dev(h->score, (s->nc ? s->nc : 1) * sizeof *h->score);
     CK(gddr_cuda_sync(NULL));
 }
 
 static void dev_free(bufs *d)
 {
     void *p[] = { d->g, d->r, d->packed, d->wn, d->wb, d->ms, d->rem, d->dense, d->age, d->bm,
-                  d->rank, d->ctl, d->sum };
+                  d->rank, d->ctl, d->sum, d->score };
     for (size_t i = 0; i < sizeof p / sizeof p[0]; i++)
         CK(gddr_cuda_free(p[i]));
 }
@@ -406,6 +413,18 @@ static size_t check_op(int op, const shape *s0)
         FETCH(dense);
         bad += kc_compare_f32("dense", got, h.dense, s.n, 0, 0, &err);
         break;
+    case OP_SCORES: { /* the same lane order: bit for bit */
+        const size_t nc = s.nc ? s.nc : 1;
+        double *sc = malloc(nc * sizeof *sc);
+        if (!sc)
+            exit(1);
+        CK(gddr_cuda_memcpy_d2h(sc, d.score, nc * sizeof *sc, NULL));
+        CK(gddr_cuda_sync(NULL));
+        for (size_t c = 0; c < s.nc; c++)
+            bad += memcmp(&sc[c], &h.score[c], sizeof *sc) != 0;
+        free(sc);
+        break;
+    }
     default: {
         double g = 0.0;
         CK(gddr_nrm2_cuda(ctx, d.g, s.n, &g));

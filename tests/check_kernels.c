@@ -67,7 +67,7 @@ static gddr_residual_args args_for(size_t n, uint32_t chunk, float alpha, uint32
                                    uint64_t step)
 {
     gddr_residual_args a = { n, chunk, alpha, tau, 0x5eedull, 3, gddr_key_hash("layer0.weight"),
-                             step, 0, 0, 0 };
+                             step, 0, 0, 0, NULL };
     return a;
 }
 
@@ -283,9 +283,124 @@ static void run_mask(gddr_residual_args a, uint8_t *bm)
     free(r), free(packed), free(age);
 }
 
-/* The mask is a pure function of (seed, worker, key, step, chunk): the same
- * inputs give the same bitmap, and changing any one of them changes it
- * (4096 chunks at alpha 0.5: a collision has probability 2^-4096). */
+/* hold_schedule = smallest (residual.h): the chunk scores, the pick and the
+ * step that follows it. */
+START_TEST(test_residual_smallest)
+{
+    /* Scores by hand: chunk 0 holds u = 1, 2, -2 (sum 9), chunk 1 u = 0.5
+     * (0.25); with g NULL they are r's own. */
+    float r3[4] = { 0.5f, 1.0f, -1.0f, 0.25f }, g3[4] = { 0.5f, 1.0f, -1.0f, 0.25f };
+    double sc[2];
+    ck_assert_int_eq(gddr_chunk_scores_cpu(g3, r3, 4, 3, sc), GDDR_OK);
+    ck_assert(sc[0] == 9.0 && sc[1] == 0.25);
+    ck_assert_int_eq(gddr_chunk_scores_cpu(NULL, r3, 4, 3, sc), GDDR_OK);
+    ck_assert(sc[0] == 2.25 && sc[1] == 0.0625);
+    ck_assert_int_eq(gddr_chunk_scores_cpu(g3, NULL, 4, 3, sc), GDDR_EINVAL);
+    ck_assert_int_eq(gddr_chunk_scores_cpu(g3, r3, 4, 0, sc), GDDR_EINVAL);
+
+    enum { NC = 100, CH = 37, STEPS = 400 };
+    const size_t n = (size_t)NC * CH - 5; /* a short last chunk */
+    const uint32_t tau = 3;
+    const double share = 0.375;
+    float *g = xmalloc(n * 4), *r = calloc(n, 4), *packed = xmalloc(n * 4), *r2 = xmalloc(n * 4);
+    double *score = xmalloc(NC * sizeof *score), *gsum = calloc(n, sizeof *gsum),
+           *ssum = calloc(n, sizeof *ssum);
+    uint32_t *age = calloc(NC, sizeof *age), *age2 = xmalloc(NC * sizeof *age2),
+             *order = xmalloc(NC * sizeof *order), *rank = xmalloc(NC * sizeof *rank);
+    uint8_t *pick = xmalloc(NC), *bm = xmalloc(gddr_bitmap_bytes(NC)), *bm2 = xmalloc(gddr_bitmap_bytes(NC));
+    ck_assert(r && gsum && ssum && age);
+    /* Against a plain double sum of the same squares: the order differs, the
+     * value to double rounding. */
+    fill_random(g, n, -1.0f, 1.0f);
+    fill_random(r2, n, -1.0f, 1.0f);
+    ck_assert_int_eq(gddr_chunk_scores_cpu(g, r2, n, CH, score), GDDR_OK);
+    for (size_t c = 0; c < NC; c++) {
+        double want = 0;
+        for (size_t i = c * CH; i < n && i < (c + 1) * CH; i++) {
+            const float u = r2[i] + g[i];
+            want += (double)u * u;
+        }
+        ck_assert_msg(fabs(score[c] - want) <= 1e-12 * want, "chunk %zu: %.17g vs %.17g", c, score[c], want);
+    }
+    long total = 0;
+    for (uint64_t step = 0; step < STEPS; step++) {
+        /* Gradients of very different sizes per chunk, so that the pick matters. */
+        for (size_t i = 0; i < n; i++)
+            g[i] = rng_float(-1.0f, 1.0f) * (float)(1 + (i / CH) % 7);
+        gddr_residual_args a = args_for(n, CH, 0.5f, tau, step);
+        ck_assert_int_eq(gddr_chunk_scores_cpu(g, r, n, CH, score), GDDR_OK);
+        long k = gddr_hold_smallest(&a, share, score, age, pick, order);
+        ck_assert_msg(k == 37 || k == 38, "step %llu: %ld picked", (unsigned long long)step, k);
+        total += k;
+        /* exactly k picked, all younger than tau, and none scores above an
+         * unpicked younger chunk (ties: the lower index picked) */
+        long cnt = 0;
+        double top = -1;
+        size_t topc = 0;
+        for (size_t c = 0; c < NC; c++)
+            if (pick[c]) {
+                cnt++;
+                ck_assert_uint_lt(age[c], tau);
+                if (score[c] > top || (score[c] == top && c > topc))
+                    top = score[c], topc = c;
+            }
+        ck_assert_int_eq(cnt, k);
+        for (size_t c = 0; c < NC; c++)
+            if (!pick[c] && age[c] < tau)
+                ck_assert_msg(score[c] > top || (score[c] == top && c > topc),
+                              "chunk %zu (%.9g) unpicked under the largest picked %.9g", c, score[c], top);
+        a.pick = pick;
+        /* the plan takes the pick as the step does */
+        size_t np = 0, ns = 0, np2 = 0, ns2 = 0;
+        memcpy(age2, age, NC * sizeof *age2);
+        ck_assert_int_eq(gddr_residual_plan_cpu(&a, age2, bm2, rank, &np2, &ns2), GDDR_OK);
+        ck_assert_int_eq(gddr_residual_step_cpu(&a, g, r, age, packed, bm, &np, &ns), GDDR_OK);
+        ck_assert_uint_eq(ns, NC - (size_t)k);
+        ck_assert(np == np2 && ns == ns2 && memcmp(bm, bm2, gddr_bitmap_bytes(NC)) == 0 &&
+                  memcmp(age, age2, NC * sizeof *age) == 0);
+        for (size_t c = 0; c < NC; c++) {
+            ck_assert_int_eq(bit(bm, c), !pick[c]);
+            ck_assert_uint_le(age[c], tau);
+        }
+        /* nothing dropped: what was sent plus r is the sum of the gradients */
+        for (size_t i = 0; i < n; i++)
+            gsum[i] += g[i];
+        size_t off = 0;
+        for (size_t c = 0; c < NC; c++) {
+            if (!bit(bm, c))
+                continue;
+            for (size_t i = c * CH; i < n && i < (c + 1) * CH; i++)
+                ssum[i] += packed[off++];
+        }
+        ck_assert_uint_eq(off, np);
+    }
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(fabs(ssum[i] + r[i] - gsum[i]) <= 1e-3, "element %zu lost mass", i);
+    /* the share held is `share` on the mean: 37.5 chunks a step */
+    ck_assert_msg(fabs((double)total / STEPS - share * NC) < 0.1, "%.3f held a step", (double)total / STEPS);
+    /* a chunk at its bound is sent whatever the pick says; fewer young
+     * chunks than wanted: all of them */
+    for (size_t c = 0; c < NC; c++)
+        age[c] = c < 3 ? 0 : tau;
+    gddr_residual_args a = args_for(n, CH, 0.5f, tau, 0);
+    ck_assert_int_eq(gddr_hold_smallest(&a, share, score, age, pick, order), 3);
+    ck_assert(pick[0] && pick[1] && pick[2] && !pick[3]);
+    memset(pick, 1, NC);
+    a.pick = pick;
+    size_t np, ns;
+    ck_assert_int_eq(gddr_residual_step_cpu(&a, g, r, age, packed, bm, &np, &ns), GDDR_OK);
+    ck_assert_uint_eq(ns, NC - 3);
+    /* share 0 holds nothing; bad arguments */
+    ck_assert_int_eq(gddr_hold_smallest(&a, 0.0, score, age, pick, order), 0);
+    ck_assert_int_eq(gddr_hold_smallest(&a, -1.0, score, age, pick, order), -1);
+    ck_assert_int_eq(gddr_hold_smallest(&a, 0.4, NULL, age, pick, order), -1);
+    a.period = 10;
+    ck_assert_int_eq(gddr_residual_step_cpu(&a, g, r, age, packed, bm, &np, &ns), GDDR_EINVAL);
+    free(g), free(r), free(packed), free(r2), free(score), free(gsum), free(ssum);
+    free(age), free(age2), free(order), free(rank), free(pick), free(bm), free(bm2);
+}
+END_TEST
+
 /* hold_schedule = staggered (docs/design.md, "The staggered schedule"): the
  * period and phases, and what the schedule is for. 4 workers, tau 4,
  * delay_fraction 0.4: period 10, each worker holds each chunk 4 steps of
@@ -405,6 +520,9 @@ START_TEST(test_residual_staggered)
 }
 END_TEST
 
+/* The mask is a pure function of (seed, worker, key, step, chunk): the same
+ * inputs give the same bitmap, and changing any one of them changes it
+ * (4096 chunks at alpha 0.5: a collision has probability 2^-4096). */
 START_TEST(test_residual_mask_pure)
 {
     const size_t n = 4096 * 16;
@@ -1357,6 +1475,52 @@ END_TEST
 
 
 /* Pass 1 and the clip kernel against their twins. */
+/* hold_schedule = smallest on the GPU: the chunk scores are the CPU
+ * twin's bits (the same lane order), with and without g; the device step
+ * refuses a pick (host memory; the smallest schedule is planned on the host). */
+START_TEST(test_gpu_chunk_scores)
+{
+    gddr_cuda_ctx *ctx = NULL;
+    CUDA_OK(gddr_cuda_ctx_create(&ctx));
+    void *st = gddr_cuda_ctx_stream(ctx);
+    static const uint32_t chunks[] = { 1, 37, 1024 };
+    for (size_t i = 0; i < sizeof gsizes / sizeof gsizes[0]; i++)
+        for (size_t k = 0; k < 3; k++) {
+            const size_t n = gsizes[i], nc = gddr_nchunks(n, chunks[k]);
+            float *g = xmalloc(n * 4), *r = xmalloc(n * 4);
+            fill_random(g, n, -2.0f, 2.0f);
+            fill_random(r, n, -1.0f, 1.0f);
+            float *d_g = dev_from(g, n * 4), *d_r = dev_from(r, n * 4);
+            double *want = xmalloc(nc * 8), *got = xmalloc(nc * 8), *d_s = dev_alloc(nc * 8);
+            for (int withg = 0; withg < 2; withg++) {
+                ck_assert_int_eq(gddr_chunk_scores_cpu(withg ? g : NULL, r, n, chunks[k], want), GDDR_OK);
+                CUDA_OK(gddr_chunk_scores_cuda(withg ? d_g : NULL, d_r, n, chunks[k], d_s, st));
+                CUDA_OK(gddr_cuda_sync(st));
+                to_host(got, d_s, nc * 8);
+                ck_assert_msg(memcmp(got, want, nc * 8) == 0, "scores n=%zu chunk %u g=%d differ", n,
+                              chunks[k], withg);
+            }
+            CUDA_OK(gddr_cuda_free(d_g));
+            CUDA_OK(gddr_cuda_free(d_r));
+            CUDA_OK(gddr_cuda_free(d_s));
+            free(g), free(r), free(want), free(got);
+        }
+    uint8_t pick[1] = { 1 };
+    gddr_residual_args a = args_for(16, 16, 0.5f, 4, 0);
+    a.pick = pick;
+    float *d_x = dev_alloc(64), *d_p = dev_alloc(64);
+    uint32_t *d_age = dev_alloc(4);
+    uint8_t *d_bm = dev_alloc(1);
+    size_t np, ns;
+    ck_assert_int_eq(gddr_residual_step_cuda(&a, d_x, d_x, d_age, d_p, d_bm, &np, &ns, st), GDDR_EINVAL);
+    CUDA_OK(gddr_cuda_free(d_x));
+    CUDA_OK(gddr_cuda_free(d_p));
+    CUDA_OK(gddr_cuda_free(d_age));
+    CUDA_OK(gddr_cuda_free(d_bm));
+    gddr_cuda_ctx_destroy(&ctx);
+}
+END_TEST
+
 START_TEST(test_gpu_sumsq_clip)
 {
     gddr_cuda_ctx *ctx = NULL;
@@ -1514,6 +1678,7 @@ Suite *suite_kernels(void)
     tcase_add_test(cpu, test_residual_age_bound);
     tcase_add_test(cpu, test_residual_mask_pure);
     tcase_add_test(cpu, test_residual_staggered);
+    tcase_add_test(cpu, test_residual_smallest);
     tcase_add_test(cpu, test_bitmap_count);
     tcase_add_test(cpu, test_pack_unpack_roundtrip);
     tcase_add_test(cpu, test_invalid_args);
@@ -1546,6 +1711,7 @@ Suite *suite_kernels(void)
         tcase_add_test(gpu, test_gpu_replay);
         tcase_add_test(gpu, test_gpu_blas);
         tcase_add_test(gpu, test_gpu_sumsq_clip);
+        tcase_add_test(gpu, test_gpu_chunk_scores);
         tcase_add_test(gpu, test_gpu_fused);
     } else {
         tcase_add_test(gpu, test_gpu_skipped);

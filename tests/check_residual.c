@@ -180,7 +180,7 @@ START_TEST(test_wire_size_of_sparse_push)
         gddr_client_counters_get(c, &after);
 
         /* What the client must have sent. */
-        gddr_residual_args a = { N, K, 0.5f, 4, SEED, 0, gddr_key_hash("ws"), (uint64_t)k, 0, 0, 0 };
+        gddr_residual_args a = { N, K, 0.5f, 4, SEED, 0, gddr_key_hash("ws"), (uint64_t)k, 0, 0, 0, NULL };
         size_t np = 0, ns = 0;
         ck_assert_int_eq(gddr_residual_step_cpu(&a, g, r, age, packed, bm, &np, &ns), GDDR_OK);
         Gddr__Request rq = GDDR__REQUEST__INIT;
@@ -642,6 +642,63 @@ START_TEST(test_hold_schedule_by_mode)
 }
 END_TEST
 
+/* hold_schedule = smallest through a client: the chunks with the least
+ * r + g stay in the residual, the others go, and a chunk that reached tau
+ * goes whatever its size. 16 chunks of 4 at delay_fraction 0.5 (8 held a
+ * step); chunk c's gradient is (c + 1) / 16 in every element, except
+ * chunk 3, which is 0. */
+START_TEST(test_hold_smallest_client)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=4", "tau_dynamic=false", "tau_init=2", "lr=0.001");
+    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    o.server = s.endpoint;
+    o.timeout_ms = REPLY_WAIT_MS;
+    o.delay_fraction = 0.5;
+    o.seed = SEED;
+    o.hold_schedule = GDDR_HOLD_SMALLEST;
+    gddr_client *c = NULL;
+    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    float w0[64] = { 0 }, g[64], params[64], r[64];
+    int id;
+    ck_assert_int_eq(gddr_register(c, "t", w0, 64, &id, NULL), GDDR_OK);
+    for (int i = 0; i < 64; i++)
+        g[i] = i / 4 == 3 ? 0.0f : (float)(i / 4 + 1) / 16.0f;
+    const float *gp[1] = { g };
+    float *pp[1] = { params };
+    uint32_t ages[16];
+    size_t na = 16;
+    /* step 1: chunks 0-7 are the smallest (3 the least) and stay */
+    ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_OK);
+    ck_assert_int_eq(gddr__residual_get(c, id, r), GDDR_OK);
+    for (int i = 0; i < 64; i++)
+        ck_assert_msg(r[i] == (i < 32 ? g[i] : 0.0f), "step 1: r[%d] = %g", i, r[i]);
+    /* step 2: u = r + g is 2g on chunks 0-7 (in sixteenths: 2 4 6 0 10 12
+     * 14 16) and g on 8-15 (9 ... 16): the 8 smallest are 3 0 1 2 8, then
+     * 4 and 9 at 10 (the lower index first), then 10 at 11 */
+    ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_OK);
+    ck_assert_int_eq(gddr__residual_get(c, id, r), GDDR_OK);
+    for (int i = 0; i < 64; i++) {
+        int k = i / 4;
+        float want = k <= 4 ? 2 * g[i] : k >= 8 && k <= 10 ? g[i] : 0.0f;
+        ck_assert_msg(r[i] == want, "step 2: r[%d] = %g, want %g", i, r[i], want);
+    }
+    ck_assert_int_eq(gddr__residual_age_get(c, id, ages, &na), GDDR_OK);
+    ck_assert(ages[0] == 2 && ages[4] == 2 && ages[8] == 1 && ages[5] == 0);
+    /* step 3: 0-4 reached tau 2 and go, however small; of the rest, 8-10
+     * (2g: 18 20 22) are now the largest and go too: 5-7 and 11-15 stay */
+    ck_assert_int_eq(gddr_step(c, gp, pp), GDDR_OK);
+    ck_assert_int_eq(gddr__residual_get(c, id, r), GDDR_OK);
+    for (int i = 0; i < 64; i++) {
+        int k = i / 4;
+        float want = (k >= 5 && k <= 7) || k >= 11 ? g[i] : 0.0f;
+        ck_assert_msg(r[i] == want, "step 3: r[%d] = %g, want %g", i, r[i], want);
+    }
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
 /* Sync steps feed the tau controller at the step's close, in rank order
  * (server/tau.c): tau does not move inside a step, so every worker of a
  * step holds under the same tau (the staggered schedule's cycles are tau
@@ -1033,6 +1090,9 @@ typedef struct dev_case {
 static const dev_case dev_cases[] = {
     { "gddr", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, 0 },
     { "gddr+staggered", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, GDDR_HOLD_STAGGERED },
+    /* the scores come down before the plan: one wait more */
+    { "gddr+smallest", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 3, GDDR_HOLD_SMALLEST },
+    { "gddr+smallest+clip+dc-a", 0.4, 30.0, 0.01, 1, GDDR_DC_DIAG, 4, GDDR_HOLD_SMALLEST },
     { "gddr+clip", 0.4, 30.0, 0.0, 0, GDDR_DC_DIAG, 2, 0 },
     { "gddr+clip+dc-a", 0.4, 30.0, 0.01, 1, GDDR_DC_DIAG, 3, 0 },
     { "gddr+dc-identity", 0.5, 0.0, 0.02, 0, GDDR_DC_IDENTITY, 3, 0 },
@@ -1263,6 +1323,7 @@ Suite *suite_residual(void)
     ADD_CASE(s, "client_obeys_tau", test_client_obeys_reply_tau);
     ADD_CASE(s, "held_share_is_alpha", test_held_share_is_alpha);
     ADD_CASE(s, "hold_schedule_by_mode", test_hold_schedule_by_mode);
+    ADD_CASE(s, "hold_smallest_client", test_hold_smallest_client);
     ADD_CASE(s, "sync_tau_by_rank", test_sync_tau_by_rank);
     ADD_CASE(s, "pipeline_matches_step", test_pipeline_matches_step);
     ADD_CASE(s, "pipeline_server_gone", test_pipeline_server_gone);

@@ -305,6 +305,18 @@ int gddr_replay_cuda(float *d_r, float *d_rem, size_t n, float gamma, int last, 
     return gddr_replay_cpu(d_r, d_rem, n, gamma, last);
 }
 
+int gddr_chunk_scores_cuda(const float *d_g, const float *d_r, size_t n, uint32_t chunk,
+                           double *d_score, void *stream)
+{
+    (void)stream;
+    INJECT("gddr_chunk_scores_cuda");
+    if (d_g)
+        DEV(d_g, n * 4, "scores g");
+    DEV(d_r, n * 4, "scores r");
+    DEV(d_score, gddr_nchunks(n, chunk) * sizeof *d_score, "scores");
+    return gddr_chunk_scores_cpu(d_g, d_r, n, chunk, d_score);
+}
+
 int gddr_sumsq_cuda(gddr_cuda_ctx *ctx, const float *d_x, size_t n, double *d_out)
 {
     INJECT("gddr_sumsq_cuda");

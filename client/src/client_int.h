@@ -91,6 +91,9 @@ typedef struct residual {
     int orphan_left;   /* installments to go */
     float *snap;       /* residual snapshot being sent (held chunks, packed) */
     uint8_t *snap_bm;  /* its chunk bitmap */
+    double *score;     /* hold_schedule = smallest: per chunk, sum of (r + g)^2 */
+    uint8_t *pick;     /* ... the chunks it holds this step */
+    uint32_t *order;   /* ... scratch of gddr_hold_smallest */
 } residual;
 
 /* A sparse table (rows.c): what registering it again needs, and the
@@ -297,6 +300,14 @@ int gddr__step_run(gddr_client *c, const float *const *grads, const float *const
  * chunks held back under the tensor's tau (gddr_hold_probability), and with
  * the staggered schedule its period and this rank's phase. */
 gddr_residual_args gddr__residual_args(const gddr_client *c, int i);
+/* hold_schedule = smallest for this client (recovery.c). */
+int gddr__holds_smallest(const gddr_client *c);
+/* hold_schedule = smallest: picks this step's holds of tensor i from
+ * res.score and points a->pick at them. host: the scores are computed
+ * here from g (NULL: a zero gradient) and res.r; else the device path
+ * copied them into res.score (its buffers from gddr__residual_pick_bufs). */
+int gddr__residual_pick(gddr_client *c, int i, int host, const float *g, gddr_residual_args *a);
+int gddr__residual_pick_bufs(gddr_client *c, int i);
 /* DC-ASGD runs in async and ssp steps (a sync step has w' == w_bak). */
 static inline int gddr__dc_on(const gddr_client *c)
 {

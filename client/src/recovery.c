@@ -46,6 +46,9 @@ void gddr__residual_free(ctensor *t)
     free(t->res.orphan);
     free(t->res.snap);
     free(t->res.snap_bm);
+    free(t->res.score);
+    free(t->res.pick);
+    free(t->res.order);
     memset(&t->res, 0, sizeof t->res);
 }
 
@@ -202,13 +205,48 @@ static int hold_staggered(const gddr_client *c)
            (c->o.hold_schedule == GDDR_HOLD_AUTO && c->info.mode == GDDR_MODE_SYNC);
 }
 
+int gddr__holds_smallest(const gddr_client *c)
+{
+    return c->o.hold_schedule == GDDR_HOLD_SMALLEST;
+}
+
+int gddr__residual_pick_bufs(gddr_client *c, int i)
+{
+    residual *r = &c->t[i].res;
+    size_t nch = r->nchunks ? r->nchunks : 1;
+    if (!r->score)
+        r->score = malloc(nch * sizeof *r->score);
+    if (!r->pick)
+        r->pick = malloc(nch);
+    if (!r->order)
+        r->order = malloc(nch * sizeof *r->order);
+    if (!r->score || !r->pick || !r->order)
+        return gddr__set_err(c, GDDR_ENOMEM, "no memory for the hold scores of '%s'", c->t[i].key);
+    return GDDR_OK;
+}
+
+int gddr__residual_pick(gddr_client *c, int i, int host, const float *g, gddr_residual_args *a)
+{
+    ctensor *t = &c->t[i];
+    residual *r = &t->res;
+    int rc = gddr__residual_pick_bufs(c, i);
+    if (rc != GDDR_OK)
+        return rc;
+    if (host && gddr_chunk_scores_cpu(g, r->r, t->n, a->chunk, r->score) != GDDR_OK)
+        return gddr__set_err(c, GDDR_EINVAL, "hold scores of '%s' failed", t->key);
+    if (gddr_hold_smallest(a, c->o.delay_fraction, r->score, r->age, r->pick, r->order) < 0)
+        return gddr__set_err(c, GDDR_EINVAL, "picking the holds of '%s' failed", t->key);
+    a->pick = r->pick;
+    return GDDR_OK;
+}
+
 gddr_residual_args gddr__residual_args(const gddr_client *c, int i)
 {
     const ctensor *t = &c->t[i];
     uint32_t tau = (uint32_t)(t->tau > 0 ? t->tau : 1);
     gddr_residual_args a = { t->n, (uint32_t)c->info.chunk,
                              gddr_hold_probability((float)c->o.delay_fraction, tau), tau, c->o.seed,
-                             (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0, 0, 0 };
+                             (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0, 0, 0, NULL };
     if (a.alpha > 0 && hold_staggered(c)) {
         /* The cycle's clock: in sync mode the version the gradient was
          * computed on, which every worker of a step shares -- also one

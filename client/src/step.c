@@ -132,6 +132,11 @@ static int residual_pack(gddr_client *c, int i, const float *g, payload *p)
      * normal mask and nothing of them is sent twice. */
     gddr__orphan_replay(c, i, r->r);
     gddr_residual_args a = gddr__residual_args(c, i);
+    if (a.alpha > 0 && gddr__holds_smallest(c)) {
+        rc = gddr__residual_pick(c, i, 1, g, &a);
+        if (rc != GDDR_OK)
+            return rc;
+    }
     size_t npacked = 0, nsent = 0;
     double l1 = 0;
     rc = gddr_residual_step_l1_cpu(&a, g, r->r, r->age, r->packed, r->bitmap, &npacked, &nsent, &l1);

@@ -50,6 +50,8 @@ struct gddr__dtensor {
     float *h_out;         /* pinned: what crosses to the host and is pushed */
     float *h_params;      /* pinned: pull target before the copy to the caller */
     float *d_wnew, *d_wbak, *d_ms; /* DC-ASGD */
+    double *d_score;      /* hold_schedule = smallest: per chunk, sum of (r + g')^2 */
+    float *d_gp;          /* ... with clipping or DC-ASGD: g' (clipped, compensated) */
     uint32_t *age_before; /* host: the ages before this step's plan */
     int planned;          /* this step's plan changed the ages */
     size_t npacked, nsent;
@@ -62,6 +64,7 @@ typedef struct gddr__dclient {
     double *d_sumsq;      /* per tensor: sum of squares of the gradient */
     double *d_l1;         /* per tensor: sum |r| after the step */
     float *d_ctl;         /* clip factor, finite flag (fused.h) */
+    float *d_ctl1;        /* hold_schedule = smallest: factor 1, the same flag (for g') */
     double *h_stat;       /* pinned: cap sums of squares, then cap L1 sums */
 } dclient;
 
@@ -102,6 +105,8 @@ void gddr__dev_free(ctensor *t)
     gddr_cuda_free(d->d_wnew);
     gddr_cuda_free(d->d_wbak);
     gddr_cuda_free(d->d_ms);
+    gddr_cuda_free(d->d_score);
+    gddr_cuda_free(d->d_gp);
     gddr_cuda_host_free(d->h_rank);
     gddr_cuda_host_free(d->h_out);
     gddr_cuda_host_free(d->h_params);
@@ -115,9 +120,10 @@ static void dclient_arrays_free(dclient *x)
     gddr_cuda_free(x->d_sumsq);
     gddr_cuda_free(x->d_l1);
     gddr_cuda_free(x->d_ctl);
+    gddr_cuda_free(x->d_ctl1);
     gddr_cuda_host_free(x->h_stat);
     x->d_sumsq = x->d_l1 = NULL;
-    x->d_ctl = NULL;
+    x->d_ctl = x->d_ctl1 = NULL;
     x->h_stat = NULL;
     x->cap = 0;
 }
@@ -309,6 +315,49 @@ static int dev_dc_inputs(gddr_client *c, ctensor *t, const float *w_bak, gddr_fu
     return GDDR_OK;
 }
 
+/* hold_schedule = smallest: the chunks' scores on the device, copied into
+ * res.score (one wait: the plan needs them). They rank u = r + g', so with
+ * clipping or DC-ASGD pass 2 runs first as a dense pass into d_gp, and the
+ * residual pass then reads g' from there with factor 1 and no DC (the
+ * same floats the host path merges: g' * 1 is g'). */
+static int dev_scores(gddr_client *c, int i, gddr_fused_args *a, gddr_fused_bufs *b)
+{
+    static const float one = 1.0f;
+    ctensor *t = &c->t[i];
+    struct gddr__dtensor *d = t->dev;
+    dclient *x = dcl(c);
+    void *st = dev_stream(c);
+    size_t nch = t->res.nchunks;
+    int rc = gddr__residual_pick_bufs(c, i);
+    if (rc != GDDR_OK)
+        return rc;
+    if (!d->d_score)
+        DEV_TRY(gddr_cuda_malloc((void **)&d->d_score, nch * sizeof(double)), t->key, "cudaMalloc");
+    if (a->dc || c->o.clip_norm > 0) {
+        if (!d->d_gp)
+            DEV_TRY(gddr_cuda_malloc((void **)&d->d_gp, t->n * 4), t->key, "cudaMalloc");
+        if (!x->d_ctl1)
+            DEV_TRY(gddr_cuda_malloc((void **)&x->d_ctl1, 2 * sizeof(float)), t->key, "cudaMalloc");
+        gddr_fused_args da = *a;
+        gddr_fused_bufs db = *b;
+        da.residual = 0;
+        db.out = d->d_gp;
+        DEV_TRY(gddr_fused_cuda(x->ctx, &da, &db), t->key, "the fused pass (g')");
+        DEV_TRY(gddr_cuda_memcpy_d2d(x->d_ctl1, x->d_ctl, 2 * sizeof(float), st), t->key,
+                "copying the clip flag");
+        DEV_TRY(gddr_cuda_memcpy_h2d(x->d_ctl1, &one, sizeof one, st), t->key, "setting factor 1");
+        a->dc = 0;
+        b->g = d->d_gp;
+        b->ctl = x->d_ctl1;
+    }
+    DEV_TRY(gddr_chunk_scores_cuda(b->g, d->d_r, t->n, a->chunk, d->d_score, st), t->key,
+            "the hold scores");
+    DEV_TRY(gddr_cuda_memcpy_d2h(t->res.score, d->d_score, nch * sizeof(double), st), t->key,
+            "copying the hold scores down");
+    DEV_TRY(gddr_cuda_sync(st), t->key, "sync");
+    return GDDR_OK;
+}
+
 /* Step 4 of one tensor, queued: the plan, pass 2, the payload down. */
 static int dev_queue_tensor(gddr_client *c, int i, const float *w_bak, const gddr_dc_args *dca)
 {
@@ -346,6 +395,13 @@ static int dev_queue_tensor(gddr_client *c, int i, const float *w_bak, const gdd
         DEV_TRY(gddr_cuda_memcpy_h2d(d->d_r, r->r, t->n * 4, st), t->key, "copying the residual up");
     }
     gddr_residual_args ra = gddr__residual_args(c, i);
+    if (ra.alpha > 0 && gddr__holds_smallest(c)) {
+        int rc = dev_scores(c, i, &a, &b);
+        if (rc == GDDR_OK)
+            rc = gddr__residual_pick(c, i, 0, NULL, &ra);
+        if (rc != GDDR_OK)
+            return rc;
+    }
     memcpy(d->age_before, r->age, r->nchunks * sizeof *r->age);
     d->planned = 1;
     int rc = gddr_residual_plan_cpu(&ra, r->age, r->bitmap, d->h_rank, &d->npacked, &d->nsent);

@@ -407,7 +407,7 @@ def main(argv=None):
     ap.add_argument("--delay-fraction", type=float, help="GDDR alpha")
     ap.add_argument("--pull-delta-bits", type=int, choices=(8, 16),
                     help="pulls as 8/16-bit differences from the worker's view")
-    ap.add_argument("--hold-schedule", choices=("auto", "random", "staggered"),
+    ap.add_argument("--hold-schedule", choices=("auto", "random", "staggered", "smallest"),
                     help="which chunks GDDR holds (client option hold_schedule; default auto: "
                          "staggered in sync mode)")
     ap.add_argument("--clip-norm", type=float, help="clip gradients to this global L2 norm")

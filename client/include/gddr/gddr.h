@@ -99,6 +99,8 @@ typedef struct gddr_client_opts {
                                every step most chunks reach the server fresh from some
                                workers (sync steps fill the holders' share from them).
                                RANDOM: held with probability alpha, per worker and step.
+                               SMALLEST: the delay_fraction share of chunks whose r + g has
+                               the least sum of squares (top-k with a residual, by chunk).
                                AUTO (0): staggered in sync mode, random in async and ssp */
 } gddr_client_opts;
 
