@@ -41,22 +41,37 @@
 
 /* ---- servers and clients --------------------------------------------------- */
 
-static gddr_client *open_client_ex(const char *ep, int rank, int world, double alpha, int timeout_ms,
-                                   int reconnect_ms, int pipelined)
+/* The tests' client options: these, the library's defaults otherwise. */
+static gddr_client_opts test_opts(const char *ep, int rank, int world, double alpha)
 {
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
     o.server = ep;
     o.rank = rank;
     o.world_size = world;
-    o.timeout_ms = timeout_ms;
-    o.reconnect_timeout_ms = reconnect_ms;
+    o.timeout_ms = REPLY_WAIT_MS;
+    o.reconnect_timeout_ms = 1000;
     o.delay_fraction = alpha;
     o.seed = SEED;
-    o.async_pipeline = pipelined;
+    return o;
+}
+
+static gddr_client *open_opts(const gddr_client_opts *o)
+{
     gddr_client *c = NULL;
-    int rc = gddr_client_open(&o, &c);
-    ck_assert_msg(rc == GDDR_OK, "gddr_client_open(%s, rank %d): %s", ep, rank, gddr_strerror(rc));
+    int rc = gddr_client_open(o, &c);
+    ck_assert_msg(rc == GDDR_OK, "gddr_client_open(%s, rank %d): %s", o->server, o->rank,
+                  gddr_strerror(rc));
     return c;
+}
+
+static gddr_client *open_client_ex(const char *ep, int rank, int world, double alpha, int timeout_ms,
+                                   int reconnect_ms, int pipelined)
+{
+    gddr_client_opts o = test_opts(ep, rank, world, alpha);
+    o.timeout_ms = timeout_ms;
+    o.reconnect_timeout_ms = reconnect_ms;
+    o.async_pipeline = pipelined;
+    return open_opts(&o);
 }
 
 static gddr_client *open_client(const char *ep, int rank, int world, double alpha)
@@ -574,17 +589,9 @@ END_TEST
  * schedule's effect on the masks is gddr-tests kernels residual_staggered. */
 static gddr_residual_args hold_args(const char *ep, int rank, int schedule)
 {
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    o.server = ep;
-    o.rank = rank;
-    o.world_size = 4;
-    o.timeout_ms = REPLY_WAIT_MS;
-    o.delay_fraction = 0.4;
-    o.seed = SEED;
+    gddr_client_opts o = test_opts(ep, rank, 4, 0.4);
     o.hold_schedule = schedule;
-    gddr_client *c = NULL;
-    int rc = gddr_client_open(&o, &c);
-    ck_assert_msg(rc == GDDR_OK, "open rank %d: %s", rank, gddr_strerror(rc));
+    gddr_client *c = open_opts(&o);
     float w0[64] = { 0 };
     int id;
     ck_assert_int_eq(gddr_register(c, "t", w0, 64, &id, NULL), GDDR_OK);
@@ -651,14 +658,9 @@ START_TEST(test_hold_smallest_client)
 {
     gt_server s;
     START_SERVER(s, "chunk=4", "tau_dynamic=false", "tau_init=2", "lr=0.001");
-    gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
-    o.server = s.endpoint;
-    o.timeout_ms = REPLY_WAIT_MS;
-    o.delay_fraction = 0.5;
-    o.seed = SEED;
+    gddr_client_opts o = test_opts(s.endpoint, 0, 1, 0.5);
     o.hold_schedule = GDDR_HOLD_SMALLEST;
-    gddr_client *c = NULL;
-    ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
+    gddr_client *c = open_opts(&o);
     float w0[64] = { 0 }, g[64], params[64], r[64];
     int id;
     ck_assert_int_eq(gddr_register(c, "t", w0, 64, &id, NULL), GDDR_OK);
