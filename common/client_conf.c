@@ -86,7 +86,7 @@ const gddr__client_opt gddr__client_opts_table[] = {
     { FIELD(hold_schedule), .type = GDDR_OPT_ENUM, .def = "auto", .names = hold_schedules, INI,
       .help = "which chunks GDDR holds: staggered (tau steps of a cycle, workers spread by rank), "
               "random (per worker and step) or smallest (those with the least r + g); "
-              "auto = staggered in sync mode" },
+              "auto = staggered in sync mode, smallest in async and ssp" },
     /* New options: append the field to gddr_client_opts and the row here. */
     { .name = NULL },
 };

@@ -67,7 +67,7 @@ typedef enum gddr_dc_mode { GDDR_DC_DIAG = 0, GDDR_DC_IDENTITY = 1 } gddr_dc_mod
 /* Which chunks a GDDR worker holds (gddr_client_opts.hold_schedule;
  * docs/design.md, "The staggered schedule"). */
 typedef enum gddr_hold_schedule {
-    GDDR_HOLD_AUTO = 0,      /* staggered in sync mode, random otherwise */
+    GDDR_HOLD_AUTO = 0,      /* staggered in sync mode, smallest otherwise */
     GDDR_HOLD_RANDOM = 1,    /* each chunk held with probability alpha, per worker and step */
     GDDR_HOLD_STAGGERED = 2, /* each chunk held tau steps in a cycle, the workers spread over it */
     GDDR_HOLD_SMALLEST = 3,  /* the delay_fraction share of chunks with the least r + g held */

@@ -52,6 +52,7 @@ static gddr_client_opts test_opts(const char *ep, int rank, int world, double al
     o.reconnect_timeout_ms = 1000;
     o.delay_fraction = alpha;
     o.seed = SEED;
+    o.hold_schedule = GDDR_HOLD_RANDOM; /* what these tests' masks were written for */
     return o;
 }
 
@@ -585,8 +586,9 @@ END_TEST
 /* hold_schedule reaches the mask: with auto, a sync server's workers get
  * the staggered schedule (period floor(tau / alpha), phases spread by rank
  * over the world size: 0, 2, 5, 7 of 10 for 4 workers at tau 4, alpha 0.4),
- * an async server's the random draw; the option overrides both ways. The
- * schedule's effect on the masks is gddr-tests kernels residual_staggered. */
+ * an async server's the smallest chunks (no period: the pick, not the
+ * hash); the option overrides each way. The schedules' effect on the masks
+ * is gddr-tests kernels residual_staggered and residual_smallest. */
 static gddr_residual_args hold_args(const char *ep, int rank, int schedule)
 {
     gddr_client_opts o = test_opts(ep, rank, 4, 0.4);
@@ -613,6 +615,13 @@ START_TEST(test_hold_schedule_by_mode)
         ck_assert(a.alpha > 0);
     }
     ck_assert_uint_eq(hold_args(s.endpoint, 1, GDDR_HOLD_RANDOM).period, 0);
+    {
+        gddr_client_opts o = test_opts(s.endpoint, 1, 4, 0.4);
+        o.hold_schedule = GDDR_HOLD_AUTO;
+        gddr_client *c = open_opts(&o);
+        ck_assert(!gddr__holds_smallest(c)); /* sync: staggered */
+        gddr_client_close(&c);
+    }
     stop_server(&s);
     /* In sync the cycle runs on the tensor's version, not the worker's own
      * step count: a worker that starts after 3 steps (a restart, a late
@@ -620,7 +629,9 @@ START_TEST(test_hold_schedule_by_mode)
     START_SERVER(s, "mode=sync", "workers=1", "chunk=4", "tau_dynamic=false", "tau_init=4",
                  "lr=0.001");
     {
-        gddr_client *w = open_client(s.endpoint, 0, 4, 0.4);
+        gddr_client_opts o = test_opts(s.endpoint, 0, 4, 0.4);
+        o.hold_schedule = GDDR_HOLD_AUTO;
+        gddr_client *w = open_opts(&o);
         float w0[64] = { 0 }, g[64], params[64];
         int id;
         ck_assert_int_eq(gddr_register(w, "t", w0, 64, &id, NULL), GDDR_OK);
@@ -642,6 +653,15 @@ START_TEST(test_hold_schedule_by_mode)
     stop_server(&s);
     START_SERVER(s, "chunk=4", "tau_dynamic=false", "tau_init=4");
     ck_assert_uint_eq(hold_args(s.endpoint, 1, GDDR_HOLD_AUTO).period, 0);
+    /* auto in async: the smallest chunks (random only when asked for) */
+    for (int k = 0; k < 3; k++) {
+        static const int sched[3] = { GDDR_HOLD_AUTO, GDDR_HOLD_SMALLEST, GDDR_HOLD_RANDOM };
+        gddr_client_opts o = test_opts(s.endpoint, 1, 4, 0.4);
+        o.hold_schedule = sched[k];
+        gddr_client *c = open_opts(&o);
+        ck_assert_int_eq(gddr__holds_smallest(c), k < 2);
+        gddr_client_close(&c);
+    }
     gddr_residual_args a = hold_args(s.endpoint, 3, GDDR_HOLD_STAGGERED);
     ck_assert_uint_eq(a.period, 10);
     ck_assert_uint_eq(a.phase, 7);
@@ -1086,7 +1106,7 @@ typedef struct dev_case {
     double alpha, clip, dc_lambda;
     int dc_adaptive, dc_mode;
     int waits; /* stream waits per step from the second on */
-    int hold;  /* hold_schedule (0: auto, random in this async run) */
+    int hold;  /* hold_schedule (0: random here; auto would hold the smallest in async) */
 } dev_case;
 
 static const dev_case dev_cases[] = {
@@ -1121,7 +1141,7 @@ static void dev_run(const dev_case *k, int pass, int fake, float *final, float *
     o.dc_lambda = k->dc_lambda;
     o.dc_adaptive = k->dc_adaptive;
     o.dc_mode = k->dc_mode;
-    o.hold_schedule = k->hold;
+    o.hold_schedule = k->hold ? k->hold : GDDR_HOLD_RANDOM;
     gddr_client *c = NULL;
     ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
     static float w0[DN], g[DN], params[DN];

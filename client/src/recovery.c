@@ -205,9 +205,13 @@ static int hold_staggered(const gddr_client *c)
            (c->o.hold_schedule == GDDR_HOLD_AUTO && c->info.mode == GDDR_MODE_SYNC);
 }
 
+/* Whether this client holds the smallest chunks (hold_schedule, and for
+ * auto the server's mode: async and ssp; docs/design.md, "Holding the
+ * smallest chunks"). */
 int gddr__holds_smallest(const gddr_client *c)
 {
-    return c->o.hold_schedule == GDDR_HOLD_SMALLEST;
+    return c->o.hold_schedule == GDDR_HOLD_SMALLEST ||
+           (c->o.hold_schedule == GDDR_HOLD_AUTO && c->info.mode != GDDR_MODE_SYNC);
 }
 
 int gddr__residual_pick_bufs(gddr_client *c, int i)

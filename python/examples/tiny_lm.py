@@ -409,7 +409,7 @@ def main(argv=None):
                     help="pulls as 8/16-bit differences from the worker's view")
     ap.add_argument("--hold-schedule", choices=("auto", "random", "staggered", "smallest"),
                     help="which chunks GDDR holds (client option hold_schedule; default auto: "
-                         "staggered in sync mode)")
+                         "staggered in sync mode, smallest in async)")
     ap.add_argument("--clip-norm", type=float, help="clip gradients to this global L2 norm")
     ap.add_argument("--timeout-ms", type=int, help="bound on every wait for the server")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")

@@ -101,7 +101,7 @@ typedef struct gddr_client_opts {
                                RANDOM: held with probability alpha, per worker and step.
                                SMALLEST: the delay_fraction share of chunks whose r + g has
                                the least sum of squares (top-k with a residual, by chunk).
-                               AUTO (0): staggered in sync mode, random in async and ssp */
+                               AUTO (0): staggered in sync mode, smallest in async and ssp */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
