@@ -49,6 +49,9 @@ Kinds:
   fillnew fill, and the held gradients never sent (lossy: a bound, not a candidate -- it breaks
           GDDR's "nothing is lost")
 WARM=S ramps alpha up from 0 over each worker's first S steps.
+HOLD=smallest holds the alpha share of chunks with the least (r + g)^2 instead of a random draw
+(hold_schedule = smallest). VDIV=p (recent1): a release, held for a pushes, enters v as
+d^2 / (a + 1)^p instead of d^2.
 
 Measured on 2 cores (about 20 s a run, 2 at a time), server's final model, seeds 1-6:
   dense 0.8007 0.8268 0.8177 0.7978 0.7894 0.7837   mean 0.8027
@@ -96,6 +99,12 @@ Measured on 2 cores (about 20 s a run, 2 at a time), server's final model, seeds
     preview PB=4 0.8127 0.7716 0.8107 0.7936 0.7653 0.7728 mean 0.7878  (-1.5 pp)
   each worse than recent (-0.1 pp) for 1.6-6 % more bytes: the codes' error, sent later, is
   what arrives late now, and Adam's v sees the coding noise. Not built.
+  Holding the smallest chunks (HOLD=smallest, recent1, seeds 1-6, 2026-12-05):
+    0.7724 0.7955 0.7630 0.8017 0.7430 0.7545 mean 0.7717  (-3.1 pp; random holds -1.4 pp)
+  Releases into v divided by their age (recent1, seeds 1-6, 2026-12-05):
+    VDIV=1   0.7885 0.8213 0.7728 0.7878 0.8247 0.7665 mean 0.7936  (-0.9 pp)
+    VDIV=0.5 0.7753 0.7580 0.7570 0.8061 0.7937 0.7691 mean 0.7765  (-2.6 pp)
+  both inside the seeds' spread of recent1's -1.4 pp, in opposite directions.
 So in this model what costs is the held mass arriving late (less the credits: the deviation of
 the held gradients from m-hat), not the fill, nor the first steps: drop it and GDDR is dense;
 scale it by its age, or ramp alpha up, and it still costs. What shrinks it is a credit closer
@@ -130,10 +139,10 @@ class Server:
         k = self.version + 1
         return self.m / (1 - self.b1 ** (k - 1)) if k > 1 else np.zeros(P, np.float32)
 
-    def adam(self, d, lr, vmask=None):
+    def adam(self, d, lr, vmask=None, vscale=None):
         k = self.version + 1
         self.m = self.b1 * self.m + (1 - self.b1) * d
-        v = self.b2 * self.v + (1 - self.b2) * d * d
+        v = self.b2 * self.v + (1 - self.b2) * d * d * (1 if vscale is None else vscale)
         self.v = v if vmask is None else np.where(vmask, v, self.v)
         step = (self.m / (1 - self.b1 ** k)) / (np.sqrt(self.v / (1 - self.b2 ** k)) + self.eps)
         self.w = (self.w - lr * step).astype(np.float32)
@@ -187,7 +196,16 @@ def run(kind, seed, N=int(E("N", "8")), epochs=int(E("EPOCHS", "2")), lr=float(E
             return
         old = r[k] - cred[k]          # what is still owed from earlier pushes, net of credit
         r[k] += g
-        held = np.zeros(nch, bool) if flush else (hold_rng[k].random(nch) < a) & (age[k] < tau)
+        if flush:
+            held = np.zeros(nch, bool)
+        elif E("HOLD") == "smallest":   # hold_schedule = smallest: the least r + g held
+            sc = (np.pad(r[k], (0, nch * chunk - P)).reshape(nch, chunk).astype(np.float64) ** 2).sum(1)
+            young = np.flatnonzero(age[k] < tau)
+            want = int(a * nch) + (hold_rng[k].random() < a * nch - int(a * nch))
+            held = np.zeros(nch, bool)
+            held[young[np.lexsort((young, sc[young]))[:want]]] = True
+        else:
+            held = (hold_rng[k].random(nch) < a) & (age[k] < tau)
         age_before = age[k].copy()
         age[k] = np.where(held, age[k] + 1, 0)
         m = expand(~held)
@@ -250,7 +268,10 @@ def run(kind, seed, N=int(E("N", "8")), epochs=int(E("EPOCHS", "2")), lr=float(E
             fsrc[:] = np.where(fr, k, fsrc)
             fstamp[:] = np.where(fr, srv.version + 1, fstamp)
             keep = srv.m.copy(), srv.v.copy(), srv.w.copy()
-            srv.adam(d, lr_eff)
+            vs = None
+            if E("VDIV"):   # a release (held age_before pushes) enters v as d^2 / (age+1)^VDIV
+                vs = np.where(m, 1.0 / expand(age_before + 1.0) ** float(E("VDIV")), 1.0)
+            srv.adam(d, lr_eff, vscale=vs)
             srv.m, srv.v, srv.w = (np.where(wait, a0, a1) for a0, a1 in zip(keep, (srv.m, srv.v, srv.w)))
             return
         if kind in ("recent", "recentw", "recentall", "recentcv"):

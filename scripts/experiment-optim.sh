@@ -18,8 +18,10 @@
 #             5 epochs, tau 4 fixed: dense | GDDR alpha 0.4 | without fill
 #   adam8     8 workers, Adam lr 0.001, MLP 784-128-10, batch 64, 2 epochs:
 #             sync dense | async dense + AdaDelay 0.1 | async GDDR alpha 0.4
-#             + AdaDelay 0.1 (async fill of the last fresh push, the default) |
-#             the same with async_fill = moment (m-hat stands in, as before)
+#             + AdaDelay 0.1 (async fill of the last fresh push and the
+#             smallest chunks held, the defaults) | the same with
+#             async_fill = moment (m-hat stands in, as before) | the same with
+#             hold_schedule = random (the holds drawn, as before 2026-12-05)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/lib.sh
@@ -150,6 +152,7 @@ sync dense Adam|8|mode=sync kind=adam lr=0.001|
 async dense Adam + AdaDelay|8|mode=async kind=adam lr=0.001 adadelay=0.1|
 async GDDR a=0.4 Adam + AdaDelay|8|mode=async kind=adam lr=0.001 adadelay=0.1|--delay-fraction 0.4
 async GDDR a=0.4 Adam + AdaDelay, m-hat fill|8|mode=async kind=adam lr=0.001 adadelay=0.1 async_fill=moment|--delay-fraction 0.4
+async GDDR a=0.4 Adam + AdaDelay, random holds|8|mode=async kind=adam lr=0.001 adadelay=0.1|--delay-fraction 0.4 --opt hold_schedule=random
 ROWS
     ;;
     *) echo "experiment-optim: unknown target $t (momentum, plain, adam8)" >&2; exit 2 ;;
