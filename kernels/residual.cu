@@ -161,6 +161,7 @@ static __global__ void mask_kernel(size_t nchunks, uint64_t prefix, uint32_t chu
  * gives (lane l sums elements l, l + 32, ...; then the shuffle tree), so
  * the CPU twin's scores are the same bits (.cu files build with
  * -fmad=false, and u*u is exact in double). */
+static_assert(GDDR_SCORE_LANES == 32, "scores_kernel: one lane of the sum per thread of a warp");
 static __global__ void scores_kernel(size_t n, uint32_t chunk, size_t nchunks,
                                      const float *__restrict__ g, const float *__restrict__ r,
                                      double *__restrict__ score)
@@ -171,11 +172,11 @@ static __global__ void scores_kernel(size_t n, uint32_t chunk, size_t nchunks,
     for (size_t c = warp; c < nchunks; c += nwarps) { /* the same c for the whole warp */
         const size_t lo = c * chunk, hi = lo + chunk < n ? lo + chunk : n;
         double p = 0.0;
-        for (size_t i = lo + lane; i < hi; i += 32) {
+        for (size_t i = lo + lane; i < hi; i += GDDR_SCORE_LANES) {
             const float u = g ? r[i] + g[i] : r[i];
             p += (double)u * (double)u;
         }
-        for (int off = 16; off > 0; off >>= 1)
+        for (int off = GDDR_SCORE_LANES / 2; off > 0; off >>= 1)
             p += __shfl_down_sync(0xffffffffu, p, off);
         if (lane == 0)
             score[c] = p;
@@ -471,7 +472,7 @@ extern "C" int gddr_chunk_scores_cuda(const float *d_g, const float *d_r, size_t
     if (nchunks == 0)
         return GDDR_OK;
     cudaStream_t st = (cudaStream_t)stream;
-    scores_kernel<<<blocks_for(nchunks * 32), THREADS, 0, st>>>(n, chunk, nchunks, d_g, d_r, d_score);
+    scores_kernel<<<blocks_for(nchunks * GDDR_SCORE_LANES), THREADS, 0, st>>>(n, chunk, nchunks, d_g, d_r, d_score);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) {
         gddr__cuda_seterr("%s:%d: scores_kernel: %s", __FILE__, __LINE__, cudaGetErrorString(e));

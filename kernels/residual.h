@@ -106,7 +106,7 @@ int gddr_chunk_scores_cuda(const float *d_g, const float *d_r, size_t n, uint32_
  * and step), so the share held is `share` (the client's delay_fraction) on
  * average for a tensor of any size; all the younger chunks when fewer
  * than want are. order: scratch of nchunks. Returns how many are picked,
- * or -1 on bad arguments. O(nchunks) (a selection, not a sort). */
+ * or -1 on bad arguments. A quickselect: O(nchunks) expected, not a sort. */
 long gddr_hold_smallest(const gddr_residual_args *a, double share, const double *score,
                         const uint32_t *age, uint8_t *pick, uint32_t *order);
 
