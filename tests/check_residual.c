@@ -1112,7 +1112,7 @@ typedef struct dev_case {
 static const dev_case dev_cases[] = {
     { "gddr", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, 0 },
     { "gddr+staggered", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, GDDR_HOLD_STAGGERED },
-    /* the scores come down before the plan: one wait more */
+    /* every tensor's scores come down before the plans: one wait more a step */
     { "gddr+smallest", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 3, GDDR_HOLD_SMALLEST },
     { "gddr+smallest+clip+dc-a", 0.4, 30.0, 0.01, 1, GDDR_DC_DIAG, 4, GDDR_HOLD_SMALLEST },
     { "gddr+clip", 0.4, 30.0, 0.0, 0, GDDR_DC_DIAG, 2, 0 },
@@ -1122,10 +1122,13 @@ static const dev_case dev_cases[] = {
     { "dense+dc", 0.0, 0.0, 0.01, 1, GDDR_DC_DIAG, 3, 0 },
 };
 
-enum { DN = 3000, DSTEPS = 12, DNAN_STEP = 5 };
+/* Two tensors (the second's last chunk is short), so the waits counted are
+ * per step, not per tensor. */
+enum { DN = 3000, DN2 = 1700, DALL = DN + DN2, DSTEPS = 12, DNAN_STEP = 5 };
 
 /* One run: pass 0 hands host buffers, pass 1 "device" buffers. Step
- * DNAN_STEP carries a NaN and must fail without changing anything. */
+ * DNAN_STEP carries a NaN and must fail without changing anything. final,
+ * resid and ages hold both tensors, one after the other. */
 static void dev_run(const dev_case *k, int pass, int fake, float *final, float *resid,
                     uint32_t *ages, size_t *nages)
 {
@@ -1144,28 +1147,31 @@ static void dev_run(const dev_case *k, int pass, int fake, float *final, float *
     o.hold_schedule = k->hold ? k->hold : GDDR_HOLD_RANDOM;
     gddr_client *c = NULL;
     ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
-    static float w0[DN], g[DN], params[DN];
-    for (int i = 0; i < DN; i++)
+    static float w0[DALL], g[DALL], params[DALL];
+    for (int i = 0; i < DALL; i++)
         w0[i] = (float)(i % 11) * 0.125f;
-    int id;
+    int id, id2;
     ck_assert_int_eq(gddr_register(c, "dev", w0, DN, &id, NULL), GDDR_OK);
+    ck_assert_int_eq(gddr_register(c, "dev2", w0 + DN, DN2, &id2, NULL), GDDR_OK);
     float *dg = NULL, *dp = NULL;
     if (pass) {
-        ck_assert_int_eq(gddr_cuda_malloc((void **)&dg, DN * 4), GDDR_OK);
-        ck_assert_int_eq(gddr_cuda_malloc((void **)&dp, DN * 4), GDDR_OK);
+        ck_assert_int_eq(gddr_cuda_malloc((void **)&dg, DALL * 4), GDDR_OK);
+        ck_assert_int_eq(gddr_cuda_malloc((void **)&dp, DALL * 4), GDDR_OK);
     }
     for (int step = 0; step < DSTEPS; step++) {
-        for (int i = 0; i < DN; i++)
-            g[i] = (float)((i * 3 + step) % 9 - 4) * 0.5f;
+        for (int i = 0; i < DALL; i++)
+            g[i] = (float)((i * 3 + step) % 9 - 4) * 0.5f * (i < DN ? 1.0f : 0.75f);
         if (step == DNAN_STEP)
             g[DN / 2] = NAN;
         if (pass)
-            ck_assert_int_eq(gddr_cuda_memcpy_h2d(dg, g, DN * 4, NULL), GDDR_OK);
-        const float *gp[1] = { pass ? dg : g };
-        float *pp[1] = { pass ? dp : params };
-        float r_before[DN];
-        if (step == DNAN_STEP)
+            ck_assert_int_eq(gddr_cuda_memcpy_h2d(dg, g, DALL * 4, NULL), GDDR_OK);
+        const float *gp[2] = { pass ? dg : g, pass ? dg + DN : g + DN };
+        float *pp[2] = { pass ? dp : params, pass ? dp + DN : params + DN };
+        static float r_before[DALL];
+        if (step == DNAN_STEP) {
             ck_assert_int_eq(gddr__residual_get(c, id, r_before), GDDR_OK);
+            ck_assert_int_eq(gddr__residual_get(c, id2, r_before + DN), GDDR_OK);
+        }
         int waits = pass && fake ? fake_syncs() : 0;
         int rc = gddr_step(c, gp, pp);
         if (step == DNAN_STEP) {
@@ -1173,9 +1179,10 @@ static void dev_run(const dev_case *k, int pass, int fake, float *final, float *
                           gddr_strerror(rc));
             ck_assert_msg(strstr(gddr_client_errmsg(c), "'dev' holds NaN"), "%s",
                           gddr_client_errmsg(c));
-            float r_after[DN];
+            static float r_after[DALL];
             ck_assert_int_eq(gddr__residual_get(c, id, r_after), GDDR_OK);
-            assert_same_floats(r_after, r_before, DN, "residual after a refused NaN step");
+            ck_assert_int_eq(gddr__residual_get(c, id2, r_after + DN), GDDR_OK);
+            assert_same_floats(r_after, r_before, DALL, "residuals after a refused NaN step");
             continue;
         }
         ck_assert_msg(rc == GDDR_OK, "%s pass %d step %d: %s (%s)", k->name, pass, step,
@@ -1185,10 +1192,14 @@ static void dev_run(const dev_case *k, int pass, int fake, float *final, float *
                           k->name, step, fake_syncs() - waits, k->waits);
     }
     if (pass)
-        ck_assert_int_eq(gddr_cuda_memcpy_d2h(params, dp, DN * 4, NULL), GDDR_OK);
+        ck_assert_int_eq(gddr_cuda_memcpy_d2h(params, dp, DALL * 4, NULL), GDDR_OK);
     memcpy(final, params, sizeof params);
     ck_assert_int_eq(gddr__residual_get(c, id, resid), GDDR_OK);
+    ck_assert_int_eq(gddr__residual_get(c, id2, resid + DN), GDDR_OK);
+    size_t na2 = 0;
     ck_assert_int_eq(gddr__residual_age_get(c, id, ages, nages), GDDR_OK);
+    ck_assert_int_eq(gddr__residual_age_get(c, id2, ages + *nages, &na2), GDDR_OK);
+    *nages += na2;
     gddr_client_close(&c);
     if (pass) {
         ck_assert_int_eq(gddr_cuda_free(dg), GDDR_OK);
@@ -1209,8 +1220,8 @@ static void dev_cases_vs_host(int fake, double tol_clip)
 {
     for (size_t ci = 0; ci < sizeof dev_cases / sizeof dev_cases[0]; ci++) {
         const dev_case *k = &dev_cases[ci];
-        static float fin[2][DN], res[2][DN];
-        static uint32_t ages[2][DN];
+        static float fin[2][DALL], res[2][DALL];
+        static uint32_t ages[2][DALL];
         size_t na[2];
         for (int pass = 0; pass < 2; pass++)
             dev_run(k, pass, fake, fin[pass], res[pass], ages[pass], &na[pass]);
@@ -1221,15 +1232,16 @@ static void dev_cases_vs_host(int fake, double tol_clip)
             snprintf(what, sizeof what, "%s: %s, device vs host", k->name,
                      v ? "residual" : "parameters");
             if (tol == 0.0)
-                assert_same_floats(got, want, DN, what);
-            for (int i = 0; tol > 0.0 && i < DN; i++)
+                assert_same_floats(got, want, DALL, what);
+            for (int i = 0; tol > 0.0 && i < DALL; i++)
                 ck_assert_msg(fabs(got[i] - want[i]) <= tol * (1.0 + fabs(want[i])),
                               "%s: element %d: %.9g vs %.9g", what, i, got[i], want[i]);
         }
         ck_assert_msg(na[0] == na[1] && memcmp(ages[0], ages[1], na[0] * sizeof ages[0][0]) == 0,
                       "%s: ages differ", k->name);
         /* Not vacuous: the run moved the parameters. */
-        ck_assert_msg(fin[0][1] != 0.125f, "%s: parameters never moved", k->name);
+        ck_assert_msg(fin[0][1] != 0.125f && fin[0][DN + 1] != (float)((DN + 1) % 11) * 0.125f,
+                      "%s: parameters never moved", k->name);
     }
 }
 

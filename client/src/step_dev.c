@@ -22,7 +22,9 @@
  * writes nothing when the flag is 0, and the plan's ages are put back).
  * Two cases wait once more, before step 3, to keep the host path's order:
  * DC-ASGD (the gradient is checked before w' is pulled) and an orphan
- * installment (added on the host to the residual copied down). Pulled
+ * installment (added on the host to the residual copied down). Holding the
+ * smallest chunks waits once more, for every tensor's chunk scores at once,
+ * between the two halves of step 4 (the plan ranks them). Pulled
  * parameters land in pinned memory and are copied to the caller's buffers,
  * with one more wait. The host mirror res.r is refreshed only when a
  * residual snapshot is due and on close. Without a plugin no pointer is
@@ -54,6 +56,9 @@ struct gddr__dtensor {
     float *d_gp;          /* ... with clipping or DC-ASGD: g' (clipped, compensated) */
     uint32_t *age_before; /* host: the ages before this step's plan */
     int planned;          /* this step's plan changed the ages */
+    int scored;           /* this step's hold scores are queued */
+    gddr_fused_args qa;   /* pass 2 as the first half of step 4 left it */
+    gddr_fused_bufs qb;
     size_t npacked, nsent;
 };
 
@@ -65,6 +70,7 @@ typedef struct gddr__dclient {
     double *d_l1;         /* per tensor: sum |r| after the step */
     float *d_ctl;         /* clip factor, finite flag (fused.h) */
     float *d_ctl1;        /* hold_schedule = smallest: factor 1, the same flag (for g') */
+    int ctl1_set;         /* d_ctl1 is queued for this step */
     double *h_stat;       /* pinned: cap sums of squares, then cap L1 sums */
 } dclient;
 
@@ -315,11 +321,12 @@ static int dev_dc_inputs(gddr_client *c, ctensor *t, const float *w_bak, gddr_fu
     return GDDR_OK;
 }
 
-/* hold_schedule = smallest: the chunks' scores on the device, copied into
- * res.score (one wait: the plan needs them). They rank u = r + g', so with
- * clipping or DC-ASGD pass 2 runs first as a dense pass into d_gp, and the
- * residual pass then reads g' from there with factor 1 and no DC (the
- * same floats the host path merges: g' * 1 is g'). */
+/* hold_schedule = smallest: the chunks' scores on the device, queued to
+ * come down into res.score (the plan needs them: gddr__dev_payloads waits
+ * once for every tensor's). They rank u = r + g', so with clipping or
+ * DC-ASGD pass 2 runs first as a dense pass into d_gp, and the residual
+ * pass then reads g' from there with factor 1 and no DC (the same floats
+ * the host path merges: g' * 1 is g'). */
 static int dev_scores(gddr_client *c, int i, gddr_fused_args *a, gddr_fused_bufs *b)
 {
     static const float one = 1.0f;
@@ -343,9 +350,13 @@ static int dev_scores(gddr_client *c, int i, gddr_fused_args *a, gddr_fused_bufs
         da.residual = 0;
         db.out = d->d_gp;
         DEV_TRY(gddr_fused_cuda(x->ctx, &da, &db), t->key, "the fused pass (g')");
-        DEV_TRY(gddr_cuda_memcpy_d2d(x->d_ctl1, x->d_ctl, 2 * sizeof(float), st), t->key,
-                "copying the clip flag");
-        DEV_TRY(gddr_cuda_memcpy_h2d(x->d_ctl1, &one, sizeof one, st), t->key, "setting factor 1");
+        if (!x->ctl1_set) { /* once a step: the flag is every tensor's */
+            DEV_TRY(gddr_cuda_memcpy_d2d(x->d_ctl1, x->d_ctl, 2 * sizeof(float), st), t->key,
+                    "copying the clip flag");
+            DEV_TRY(gddr_cuda_memcpy_h2d(x->d_ctl1, &one, sizeof one, st), t->key,
+                    "setting factor 1");
+            x->ctl1_set = 1;
+        }
         a->dc = 0;
         b->g = d->d_gp;
         b->ctl = x->d_ctl1;
@@ -354,12 +365,14 @@ static int dev_scores(gddr_client *c, int i, gddr_fused_args *a, gddr_fused_bufs
             "the hold scores");
     DEV_TRY(gddr_cuda_memcpy_d2h(t->res.score, d->d_score, nch * sizeof(double), st), t->key,
             "copying the hold scores down");
-    DEV_TRY(gddr_cuda_sync(st), t->key, "sync");
+    d->scored = 1;
     return GDDR_OK;
 }
 
-/* Step 4 of one tensor, queued: the plan, pass 2, the payload down. */
-static int dev_queue_tensor(gddr_client *c, int i, const float *w_bak, const gddr_dc_args *dca)
+/* Step 4 of one tensor, first half, queued: DC-ASGD's inputs, all of a
+ * dense push, an orphan installment, the hold scores. What the second half
+ * runs is kept in d->qa and d->qb. */
+static int dev_queue_inputs(gddr_client *c, int i, const float *w_bak, const gddr_dc_args *dca)
 {
     ctensor *t = &c->t[i];
     residual *r = &t->res;
@@ -394,11 +407,30 @@ static int dev_queue_tensor(gddr_client *c, int i, const float *w_bak, const gdd
         gddr__orphan_replay(c, i, r->r);
         DEV_TRY(gddr_cuda_memcpy_h2d(d->d_r, r->r, t->n * 4, st), t->key, "copying the residual up");
     }
-    gddr_residual_args ra = gddr__residual_args(c, i);
-    if (ra.alpha > 0 && gddr__holds_smallest(c)) {
+    if (gddr__residual_args(c, i).alpha > 0 && gddr__holds_smallest(c)) {
         int rc = dev_scores(c, i, &a, &b);
-        if (rc == GDDR_OK)
-            rc = gddr__residual_pick(c, i, 0, NULL, &ra);
+        if (rc != GDDR_OK)
+            return rc;
+    }
+    d->qa = a;
+    d->qb = b;
+    return GDDR_OK;
+}
+
+/* Step 4 of one tensor, second half, queued: the plan (from the scores
+ * when the smallest chunks are held), pass 2, the payload down. */
+static int dev_queue_plan(gddr_client *c, int i)
+{
+    ctensor *t = &c->t[i];
+    residual *r = &t->res;
+    struct gddr__dtensor *d = t->dev;
+    dclient *x = dcl(c);
+    void *st = dev_stream(c);
+    if (c->o.delay_fraction <= 0)
+        return GDDR_OK; /* dense: queued whole by dev_queue_inputs */
+    gddr_residual_args ra = gddr__residual_args(c, i);
+    if (d->scored) {
+        int rc = gddr__residual_pick(c, i, 0, NULL, &ra);
         if (rc != GDDR_OK)
             return rc;
     }
@@ -407,13 +439,14 @@ static int dev_queue_tensor(gddr_client *c, int i, const float *w_bak, const gdd
     int rc = gddr_residual_plan_cpu(&ra, r->age, r->bitmap, d->h_rank, &d->npacked, &d->nsent);
     if (rc != GDDR_OK)
         return gddr__set_err(c, rc, "residual step of '%s' failed", t->key);
+    gddr_fused_bufs b = d->qb;
     b.r = d->d_r;
     b.rank = d->d_rank;
     b.out = d->d_out;
     b.l1 = &x->d_l1[i];
     DEV_TRY(gddr_cuda_memcpy_h2d(d->d_rank, d->h_rank, r->nchunks * sizeof(uint32_t), st), t->key,
             "copying the plan up");
-    DEV_TRY(gddr_fused_cuda(x->ctx, &a, &b), t->key, "the fused pass");
+    DEV_TRY(gddr_fused_cuda(x->ctx, &d->qa, &b), t->key, "the fused pass");
     if (d->npacked)
         DEV_TRY(gddr_cuda_memcpy_d2h(d->h_out, d->d_out, d->npacked * 4, st), t->key,
                 "copying the payload down");
@@ -425,22 +458,49 @@ static int dev_queue_tensor(gddr_client *c, int i, const float *w_bak, const gdd
     return GDDR_OK;
 }
 
-/* Steps 3 (compensation) and 4 on the device for every tensor, one wait,
- * then the payloads. dca: DC-ASGD arguments, or NULL. */
-int gddr__dev_payloads(gddr_client *c, payload *pl, const float *const *w_bak,
-                       const gddr_dc_args *dca, int checked)
+/* Both halves for every tensor: the first halves, then (when some tensor's
+ * hold scores are queued) one wait and the norms' check -- a non-finite
+ * gradient never reaches a pick -- then the second halves. */
+static int dev_queue_all(gddr_client *c, payload *pl, const float *const *w_bak,
+                         const gddr_dc_args *dca, int *checked)
 {
-    int rc = GDDR_OK;
-    for (int i = 0; i < c->nt; i++)
-        c->t[i].dev->planned = 0;
-    for (int i = 0; i < c->nt && rc == GDDR_OK; i++) {
+    int scored = 0;
+    dcl(c)->ctl1_set = 0;
+    for (int i = 0; i < c->nt; i++) {
+        c->t[i].dev->planned = c->t[i].dev->scored = 0;
         gddr_dc_args a;
         if (dca) {
             a = *dca;
             a.n = c->t[i].n;
         }
-        rc = dev_queue_tensor(c, i, w_bak[i], dca ? &a : NULL);
+        int rc = dev_queue_inputs(c, i, w_bak[i], dca ? &a : NULL);
+        if (rc != GDDR_OK)
+            return rc;
+        scored |= c->t[i].dev->scored;
     }
+    if (scored) {
+        DEV_TRY(gddr_cuda_sync(dev_stream(c)), c->t[0].key, "sync");
+        if (!*checked) {
+            int rc = dev_check_norms(c, pl);
+            if (rc != GDDR_OK)
+                return rc;
+            *checked = 1;
+        }
+    }
+    for (int i = 0; i < c->nt; i++) {
+        int rc = dev_queue_plan(c, i);
+        if (rc != GDDR_OK)
+            return rc;
+    }
+    return GDDR_OK;
+}
+
+/* Steps 3 (compensation) and 4 on the device for every tensor, one wait,
+ * then the payloads. dca: DC-ASGD arguments, or NULL. */
+int gddr__dev_payloads(gddr_client *c, payload *pl, const float *const *w_bak,
+                       const gddr_dc_args *dca, int checked)
+{
+    int rc = dev_queue_all(c, pl, w_bak, dca, &checked);
     int rc2 = gddr_cuda_sync(dev_stream(c));
     if (rc == GDDR_OK && rc2 != GDDR_OK)
         rc = dev_fail(c, rc2, c->t[0].key, "sync");
