@@ -87,6 +87,8 @@ const gddr__client_opt gddr__client_opts_table[] = {
       .help = "which chunks GDDR holds: staggered (tau steps of a cycle, workers spread by rank), "
               "random (per worker and step) or smallest (those with the least r + g); "
               "auto = staggered in sync mode, smallest in async and ssp" },
+    { FIELD(delay_auto), .type = GDDR_OPT_BOOL, .def = "false", INI,
+      .help = "GDDR holds only while they make pushes cheaper (timed; fast links: every chunk sent)" },
     /* New options: append the field to gddr_client_opts and the row here. */
     { .name = NULL },
 };

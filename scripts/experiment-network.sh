@@ -42,6 +42,8 @@
 #   gddr0.1-q8   --delay-fraction 0.1 --pull-delta-bits 8 (fewer chunks held: sync with momentum)
 #   q8auto       --pull-delta-bits 8 --opt pull_delta_auto=true (8-bit pulls only while they
 #                are the cheaper: the worker times them against whole pulls)
+#   gddr-q8-auto gddr-q8 with pull_delta_auto and delay_auto (holds only while they make
+#                the pushes cheaper): the setting for a link the worker does not know
 # Server: lr 0.1; in sync also momentum 0.9 (one update of the mean of W
 # gradients a step: without momentum 200 steps stay near 0.80); in async no
 # momentum (with it 4 workers' stale updates diverge: 0.39 at lr 0.05).
@@ -304,6 +306,7 @@ row_flags() {
     gddr-q8) echo "--delay-fraction 0.4 --pull-delta-bits 8" ;;
     gddr0.1-q8) echo "--delay-fraction 0.1 --pull-delta-bits 8" ;;
     q8auto) echo "--pull-delta-bits 8 --opt pull_delta_auto=true" ;;
+    gddr-q8-auto) echo "--delay-fraction 0.4 --pull-delta-bits 8 --opt pull_delta_auto=true --opt delay_auto=true" ;;
     *) echo "experiment-network: unknown row $1" >&2; exit 2 ;;
   esac
 }

@@ -465,6 +465,78 @@ START_TEST(test_conservation_end_to_end)
 }
 END_TEST
 
+/* delay_auto (client/src/step.c): a step holds chunks or pushes every
+ * chunk, on pullpick.c's schedule (its probes run both kinds whatever the
+ * timings). The first dense step after GDDR ones sends the residual too:
+ * after it r is zero, and while the pushes stay dense r stays zero and every
+ * push carries all N values. Through every switch the server's w0 - w is
+ * exactly sum(g) - r (lr = 1, integer gradients): nothing is lost or sent
+ * twice. Both kinds' costs were measured (a cost never taken stays -1). */
+START_TEST(test_delay_auto_conservation)
+{
+    gt_server s;
+    START_SERVER(s, "chunk=8", "lr=1", "tau_dynamic=false", "tau_init=3", "tau_min=1");
+    enum { N = 50, STEPS = 80 };
+    gddr_client_opts o = test_opts(s.endpoint, 0, 1, 0.5);
+    o.hold_schedule = GDDR_HOLD_SMALLEST;
+    o.delay_auto = 1;
+    gddr_client *c = open_opts(&o);
+    float w0[N], sumg[N] = { 0 }, g[N], params[N], r[N];
+    for (int i = 0; i < N; i++)
+        w0[i] = (float)(i % 9 - 4);
+    int id;
+    ck_assert_int_eq(gddr_register(c, "auto", w0, N, &id, NULL), GDDR_OK);
+    int kinds[2] = { 0, 0 }, flushes = 0, held = 0, prev = -1;
+    for (int k = 0; k < STEPS; k++) {
+        for (int i = 0; i < N; i++) {
+            g[i] = (float)((i * 7 + k * 3) % 11 - 5);
+            sumg[i] += g[i];
+        }
+        int dense = gddr__pullpick_next_whole(&c->push_pick);
+        gddr_client_counters k0, k1;
+        gddr_client_counters_get(c, &k0);
+        const float *gp[1] = { g };
+        float *pp[1] = { params };
+        int rc = gddr_step(c, gp, pp);
+        ck_assert_msg(rc == GDDR_OK, "step %d: %s (%s)", k, gddr_strerror(rc), gddr_client_errmsg(c));
+        gddr_client_counters_get(c, &k1);
+        uint64_t pushed = k1.values_pushed - k0.values_pushed;
+        ck_assert_int_eq(gddr__residual_get(c, id, r), GDDR_OK);
+        if (dense) {
+            ck_assert_msg(pushed == N, "step %d: a dense step pushed %" PRIu64 " of %d values", k, pushed, N);
+            for (int i = 0; i < N; i++)
+                ck_assert_msg(r[i] == 0.0f, "step %d (dense%s): r[%d] = %g", k, prev == 0 ? ", a flush" : "",
+                              i, (double)r[i]);
+            flushes += prev == 0;
+        } else {
+            held += pushed < N;
+        }
+        for (int i = 0; i < N; i++) {
+            float lhs = w0[i] - params[i], rhs = sumg[i] - r[i];
+            ck_assert_msg(lhs == rhs, "step %d (%s), element %d: w0 - w = %g but sum(g) - r = %g", k,
+                          dense ? "dense" : "GDDR", i, (double)lhs, (double)rhs);
+        }
+        kinds[dense]++;
+        prev = dense;
+    }
+    ck_assert_msg(kinds[0] >= PICK_FIRST && kinds[1] >= PICK_PROBE_MIN && flushes >= 1 && held >= PICK_FIRST,
+                  "%d GDDR steps (%d held chunks), %d dense (%d flushes)", kinds[0], held, kinds[1], flushes);
+    const gddr__pullpick *pk = &c->push_pick;
+    ck_assert_msg(pk->probes >= 1 && pk->last_cost[0] > 0 && pk->last_cost[1] > 0,
+                  "push costs not measured: %" PRIu64 " probes, %.0f / %.0f us", pk->probes, pk->last_cost[0],
+                  pk->last_cost[1]);
+    float want[N];
+    for (int i = 0; i < N; i++)
+        want[i] = w0[i] - (sumg[i] - r[i]);
+    pull_exact(c, id, want, N, 0, "server w after the last step");
+    printf("residual: delay_auto, %d steps on loopback: %d GDDR and %d dense, %" PRIu64 " probes, %" PRIu64
+           " changes of kind (%.0f us GDDR, %.0f us dense at the last decision)\n", STEPS, kinds[0], kinds[1],
+           pk->probes, pk->flips, pk->last_cost[0], pk->last_cost[1]);
+    gddr_client_close(&c);
+    stop_server(&s);
+}
+END_TEST
+
 /* ---- 5. dynamic tau ---------------------------------------------------------------- */
 
 /* Pushes a gradient of norm `norm` (all n entries equal). */
@@ -1107,19 +1179,25 @@ typedef struct dev_case {
     int dc_adaptive, dc_mode;
     int waits; /* stream waits per step from the second on */
     int hold;  /* hold_schedule (0: random here; auto would hold the smallest in async) */
+    int dense_window; /* delay_auto, its kind set by hand: steps 4-7 push every chunk (4 the
+                         flush of the residual, 5 the NaN step), the others hold */
 } dev_case;
 
 static const dev_case dev_cases[] = {
-    { "gddr", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, 0 },
-    { "gddr+staggered", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, GDDR_HOLD_STAGGERED },
+    { "gddr", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, 0, 0 },
+    { "gddr+staggered", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, GDDR_HOLD_STAGGERED, 0 },
     /* every tensor's scores come down before the plans: one wait more a step */
-    { "gddr+smallest", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 3, GDDR_HOLD_SMALLEST },
-    { "gddr+smallest+clip+dc-a", 0.4, 30.0, 0.01, 1, GDDR_DC_DIAG, 4, GDDR_HOLD_SMALLEST },
-    { "gddr+clip", 0.4, 30.0, 0.0, 0, GDDR_DC_DIAG, 2, 0 },
-    { "gddr+clip+dc-a", 0.4, 30.0, 0.01, 1, GDDR_DC_DIAG, 3, 0 },
-    { "gddr+dc-identity", 0.5, 0.0, 0.02, 0, GDDR_DC_IDENTITY, 3, 0 },
-    { "dense+clip", 0.0, 30.0, 0.0, 0, GDDR_DC_DIAG, 2, 0 },
-    { "dense+dc", 0.0, 0.0, 0.01, 1, GDDR_DC_DIAG, 3, 0 },
+    { "gddr+smallest", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 3, GDDR_HOLD_SMALLEST, 0 },
+    { "gddr+smallest+clip+dc-a", 0.4, 30.0, 0.01, 1, GDDR_DC_DIAG, 4, GDDR_HOLD_SMALLEST, 0 },
+    { "gddr+clip", 0.4, 30.0, 0.0, 0, GDDR_DC_DIAG, 2, 0, 0 },
+    { "gddr+delay_auto", 0.4, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, 0, 1 },
+    { "gddr+clip+dc-a+delay_auto", 0.4, 30.0, 0.01, 1, GDDR_DC_DIAG, 3, 0, 1 },
+    { "gddr+clip+dc-a", 0.4, 30.0, 0.01, 1, GDDR_DC_DIAG, 3, 0, 0 },
+    { "gddr+dc-identity", 0.5, 0.0, 0.02, 0, GDDR_DC_IDENTITY, 3, 0, 0 },
+    /* dense and unchanged: a NaN in one tensor stops the other's push too */
+    { "dense", 0.0, 0.0, 0.0, 0, GDDR_DC_DIAG, 2, 0, 0 },
+    { "dense+clip", 0.0, 30.0, 0.0, 0, GDDR_DC_DIAG, 2, 0, 0 },
+    { "dense+dc", 0.0, 0.0, 0.01, 1, GDDR_DC_DIAG, 3, 0, 0 },
 };
 
 /* Two tensors (the second's last chunk is short), so the waits counted are
@@ -1145,6 +1223,7 @@ static void dev_run(const dev_case *k, int pass, int fake, float *final, float *
     o.dc_adaptive = k->dc_adaptive;
     o.dc_mode = k->dc_mode;
     o.hold_schedule = k->hold ? k->hold : GDDR_HOLD_RANDOM;
+    o.delay_auto = k->dense_window;
     gddr_client *c = NULL;
     ck_assert_int_eq(gddr_client_open(&o, &c), GDDR_OK);
     static float w0[DALL], g[DALL], params[DALL];
@@ -1172,6 +1251,14 @@ static void dev_run(const dev_case *k, int pass, int fake, float *final, float *
             ck_assert_int_eq(gddr__residual_get(c, id, r_before), GDDR_OK);
             ck_assert_int_eq(gddr__residual_get(c, id2, r_before + DN), GDDR_OK);
         }
+        if (k->dense_window) { /* no decision in 1000 steps: the kind is ours */
+            gddr__pullpick *pk = &c->push_pick;
+            pk->whole = step >= 4 && step < 8;
+            pk->probing = 0;
+            pk->left = pk->every = 1000;
+        }
+        gddr_client_counters k0, k1;
+        gddr_client_counters_get(c, &k0);
         int waits = pass && fake ? fake_syncs() : 0;
         int rc = gddr_step(c, gp, pp);
         if (step == DNAN_STEP) {
@@ -1190,6 +1277,16 @@ static void dev_run(const dev_case *k, int pass, int fake, float *final, float *
         if (pass && fake && step > 0)
             ck_assert_msg(fake_syncs() - waits == k->waits, "%s step %d: %d stream waits, want %d",
                           k->name, step, fake_syncs() - waits, k->waits);
+        gddr_client_counters_get(c, &k1);
+        if (k->dense_window && step >= 4 && step < 8) { /* every value, nothing left held */
+            ck_assert_uint_eq(k1.values_pushed - k0.values_pushed, DALL);
+            static float rz[DALL];
+            ck_assert_int_eq(gddr__residual_get(c, id, rz), GDDR_OK);
+            ck_assert_int_eq(gddr__residual_get(c, id2, rz + DN), GDDR_OK);
+            for (int i = 0; i < DALL; i++)
+                ck_assert_msg(rz[i] == 0.0f, "%s pass %d step %d: r[%d] = %g after a dense step", k->name,
+                              pass, step, i, (double)rz[i]);
+        }
     }
     if (pass)
         ck_assert_int_eq(gddr_cuda_memcpy_d2h(params, dp, DALL * 4, NULL), GDDR_OK);
@@ -1362,6 +1459,7 @@ Suite *suite_residual(void)
     ADD_CASE(s, "pipeline_matches_step", test_pipeline_matches_step);
     ADD_CASE(s, "pipeline_server_gone", test_pipeline_server_gone);
     GT_ADD_CASE(s, "gddr_experiment_saves_bytes", test_gddr_experiment_saves_bytes, EXPERIMENT_WAIT_MS / 1000 + 60);
+    ADD_CASE(s, "delay_auto_conservation", test_delay_auto_conservation);
     ADD_CASE(s, "fake_device_matches_host", test_fake_device_matches_host);
     ADD_CASE(s, "fake_device_error", test_fake_device_error_reaches_client);
     if (gt_gpu_probe(gpu_why, sizeof gpu_why)) {

@@ -1497,7 +1497,8 @@ START_TEST(test_bench_reports)
     ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "gddr-bench failed:\n%s", out);
     static const char *const want[] = { "BENCH section=pushpull bytes=4096 ",
                                         "BENCH section=pushpull bytes=65536 ",
-                                        "BENCH section=gddr ", "BENCH section=gddr_q8 ",
+                                        "BENCH section=gddr ", "BENCH section=gddr_auto ",
+                                        "BENCH section=gddr_q8 ",
                                         "BENCH section=apply way=serial ",
                                         "BENCH section=apply way=pool ",
                                         "BENCH section=apply way=pool_cow ",

@@ -165,11 +165,12 @@ double bench_disk_write_sync(const char *dir, size_t bytes)
     return dt;
 }
 
-gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, int qbits, int pull_auto)
+gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, int qbits, int autos)
 {
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
     o.pull_delta_bits = qbits;
-    o.pull_delta_auto = pull_auto;
+    o.pull_delta_auto = (autos & BENCH_PULL_AUTO) != 0;
+    o.delay_auto = (autos & BENCH_DELAY_AUTO) != 0;
     o.server = ep;
     o.rank = rank;
     o.world_size = world;

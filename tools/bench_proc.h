@@ -45,10 +45,12 @@ void bench_start_sets(bench_proc *p, int threads, int index, int count, const ch
 void bench_start_raw(bench_proc *p, int apply);
 
 /* A libgddr-client connection to ep as rank of world (GDDR alpha, delta
- * pulls of qbits, 0 for none, pull_delta_auto on with pull_auto; waits of
- * 120 s); exits when it cannot. */
+ * pulls of qbits, 0 for none, pull_delta_auto on with BENCH_PULL_AUTO and
+ * delay_auto with BENCH_DELAY_AUTO in autos; waits of 120 s); exits when
+ * it cannot. */
 typedef struct gddr_client gddr_client;
-gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, int qbits, int pull_auto);
+enum { BENCH_PULL_AUTO = 1, BENCH_DELAY_AUTO = 2 };
+gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, int qbits, int autos);
 
 /* Apply-thread counts to try: 1, 2 and all cores (when more than 2);
  * returns how many. */

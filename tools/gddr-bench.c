@@ -79,18 +79,19 @@ static void start_gddr(bench_proc *p, int threads)
 
 /* ---- one measurement: several clients in threads --------------------------------- */
 
-/* K_STEP: gddr_step (push + pull); K_STEPQ8: the same, pulls as 8-bit
- * deltas; K_STEPQ8A: the same with pull_delta_auto. Each is timed after
+/* K_STEP: gddr_step (push + pull); K_STEPA: the same with delay_auto;
+ * K_STEPQ8: pulls as 8-bit deltas; K_STEPQ8A: the same with
+ * pull_delta_auto. Each is timed after
  * STEP_WARM steps: a training run's steady state (for pull_delta_auto its
  * first probes, at steps 16, 48 and 112, are behind it; afterwards a probe
  * comes every 1024 pulls at most), and no kind's figure holds its first
  * allocations. */
-typedef enum { K_GDDR, K_RAW, K_STEP, K_STEPQ8, K_STEPQ8A } kind;
+typedef enum { K_GDDR, K_RAW, K_STEP, K_STEPA, K_STEPQ8, K_STEPQ8A } kind;
 enum { STEP_WARM = 130 };
 
 static int is_step(kind k)
 {
-    return k == K_STEP || k == K_STEPQ8 || k == K_STEPQ8A;
+    return k == K_STEP || k == K_STEPA || k == K_STEPQ8 || k == K_STEPQ8A;
 }
 
 typedef struct worker {
@@ -118,7 +119,8 @@ static void *worker_main(void *arg)
         raw_roundtrips(&r, g, p, w->n * 4); /* connect and warm up */
     } else {
         int q8 = w->k == K_STEPQ8 || w->k == K_STEPQ8A;
-        c = bench_connect(w->ep, w->rank, w->world, w->alpha, q8 ? 8 : 0, w->k == K_STEPQ8A);
+        int autos = (w->k == K_STEPQ8A ? BENCH_PULL_AUTO : 0) | (w->k == K_STEPA ? BENCH_DELAY_AUTO : 0);
+        c = bench_connect(w->ep, w->rank, w->world, w->alpha, q8 ? 8 : 0, autos);
         char key[32];
         snprintf(key, sizeof key, "bench.%d.%zu", w->rank, w->n);
         if (gddr_register(c, key, p, w->n, &id, NULL) != GDDR_OK)
@@ -321,11 +323,12 @@ static void section_gddr(size_t bytes)
     /* lr > 0 (elsewhere 0): every step moves every value, so delta pulls encode real differences. */
     bench_start_shard(&gs, 2, 0, 1, "lr=0.0001");
     int it = iters_for(bytes, budget_mb);
-    double d[MAXV], a[MAXV], q[MAXV], e[MAXV], eq[MAXV], f[MAXV], fq[MAXV];
+    double d[MAXV], a[MAXV], q[MAXV], e[MAXV], eq[MAXV], f[MAXV], fq[MAXV], b[MAXV], bq[MAXV];
     for (int k = 0; k < reps; k++) {
-        double sd, sa, se, sf;
+        double sd, sa, se, sf, sb;
         run(K_STEP, gs.endpoint, 1, bytes / 4, it, 0.0, &sd);
         run(K_STEP, gs.endpoint, 1, bytes / 4, it, 0.4, &sa);
+        run(K_STEPA, gs.endpoint, 1, bytes / 4, it, 0.4, &sb);
         run(K_STEPQ8, gs.endpoint, 1, bytes / 4, it, 0.0, &se);
         run(K_STEPQ8A, gs.endpoint, 1, bytes / 4, it, 0.0, &sf);
         d[k] = sd * 1e6;
@@ -333,20 +336,28 @@ static void section_gddr(size_t bytes)
         e[k] = se * 1e6;
         f[k] = sf * 1e6;
         q[k] = sa / sd;
+        b[k] = sb * 1e6;
+        bq[k] = sb / sd;
         eq[k] = se / sd;
         fq[k] = sf / sd;
     }
     double dm = bench_median(d, reps), am = bench_median(a, reps), qm = bench_median(q, reps);
     double em = bench_median(e, reps), eqm = bench_median(eq, reps);
     double fm = bench_median(f, reps), fqm = bench_median(fq, reps);
-    printf("\n## gddr_step of %s: dense vs GDDR alpha 0.4 pushes, vs 8-bit delta pulls, and vs "
-           "8-bit delta pulls with pull_delta_auto (us per step: push + pull; median of %d)\n\n",
+    double bm = bench_median(b, reps), bqm = bench_median(bq, reps);
+    printf("\n## gddr_step of %s: dense vs GDDR alpha 0.4 pushes (alone and with delay_auto), vs "
+           "8-bit delta pulls, and vs 8-bit delta pulls with pull_delta_auto (us per step: push + "
+           "pull; median of %d)\n\n",
            bench_human(bytes, h, sizeof h), reps);
-    printf("| dense us | alpha 0.4 us | ratio | dense, q8 pulls us | ratio | q8, auto us | ratio |\n"
-           "|---|---|---|---|---|---|---|\n"
-           "| %.0f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f |\n", dm, am, qm, em, eqm, fm, fqm);
+    printf("| dense us | alpha 0.4 us | ratio | alpha 0.4, auto us | ratio | dense, q8 pulls us | ratio "
+           "| q8, auto us | ratio |\n"
+           "|---|---|---|---|---|---|---|---|---|\n"
+           "| %.0f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f | %.0f | %.2f |\n", dm, am, qm, bm, bqm, em,
+           eqm, fm, fqm);
     fprintf(stderr, "BENCH section=gddr bytes=%zu dense_us=%.1f alpha04_us=%.1f ratio=%.3f\n", bytes,
             dm, am, qm);
+    fprintf(stderr, "BENCH section=gddr_auto bytes=%zu dense_us=%.1f alpha04_auto_us=%.1f ratio=%.3f\n",
+            bytes, dm, bm, bqm);
     fprintf(stderr, "BENCH section=gddr_q8 bytes=%zu dense_us=%.1f q8_pulls_us=%.1f ratio=%.3f\n", bytes,
             dm, em, eqm);
     fprintf(stderr, "BENCH section=gddr_q8auto bytes=%zu dense_us=%.1f q8_auto_us=%.1f ratio=%.3f\n", bytes,

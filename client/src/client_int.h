@@ -55,6 +55,7 @@ typedef struct op {
     size_t parts_next;  /* pull in parts: the value the next part must start at */
     int pick;          /* pull_delta_auto: 0 not timed, 1 a reduced pull, 2 a whole one */
     int64_t t0_us;     /* pick: when it was sent */
+    int64_t t1_us;     /* push: when its answer came (delay_auto's cost) */
 } op;
 
 /* One push of one tensor, built once and sent again unchanged after a
@@ -187,6 +188,13 @@ struct gddr_client {
     uint64_t dc_steps;     /* DC compensations done (bias correction of ms) */
     struct heartbeat *hb;  /* NULL unless heartbeat_ms > 0 */
     int acc_calls;         /* accumulate_steps: gradients in the buffers now */
+    /* delay_auto (step.c): GDDR or dense pushes, on pullpick.c's schedule
+     * ("whole" = every chunk). push_dense: what this step does -- 0 hold
+     * chunks, 1 a dense push (the residuals are zero), 2 every chunk through
+     * the residual step (alpha 0: what the residuals held goes too). */
+    gddr__pullpick push_pick;
+    int push_dense;
+    int res_dirty;         /* a GDDR step ran since the residuals were last sent whole */
     uint64_t *acc_birth;   /* their birth versions: those of the first one */
     int shard_index, shard_count; /* where this server sits in a sharded client's list
                                    * (said in the hello; count 0: not sharded) */

@@ -230,6 +230,8 @@ static void complete(gddr_client *c, gddr__frames *f)
     o->done = 1;
     o->answered = 1;
     o->rc = GDDR_OK;
+    if (o->kind == OP_PUSH && c->o.delay_auto)
+        o->t1_us = gddr__now_us();
     /* Only a tensor's own reply says its tau (an error reply carries the
      * server default, which is not this tensor's). */
     if (o->tensor >= 0 && o->tensor < c->nt &&

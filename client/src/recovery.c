@@ -248,8 +248,9 @@ gddr_residual_args gddr__residual_args(const gddr_client *c, int i)
 {
     const ctensor *t = &c->t[i];
     uint32_t tau = (uint32_t)(t->tau > 0 ? t->tau : 1);
-    gddr_residual_args a = { t->n, (uint32_t)c->info.chunk,
-                             gddr_hold_probability((float)c->o.delay_fraction, tau), tau, c->o.seed,
+    /* delay_auto's flush step (push_dense 2) holds nothing. */
+    float alpha = c->push_dense ? 0.0f : gddr_hold_probability((float)c->o.delay_fraction, tau);
+    gddr_residual_args a = { t->n, (uint32_t)c->info.chunk, alpha, tau, c->o.seed,
                              (uint32_t)c->info.rank, t->keyhash, c->step, t->chunk0, 0, 0, NULL };
     if (a.alpha > 0 && hold_staggered(c)) {
         /* The cycle's clock: in sync mode the version the gradient was

@@ -231,14 +231,17 @@ static int host_norms(gddr_client *c, const float *const *grads, payload *pl, co
     for (int i = 0; i < c->nt; i++) {
         ctensor *t = &c->t[i];
         double nrm;
-        if (c->o.clip_norm > 0 || gddr__dc_on(c) || (c->o.delay_fraction <= 0 && t->res.orphan)) {
+        if (c->o.clip_norm > 0 || gddr__dc_on(c) || (c->push_dense == 1 && t->res.orphan)) {
             memcpy(t->g, grads[i], t->n * 4);
             gsrc[i] = t->g;
             nrm = gddr_nrm2_cpu(t->g, t->n);
-        } else if (c->o.delay_fraction <= 0) {
+        } else if (c->push_dense == 1 && c->nt == 1) {
             /* Dense and unchanged: the payload is the gradient, so the
              * server's validation pass measures its norm (and refuses a
-             * NaN or Inf with E_NONFINITE); no pass of our own. */
+             * NaN or Inf with E_NONFINITE); no pass of our own. Not with
+             * more tensors: a NaN in one must stop the others' pushes
+             * too (they go out together, and the server would apply
+             * them). */
             gsrc[i] = grads[i];
             pl[i].norm_from_payload = 1;
             nrm = 0;
@@ -273,7 +276,7 @@ static int host_payloads(gddr_client *c, payload *pl, const float **gsrc, const 
             a.n = t->n;
             gddr_dc_cpu(&a, t->g, t->wnew, w_bak[i], t->ms);
         }
-        if (c->o.delay_fraction > 0) {
+        if (c->push_dense != 1) {
             int rc = residual_pack(c, i, gsrc[i], &pl[i]);
             if (rc != GDDR_OK)
                 return rc;
@@ -286,6 +289,34 @@ static int host_payloads(gddr_client *c, payload *pl, const float **gsrc, const 
         }
     }
     return GDDR_OK;
+}
+
+/* delay_auto: what this step pushes (c->push_dense; client_int.h). Without
+ * delay_fraction every push is dense and there is no residual. */
+static void push_kind(gddr_client *c)
+{
+    c->push_dense = c->o.delay_fraction <= 0;
+    if (!c->push_dense && c->o.delay_auto && gddr__pullpick_next_whole(&c->push_pick))
+        c->push_dense = c->res_dirty ? 2 : 1;
+}
+
+/* delay_auto: what this step's pushes cost, from building them (t_build,
+ * us) to the last one's answer, for the choice of the next step's kind;
+ * -1 (not counted) after a reconnect. */
+static void push_timed(gddr_client *c, const op *res, int64_t t_build, int reconnected)
+{
+    int64_t last = 0;
+    for (int i = 0; i < c->nt; i++)
+        last = res[i].t1_us > last ? res[i].t1_us : last;
+    double cost = reconnected || last < t_build ? -1 : (double)(last - t_build);
+    gddr__pullpick *p = &c->push_pick;
+    uint64_t flips = p->flips;
+    gddr__pullpick_done(p, c->push_dense != 0, cost);
+    if (p->flips != flips)
+        gddr__logf(&c->log, GDDR_LOG_INFO,
+                   "delay_auto: pushes now %s (%.0f us a step's pushes at least, against %.0f); the "
+                   "other kind is tried again in %u steps", p->whole ? "send every chunk" : "hold chunks",
+                   p->last_cost[p->whole], p->last_cost[!p->whole], p->every);
 }
 
 /* The step; dev: the gradients are CUDA device pointers (gddr__step_run). */
@@ -323,6 +354,7 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
     }
 
     /* 1-2: norms, global clipping. */
+    push_kind(c);
     int checked = 0;
     rc = dev ? gddr__dev_norms(c, grads, pl, staged, &checked) : host_norms(c, grads, pl, gsrc);
     if (rc != GDDR_OK)
@@ -353,16 +385,21 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
         pl[i].step = gddr__push_step(c, i);
         pl[i].lend = 1; /* sent without a copy; gddr__step_run waits for ZeroMQ */
     }
+    int64_t t_build = gddr__now_us();
     rc = dev ? gddr__dev_payloads(c, pl, w_bak, dc ? &dca : NULL, checked)
              : host_payloads(c, pl, gsrc, w_bak, dc ? &dca : NULL);
     if (rc != GDDR_OK)
         goto out;
+    if (c->push_dense != 1)
+        c->res_dirty = c->push_dense == 0; /* a flush left every residual zero */
 
     /* 5: push and pull, again after a reconnect if the server went away. */
+    int reconnected = 0;
     for (;;) {
         rc = exchange(c, pl, dev ? staged : params, res, tk, tk + nt, give_up);
         if (rc == GDDR_OK)
             break;
+        reconnected = 1;
         if (!gddr__needs_reconnect(c, rc) || gddr__now_ms() > give_up || (rc = gddr__reconnect(c)) != GDDR_OK)
             goto out;
         /* The restarted server may be behind the versions we tagged. */
@@ -381,11 +418,14 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
         rc = GDDR_ETIMEDOUT;
         goto out;
     }
+    if (c->o.delay_auto && c->o.delay_fraction > 0)
+        push_timed(c, res, t_build, reconnected);
     for (int i = 0; i < nt; i++)
         c->k.staleness_sum += res[i].staleness;
     c->k.steps++;
     c->step++;
 out:
+    c->push_dense = 0; /* (the residual's args outside a step: alpha as configured) */
     free(pl);
     free(res);
     free(tk);

@@ -379,7 +379,7 @@ static int dev_queue_inputs(gddr_client *c, int i, const float *w_bak, const gdd
     struct gddr__dtensor *d = t->dev;
     dclient *x = dcl(c);
     void *st = dev_stream(c);
-    gddr_fused_args a = { t->n, (uint32_t)c->info.chunk, c->o.delay_fraction > 0, dca != NULL,
+    gddr_fused_args a = { t->n, (uint32_t)c->info.chunk, c->push_dense != 1, dca != NULL,
                           GDDR_DC_ARGS_INIT };
     gddr_fused_bufs b = { .g = d->g, .ctl = x->d_ctl };
     if (dca) {
@@ -426,7 +426,7 @@ static int dev_queue_plan(gddr_client *c, int i)
     struct gddr__dtensor *d = t->dev;
     dclient *x = dcl(c);
     void *st = dev_stream(c);
-    if (c->o.delay_fraction <= 0)
+    if (c->push_dense == 1)
         return GDDR_OK; /* dense: queued whole by dev_queue_inputs */
     gddr_residual_args ra = gddr__residual_args(c, i);
     if (d->scored) {
@@ -522,7 +522,7 @@ int gddr__dev_payloads(gddr_client *c, payload *pl, const float *const *w_bak,
         struct gddr__dtensor *d = t->dev;
         payload *p = &pl[i];
         p->vals = d->h_out;
-        if (c->o.delay_fraction <= 0) {
+        if (c->push_dense == 1) {
             gddr__orphan_replay(c, i, d->h_out); /* dense: an installment rides on the gradient */
             p->nvals = t->n;
             continue;

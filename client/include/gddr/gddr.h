@@ -102,6 +102,13 @@ typedef struct gddr_client_opts {
                                SMALLEST: the delay_fraction share of chunks whose r + g has
                                the least sum of squares (top-k with a residual, by chunk).
                                AUTO (0): staggered in sync mode, smallest in async and ssp */
+    int delay_auto;         /* 1: with delay_fraction set, gddr_step times its pushes (from
+                               building them to their acknowledgement) and pushes every chunk
+                               instead of holding some while that is the cheaper (a fast link:
+                               packing costs more than the bytes it saves), trying the other
+                               kind now and then (after 16 steps, then 32, 64, ... up to 1024).
+                               The first dense step sends the residual too, so nothing is
+                               held while the pushes are dense. 0 = always hold */
 } gddr_client_opts;
 
 #define GDDR_CLIENT_OPTS_INIT                                                 \
@@ -114,7 +121,7 @@ typedef struct gddr_client_opts {
       .curve_server_key = NULL, .curve_key_file = NULL, .heartbeat_ms = 2000, \
       .part_bytes = 4u << 20, .accumulate_steps = 1, .pull_delay_fraction = 0.0,   \
       .pull_delta_bits = 0, .connect_timeout_ms = -1, .pull_delta_auto = 0,    \
-      .hold_schedule = GDDR_HOLD_AUTO }
+      .hold_schedule = GDDR_HOLD_AUTO, .delay_auto = 0 }
 
 /* The end of the frozen prefix: the size of gddr_client_opts in the first
  * gddr.h (its last field's end, without trailing padding). */
