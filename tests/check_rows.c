@@ -188,6 +188,53 @@ START_TEST(test_rows_sync_three_equal_one)
 }
 END_TEST
 
+/* A push of rows with a NaN in one of them changes no row: on one server
+ * (it refuses the whole message) and over two (the client refuses it before
+ * either server applies its share of the rows). */
+START_TEST(test_rows_nan_changes_nothing)
+{
+    gt_server one, a, b;
+    START_SERVER(one, "mode=async");
+    START_SERVER(a, "mode=async", "shard_index=0", "shard_count=2");
+    START_SERVER(b, "mode=async", "shard_index=1", "shard_count=2");
+    char list[1100];
+    snprintf(list, sizeof list, "%s, %s", a.endpoint, b.endpoint);
+    enum { NK = 16, D = 4 };
+    uint64_t keys[NK];
+    for (int i = 0; i < NK; i++)
+        keys[i] = (uint64_t)i * 7919u;
+    for (int k = 0; k < 2; k++) {
+        gddr_client *c = open_worker(k ? list : one.endpoint, 0, 1);
+        gddr_table_opts to = GDDR_TABLE_OPTS_INIT;
+        to.init = GDDR_TINIT_UNIFORM;
+        to.init_seed = 3;
+        int t;
+        ck_assert_int_eq(gddr_table_register(c, "emb", D, &to, &t), GDDR_OK);
+        float w0[NK * D], w1[NK * D], g[NK * D];
+        ck_assert_int_eq(gddr_pull_rows(c, t, keys, NK, w0, 0, 0, NULL), GDDR_OK);
+        for (int i = 0; i < NK * D; i++)
+            g[i] = 0.25f;
+        for (int bad = 0; bad < NK; bad += NK - 1) { /* the first row, the last */
+            g[bad * D + 1] = NAN;
+            int rc = gddr_push_rows(c, t, keys, NK, g, NULL);
+            ck_assert_msg(rc == GDDR_ENONFINITE, "%s: a NaN in row %d: %s", k ? "two servers" : "one server",
+                          bad, gddr_strerror(rc));
+            g[bad * D + 1] = 0.25f;
+        }
+        ck_assert_int_eq(gddr_pull_rows(c, t, keys, NK, w1, 0, 0, NULL), GDDR_OK);
+        assert_same_floats(w1, w0, NK * D, k ? "rows over two servers after refused pushes"
+                                             : "rows after refused pushes");
+        ck_assert_int_eq(gddr_push_rows(c, t, keys, NK, g, NULL), GDDR_OK); /* a good one moves them */
+        ck_assert_int_eq(gddr_pull_rows(c, t, keys, NK, w1, 0, 0, NULL), GDDR_OK);
+        ck_assert(w1[0] != w0[0] && w1[NK * D - 1] != w0[NK * D - 1]);
+        gddr_client_close(&c);
+    }
+    stop_server(&one);
+    stop_server(&a);
+    stop_server(&b);
+}
+END_TEST
+
 START_TEST(test_rows_opts_size)
 {
     gt_server s;
@@ -259,6 +306,7 @@ Suite *suite_rows(void)
     Suite *s = suite_create("rows");
     GT_ADD_CASE(s, "rows_values_as_documented", test_rows_values, 60);
     GT_ADD_CASE(s, "rows_sync_three_equal_one", test_rows_sync_three_equal_one, 120);
+    GT_ADD_CASE(s, "rows_nan_changes_nothing", test_rows_nan_changes_nothing, 60);
     GT_ADD_CASE(s, "rows_opts_size_checked", test_rows_opts_size, 60);
     GT_ADD_CASE(s, "rows_answers_are_not_restarts", test_rows_answers_not_restarts, 60);
     return s;

@@ -495,6 +495,25 @@ START_TEST(test_api_across_shards)
     assert_all(out, NB, -2.0f, "the split tensor after two pushes");
     ck_assert_int_eq(gddr_pull(c, small, out, 0, &v), GDDR_OK);
     assert_all(out, NS, -1.0f, "the whole tensor after one push");
+    /* A NaN in one piece of the split tensor is refused before either
+     * server applies the other piece: push, async push, step (the NaN at
+     * either end, so on either server). The counts below see no push. */
+    float small_out[NS];
+    for (int end = 0; end < 2; end++) {
+        g[end ? NB - 1 : 0] = NAN;
+        ck_assert_int_eq(gddr_push(c, big, g, &v), GDDR_ENONFINITE);
+        ck_assert_int_eq(gddr_push_async(c, big, g, NULL, &t1), GDDR_ENONFINITE);
+        const float *gs[2] = { g, g + NB - NS };
+        float *ps[2] = { out, small_out };
+        ck_assert_int_eq(gddr_step(c, gs, ps), GDDR_ENONFINITE);
+        ck_assert_msg(strstr(gddr_client_errmsg(c), "'big' holds NaN"), "%s", gddr_client_errmsg(c));
+        g[end ? NB - 1 : 0] = 1.0f;
+    }
+    ck_assert_int_eq(gddr_pull(c, big, out, 0, &v), GDDR_OK);
+    ck_assert_uint_eq(v, 2);
+    assert_all(out, NB, -2.0f, "the split tensor after refused NaN pushes");
+    ck_assert_int_eq(gddr_pull(c, small, out, 0, &v), GDDR_OK);
+    assert_all(out, NS, -1.0f, "the whole tensor after a refused NaN step");
     ck_assert_int_eq(gddr_tensor_version(c, big, &v), GDDR_OK);
     ck_assert_uint_eq(v, 2);
     ck_assert_int_eq(gddr_pull(c, 7, out, 0, NULL), GDDR_EINVAL);

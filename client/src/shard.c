@@ -21,11 +21,13 @@
  * version tag given for it is used for every piece (a lower bound: a piece
  * that was newer only looks staler). In sync mode all pieces move together.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "blas.h"
 #include "gddr_hash.h"
 #include "shard.h"
 
@@ -306,11 +308,27 @@ static int sharded_pull(gddr_client *c, int id, float *out, uint64_t min_version
     return one_tensor(c, id, pull_one, out, NULL, NULL, min_version, version);
 }
 
+/* A push of a tensor split over several servers is refused here when it
+ * holds NaN or Inf: each server would refuse only its own piece and apply
+ * the others'. */
+static int split_finite(gddr_client *c, int id, const float *grad)
+{
+    const stensor *t = &c->shards->t[id];
+    if (t->np > 1 && !isfinite(gddr_sumsq_fp32_cpu(grad, t->n)))
+        return gddr__set_err(c, GDDR_ENONFINITE, "push: the gradient of '%s' holds NaN or Inf", t->key);
+    return GDDR_OK;
+}
+
 static int sharded_push(gddr_client *c, int id, const float *grad, const gddr_push_tags *tags,
                         uint64_t *version)
 {
     if (!grad)
         return gddr__set_err(c, GDDR_EINVAL, "push: NULL gradient");
+    int rc = check_tensor(c, id);
+    if (rc == GDDR_OK)
+        rc = split_finite(c, id, grad);
+    if (rc != GDDR_OK)
+        return rc;
     return one_tensor(c, id, push_one, NULL, grad, tags, 0, version);
 }
 
@@ -320,6 +338,8 @@ static int shards_async(gddr_client *c, int id, float *out, const float *grad,
 {
     gddr__shards *h = c->shards;
     int rc = check_tensor(c, id);
+    if (rc == GDDR_OK && !out)
+        rc = split_finite(c, id, grad);
     if (rc != GDDR_OK)
         return rc;
     stensor *t = &h->t[id];

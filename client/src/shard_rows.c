@@ -7,10 +7,12 @@
  * way a reconnect may cure is then retried on its own (the same step: a
  * push stays exactly once).
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
+#include "blas.h"
 #include "client_int.h"
 #include "rowkey.h"
 #include "shard.h"
@@ -156,6 +158,9 @@ int gddr__shards_push_rows(gddr_client *c, int table, const uint64_t *keys, size
     if (rc != GDDR_OK)
         return rc;
     uint32_t dim = h->sub[0]->tb[table].dim;
+    /* Each server would refuse a NaN only in its own rows: refused here. */
+    if (n && grads && !isfinite(gddr_sumsq_fp32_cpu(grads, n * dim)))
+        return gddr__set_err(c, GDDR_ENONFINITE, "push_rows: a gradient row holds NaN or Inf");
     split p;
     float *gbuf = malloc((n ? n : 1) * dim * sizeof *gbuf);
     uint64_t *tk = calloc((size_t)h->S, sizeof *tk), *step = calloc((size_t)h->S, sizeof *step);

@@ -61,14 +61,22 @@ static int step_one(gddr_client *c, int s, void *arg)
 }
 
 /* Clipping by the global norm: the gradients the shards get (the caller's,
- * or scaled copies when the norm is above clip_norm). */
+ * or scaled copies when the norm is above clip_norm). Without clipping the
+ * gradients are still checked here, in float (blas.h): each server's
+ * client would refuse a NaN only in its own pieces, and the others would
+ * push theirs. */
 static int clip_global(gddr_client *c, const float *const *grads, const float **use)
 {
     gddr__shards *h = c->shards;
     for (int i = 0; i < h->nt; i++)
         use[i] = grads[i];
-    if (c->o.clip_norm <= 0)
+    if (c->o.clip_norm <= 0) {
+        for (int i = 0; i < h->nt; i++)
+            if (!isfinite(gddr_sumsq_fp32_cpu(grads[i], h->t[i].n)))
+                return gddr__set_err(c, GDDR_ENONFINITE, "step: the gradient of '%s' holds NaN or Inf",
+                                     h->t[i].key);
         return GDDR_OK;
+    }
     double total = 0;
     for (int i = 0; i < h->nt; i++) {
         double nrm = gddr_nrm2_cpu(grads[i], h->t[i].n);
