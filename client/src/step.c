@@ -295,6 +295,12 @@ static int host_payloads(gddr_client *c, payload *pl, const float **gsrc, const 
  * delay_fraction every push is dense and there is no residual. */
 static void push_kind(gddr_client *c)
 {
+    /* The first probe after 24 steps, not pullpick.c's 16: with
+     * pull_delta_auto too, the two kinds of probe never share a step
+     * (24, 72, 168, ... against 16, 48, 112, ...), so neither times the
+     * other's change. */
+    if (!c->push_pick.every)
+        c->push_pick.every = c->push_pick.left = PICK_FIRST + PICK_FIRST / 2;
     c->push_dense = c->o.delay_fraction <= 0;
     if (!c->push_dense && c->o.delay_auto && gddr__pullpick_next_whole(&c->push_pick))
         c->push_dense = c->res_dirty ? 2 : 1;

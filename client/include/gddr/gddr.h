@@ -106,7 +106,7 @@ typedef struct gddr_client_opts {
                                building them to their acknowledgement) and pushes every chunk
                                instead of holding some while that is the cheaper (a fast link:
                                packing costs more than the bytes it saves), trying the other
-                               kind now and then (after 16 steps, then 32, 64, ... up to 1024).
+                               kind now and then (after 24 steps, then 48, 96, ... up to 1024).
                                The first dense step sends the residual too, so nothing is
                                held while the pushes are dense. 0 = always hold */
 } gddr_client_opts;
