@@ -296,9 +296,9 @@ static int host_payloads(gddr_client *c, payload *pl, const float **gsrc, const 
 static void push_kind(gddr_client *c)
 {
     /* The first probe after 24 steps, not pullpick.c's 16: with
-     * pull_delta_auto too, the two kinds of probe never share a step
-     * (24, 72, 168, ... against 16, 48, 112, ...), so neither times the
-     * other's change. */
+     * pull_delta_auto too, the two kinds of probe (3-8 steps each) start
+     * apart (about 24, 75, 175, ... against 16, 50, 115, ...), so they
+     * seldom time each other's change. */
     if (!c->push_pick.every)
         c->push_pick.every = c->push_pick.left = PICK_FIRST + PICK_FIRST / 2;
     c->push_dense = c->o.delay_fraction <= 0;
