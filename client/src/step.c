@@ -317,7 +317,13 @@ static void push_timed(gddr_client *c, const op *res, int64_t t_build, int recon
     double cost = reconnected || last < t_build ? -1 : (double)(last - t_build);
     gddr__pullpick *p = &c->push_pick;
     uint64_t flips = p->flips;
+    int probing = p->probing;
     gddr__pullpick_done(p, c->push_dense != 0, cost);
+    if (probing && !p->probing && p->flips == flips)
+        gddr__logf(&c->log, GDDR_LOG_DEBUG,
+                   "delay_auto: pushes still %s (%.0f us a step's pushes at least, against %.0f for the "
+                   "other kind)", p->whole ? "send every chunk" : "hold chunks", p->last_cost[p->whole],
+                   p->last_cost[!p->whole]);
     if (p->flips != flips)
         gddr__logf(&c->log, GDDR_LOG_INFO,
                    "delay_auto: pushes now %s (%.0f us a step's pushes at least, against %.0f); the "
