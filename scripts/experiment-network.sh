@@ -22,7 +22,7 @@
 # (128), --eval-every SEC (3), --sync-momentum M (0.9; another value labels
 # the mode sync-mM in the results), --tag T (appended to the mode's label,
 # e.g. async-500steps, so a longer series plots apart), --out DIR (kept:
-# results.txt, curve-*.dat, table.md; default a new /tmp/gddr-net.XXXXXX).
+# results.txt, curve-*.dat, worker-*.log (each worker's output), table.md; default a new /tmp/gddr-net.XXXXXX).
 #
 # The model: the MLP 784-1280-10 (1,017,610 parameters, 4.07 MB a copy in
 # float32): about a million parameters, so that a step moves megabytes and the
@@ -305,8 +305,9 @@ row_flags() {
     q8) echo "--pull-delta-bits 8" ;;
     gddr-q8) echo "--delay-fraction 0.4 --pull-delta-bits 8" ;;
     gddr0.1-q8) echo "--delay-fraction 0.1 --pull-delta-bits 8" ;;
-    q8auto) echo "--pull-delta-bits 8 --opt pull_delta_auto=true" ;;
-    gddr-q8-auto) echo "--delay-fraction 0.4 --pull-delta-bits 8 --opt pull_delta_auto=true --opt delay_auto=true" ;;
+    # (log_level=info: the workers' logs, kept in OUT, say when a kind changes)
+    q8auto) echo "--pull-delta-bits 8 --opt pull_delta_auto=true --opt log_level=info" ;;
+    gddr-q8-auto) echo "--delay-fraction 0.4 --pull-delta-bits 8 --opt pull_delta_auto=true --opt delay_auto=true --opt log_level=info" ;;
     *) echo "experiment-network: unknown row $1" >&2; exit 2 ;;
   esac
 }
@@ -359,6 +360,7 @@ one() {
       printf "%.2f %s %s\n", v["time"] - t0, v["test_accuracy"], v["version"] }' "$tmp/obs.log" > "$curve"
   local sm=0 sp=0 ap=0 al=0 res
   for ((r = 0; r < workers; r++)); do
+    cp "$tmp/worker$r.log" "$out/worker-$rate-$label-$row-$r.log"
     res=$(grep "^RESULT" "$tmp/worker$r.log")
     sm=$(awk -v a="$sm" -v b="$(field step_mean_ms "$res")" 'BEGIN{print a + b}')
     sp=$(awk -v a="$sp" -v b="$(field step_p95_ms "$res")" 'BEGIN{print a + b}')
