@@ -188,6 +188,7 @@ struct gddr_client {
     uint64_t dc_steps;     /* DC compensations done (bias correction of ms) */
     struct heartbeat *hb;  /* NULL unless heartbeat_ms > 0 */
     int acc_calls;         /* accumulate_steps: gradients in the buffers now */
+    uint64_t *acc_birth;   /* their birth versions: those of the first one */
     /* delay_auto (step.c): GDDR or dense pushes, on pullpick.c's schedule
      * ("whole" = every chunk). push_dense: what this step does -- 0 hold
      * chunks, 1 a dense push (the residuals are zero), 2 every chunk through
@@ -195,7 +196,6 @@ struct gddr_client {
     gddr__pullpick push_pick;
     int push_dense;
     int res_dirty;         /* a GDDR step ran since the residuals were last sent whole */
-    uint64_t *acc_birth;   /* their birth versions: those of the first one */
     int shard_index, shard_count; /* where this server sits in a sharded client's list
                                    * (said in the hello; count 0: not sharded) */
     /* What conn_reply.c does with an Orphan message (recovery.c's
