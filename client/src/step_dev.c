@@ -407,7 +407,9 @@ static int dev_queue_inputs(gddr_client *c, int i, const float *w_bak, const gdd
         gddr__orphan_replay(c, i, r->r);
         DEV_TRY(gddr_cuda_memcpy_h2d(d->d_r, r->r, t->n * 4, st), t->key, "copying the residual up");
     }
-    if (gddr__residual_args(c, i).alpha > 0 && gddr__holds_smallest(c)) {
+    /* (push_dense 0: this step holds; the hold probability is then > 0 --
+     * not computed here, dev_queue_plan does that once) */
+    if (c->push_dense == 0 && gddr__holds_smallest(c)) {
         int rc = dev_scores(c, i, &a, &b);
         if (rc != GDDR_OK)
             return rc;
