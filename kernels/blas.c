@@ -168,6 +168,11 @@ GDDR_CLONES double gddr_sumsq_fp32_cpu(const float *x, size_t n)
     return fp32_sum(x, n, 1);
 }
 
+int gddr_finite_cpu(const float *x, size_t n)
+{
+    return isfinite(gddr_sumsq_fp32_cpu(x, n));
+}
+
 GDDR_CLONES double gddr_asum_fp32_cpu(const float *x, size_t n)
 {
     return fp32_sum(x, n, 0);

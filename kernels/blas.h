@@ -33,6 +33,8 @@ double gddr_asum_cpu(const float *x, size_t n);                 /* sum of |x|, i
  * reported figures (a push's finiteness and norm, a residual's L1), not for
  * what scales values (clipping uses gddr_sumsq_cpu, as the CUDA path does). */
 double gddr_sumsq_fp32_cpu(const float *x, size_t n);
+/* 1 when x holds no NaN or Inf (one read: gddr_sumsq_fp32_cpu is finite). */
+int gddr_finite_cpu(const float *x, size_t n);
 double gddr_asum_fp32_cpu(const float *x, size_t n);
 void gddr_scal_cpu(float *x, size_t n, float a);                /* x *= a */
 void gddr_axpy_cpu(float *y, const float *x, size_t n, float a); /* y += a*x */

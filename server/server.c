@@ -118,8 +118,7 @@ static int on_init(gddr_ps *ps, zmq_msg_t *ident, const Gddr__Request *rq, gddr_
             return ps_reject(ps, ident, rq->req_id, GDDR_EINVAL, "server holds max_tensors = %lld already",
                    ps->cfg.max_tensors);
         }
-        /* One read: a NaN or Inf makes the norm NaN or Inf. */
-        if (!isfinite(gddr_sumsq_fp32_cpu(vals, in->n))) {
+        if (!gddr_finite_cpu(vals, in->n)) {
             return ps_reject(ps, ident, rq->req_id, GDDR_ENONFINITE, "tensor '%s': initial values hold NaN or Inf",
                    in->key);
         }

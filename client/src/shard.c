@@ -21,7 +21,6 @@
  * version tag given for it is used for every piece (a lower bound: a piece
  * that was newer only looks staler). In sync mode all pieces move together.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,7 +313,7 @@ static int sharded_pull(gddr_client *c, int id, float *out, uint64_t min_version
 static int split_finite(gddr_client *c, int id, const float *grad)
 {
     const stensor *t = &c->shards->t[id];
-    if (t->np > 1 && !isfinite(gddr_sumsq_fp32_cpu(grad, t->n)))
+    if (t->np > 1 && !gddr_finite_cpu(grad, t->n))
         return gddr__set_err(c, GDDR_ENONFINITE, "push: the gradient of '%s' holds NaN or Inf", t->key);
     return GDDR_OK;
 }

@@ -7,7 +7,6 @@
  * way a reconnect may cure is then retried on its own (the same step: a
  * push stays exactly once).
  */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,7 +158,7 @@ int gddr__shards_push_rows(gddr_client *c, int table, const uint64_t *keys, size
         return rc;
     uint32_t dim = h->sub[0]->tb[table].dim;
     /* Each server would refuse a NaN only in its own rows: refused here. */
-    if (n && grads && !isfinite(gddr_sumsq_fp32_cpu(grads, n * dim)))
+    if (n && grads && !gddr_finite_cpu(grads, n * dim))
         return gddr__set_err(c, GDDR_ENONFINITE, "push_rows: a gradient row holds NaN or Inf");
     split p;
     float *gbuf = malloc((n ? n : 1) * dim * sizeof *gbuf);

@@ -72,7 +72,7 @@ static int clip_global(gddr_client *c, const float *const *grads, const float **
         use[i] = grads[i];
     if (c->o.clip_norm <= 0) {
         for (int i = 0; i < h->nt; i++)
-            if (!isfinite(gddr_sumsq_fp32_cpu(grads[i], h->t[i].n)))
+            if (!gddr_finite_cpu(grads[i], h->t[i].n))
                 return gddr__set_err(c, GDDR_ENONFINITE, "step: the gradient of '%s' holds NaN or Inf",
                                      h->t[i].key);
         return GDDR_OK;
