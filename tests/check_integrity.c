@@ -1638,6 +1638,18 @@ START_TEST(test_pull_auto_schedule)
     ck_assert_msg(!p.probing && !p.whole && p.last_cost[1] == 300,
                   "a probe of falling costs did not end at PICK_PROBE_MAX (whole %d, least %.0f)", p.whole,
                   p.last_cost[1]);
+    /* The kinds are compared on as many draws each: one lucky pull among the
+     * kind in use's last five does not outweigh a probe that counted two
+     * (the least of five draws of the same noise is lower than of two). */
+    gddr__pullpick_init(&p);
+    for (int i = 0; i < PICK_FIRST; i++)
+        gddr__pullpick_done(&p, 0, i == PICK_FIRST - 3 ? 80.0 : 125.0);
+    ck_assert(p.probing);
+    for (int i = 0; i < PICK_PROBE_MIN; i++)
+        gddr__pullpick_done(&p, 1, 100.0);
+    ck_assert_msg(p.whole && p.flips == 1 && p.last_cost[0] == 125 && p.last_cost[1] == 100,
+                  "whole %d: %.0f (reduced, its last two) against %.0f", p.whole, p.last_cost[0],
+                  p.last_cost[1]);
     /* A pull of a kind the schedule did not ask for is not counted. */
     gddr__pullpick_init(&p);
     for (int i = 0; i < 100; i++)

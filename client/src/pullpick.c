@@ -21,12 +21,13 @@
  * measured at 5 ms here and the fourth at 0.6 ms, while the allocator
  * found room for the larger replies (glibc maps a new 1 MiB buffer and
  * faults it in, until freed ones raise its threshold). Then each kind's
- * cost is the least of its recent ones (noise only ever adds), and when
- * the other kind's is below PICK_MARGIN of the kind in use's, it becomes
- * the kind in use. Either way the interval doubles, up to PICK_MAX: the
- * first probe comes after 16 pulls, the next after 32 more, then 64, ...
- * Over a slow link that is 5 probes of 3
- * whole pulls in 1,000 pulls, plus a full one after each: about 6% more
+ * cost is the least of as many recent ones as the probe counted (noise
+ * only ever adds; the same count for both, as the least of more draws is
+ * lower), and when the other kind's is below PICK_MARGIN of the kind in
+ * use's, it becomes the kind in use. Either way the interval doubles, up
+ * to PICK_MAX: the first probe comes after 16 pulls, the next after 32
+ * more, then 64, ... Over a slow link that is 5 probes of 3 whole pulls in
+ * 1,000 pulls, plus a full one after each: about 6% more
  * bytes pulled than 8-bit deltas alone (`gddr-tests integrity`
  * pull_auto_schedule prints it).
  *
@@ -52,15 +53,18 @@ static void take(gddr__pullpick *p, int kind, double cost)
     p->n[kind] = n + 1;
 }
 
-/* The least of a kind's recent costs: what the pull costs when nothing
- * else is in its way. */
-static double cost_of(const gddr__pullpick *p, int kind)
+/* The least of a kind's last m costs (at most PICK_KEEP): what the pull
+ * costs when nothing else is in its way. */
+static double cost_of(const gddr__pullpick *p, int kind, unsigned m)
 {
     unsigned n = p->n[kind] < PICK_KEEP ? p->n[kind] : PICK_KEEP;
-    double m = p->t[kind][0];
-    for (unsigned i = 1; i < n; i++)
-        m = p->t[kind][i] < m ? p->t[kind][i] : m;
-    return m;
+    n = m < n ? m : n;
+    double least = p->t[kind][(p->n[kind] - 1) % PICK_KEEP];
+    for (unsigned i = 2; i <= n; i++) {
+        double v = p->t[kind][(p->n[kind] - i) % PICK_KEEP];
+        least = v < least ? v : least;
+    }
+    return least;
 }
 
 /* The probe's kind has two counted costs and the last is not below the one
@@ -80,8 +84,12 @@ static void decide(gddr__pullpick *p)
 {
     int use = p->whole, other = !p->whole;
     p->probing = 0;
-    p->last_cost[use] = p->n[use] ? cost_of(p, use) : -1;
-    p->last_cost[other] = p->n[other] ? cost_of(p, other) : -1;
+    /* As many of the kind in use's last costs as the probe counted: the
+     * least of more draws of the same noise is lower, which would favour
+     * the kind in use whatever the costs. */
+    unsigned m = p->n[other] ? p->n[other] : PICK_KEEP;
+    p->last_cost[use] = p->n[use] ? cost_of(p, use, m) : -1;
+    p->last_cost[other] = p->n[other] ? cost_of(p, other, PICK_KEEP) : -1;
     if (p->n[use] && p->n[other] && p->last_cost[other] < (1.0 - PICK_MARGIN) * p->last_cost[use]) {
         p->whole = other; /* the probe's kind is the one in use now: no switch back */
         p->flips++;

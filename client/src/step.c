@@ -306,15 +306,19 @@ static void push_kind(gddr_client *c)
         c->push_dense = c->res_dirty ? 2 : 1;
 }
 
-/* delay_auto: what this step's pushes cost, from building them (t_build,
- * us) to the last one's answer, for the choice of the next step's kind;
- * -1 (not counted) after a reconnect. */
-static void push_timed(gddr_client *c, const op *res, int64_t t_build, int reconnected)
+/* delay_auto: what this step's pushes cost (us), for the choice of the
+ * next step's kind: the norms (norms_us; the held kind's pass before the
+ * residual is touched) and the time from building the payloads (t_build)
+ * to the last push's answer; -1 (not counted) after a reconnect. The pulls
+ * are left out, DC-ASGD's too: they are the same for both kinds and, over
+ * a shared link, the noisier part of a step (timing the whole step was
+ * measured: docs/performance.md, "Holds that step aside"). */
+static void push_timed(gddr_client *c, const op *res, int64_t norms_us, int64_t t_build, int reconnected)
 {
     int64_t last = 0;
     for (int i = 0; i < c->nt; i++)
         last = res[i].t1_us > last ? res[i].t1_us : last;
-    double cost = reconnected || last < t_build ? -1 : (double)(last - t_build);
+    double cost = reconnected || last < t_build ? -1 : (double)(norms_us + last - t_build);
     gddr__pullpick *p = &c->push_pick;
     uint64_t flips = p->flips;
     int probing = p->probing;
@@ -366,11 +370,13 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
     }
 
     /* 1-2: norms, global clipping. */
+    int64_t t0 = gddr__now_us();
     push_kind(c);
     int checked = 0;
     rc = dev ? gddr__dev_norms(c, grads, pl, staged, &checked) : host_norms(c, grads, pl, gsrc);
     if (rc != GDDR_OK)
         goto out;
+    int64_t norms_us = gddr__now_us() - t0;
 
     /* 3: DC-ASGD pulls w' (a sync step has w' == w_bak: nothing to
      * compensate). */
@@ -431,7 +437,7 @@ static int step_body(gddr_client *c, const float *const *grads, const float *con
         goto out;
     }
     if (c->o.delay_auto && c->o.delay_fraction > 0)
-        push_timed(c, res, t_build, reconnected);
+        push_timed(c, res, norms_us, t_build, reconnected);
     for (int i = 0; i < nt; i++)
         c->k.staleness_sum += res[i].staleness;
     c->k.steps++;
