@@ -24,11 +24,14 @@
  * cost is the least of as many recent ones as the probe counted (noise
  * only ever adds; the same count for both, as the least of more draws is
  * lower), and when the other kind's is below PICK_MARGIN of the kind in
- * use's, it becomes the kind in use. Either way the interval doubles, up
- * to PICK_MAX: the first probe comes after 16 pulls, the next after 32
- * more, then 64, ... Over a slow link that is 5 probes of 3 whole pulls in
- * 1,000 pulls, plus a full one after each: about 6% more
- * bytes pulled than 8-bit deltas alone (`gddr-tests integrity`
+ * use's in PICK_CONFIRM probes in a row, it becomes the kind in use (one
+ * probe is a few pulls: over a link shared with other workers, or on a
+ * busy machine, one probe in three or four calls a 10-15 % difference the
+ * wrong way, and a wrong call stands until the next probe). Either way the
+ * interval doubles, up to PICK_MAX: the first probe comes after 16 pulls,
+ * the next after 32 more, then 64, ... Over a slow link that is 5 probes
+ * of 3 whole pulls in 1,000 pulls, plus a full one after each: about 6%
+ * more bytes pulled than 8-bit deltas alone (`gddr-tests integrity`
  * pull_auto_schedule prints it).
  *
  * Pure bookkeeping: no clock, no I/O (the caller times the pulls). */
@@ -90,9 +93,12 @@ static void decide(gddr__pullpick *p)
     unsigned m = p->n[other] ? p->n[other] : PICK_KEEP;
     p->last_cost[use] = p->n[use] ? cost_of(p, use, m) : -1;
     p->last_cost[other] = p->n[other] ? cost_of(p, other, PICK_KEEP) : -1;
-    if (p->n[use] && p->n[other] && p->last_cost[other] < (1.0 - PICK_MARGIN) * p->last_cost[use]) {
+    int won = p->n[use] && p->n[other] && p->last_cost[other] < (1.0 - PICK_MARGIN) * p->last_cost[use];
+    p->wins = won ? p->wins + 1 : 0;
+    if (p->wins >= PICK_CONFIRM) {
         p->whole = other; /* the probe's kind is the one in use now: no switch back */
         p->flips++;
+        p->wins = 0;
         p->n[use] = 0; /* measured again when next probed */
     } else {
         p->skip = 1; /* back to the kind in use: its first pull is a switch */
