@@ -1,6 +1,7 @@
 /* client_driver.c -- libgddr-client against a lying server
  * (tests/fuzz/lying_server.py): opens a client again and again for SECONDS and runs what a
  * trainer runs (register, GDDR and dense steps with 8-bit delta pulls,
+ * delay_auto and pull_delta_auto timing their steps,
  * pipelined steps, pushes and pulls in parts, a table's row pulls and
  * pushes, heartbeats, close with its flush), ignoring every error. What
  * counts is that it neither crashes nor hangs nor, in a SANITIZER=address
@@ -71,6 +72,8 @@ int main(int argc, char **argv)
         o.connect_timeout_ms = 200;
         o.delay_fraction = k % 3 == 1 ? 0.4 : 0;
         o.pull_delta_bits = k % 2 ? 8 : 0;
+        o.delay_auto = k % 4 == 1;      /* with delay_fraction in k = 1, 13, 25, ... */
+        o.pull_delta_auto = k % 4 == 3; /* with 8-bit pulls */
         o.heartbeat_ms = k % 5 == 2 ? 50 : 0;
         o.async_pipeline = k % 5 == 3;
         o.part_bytes = k % 3 == 2 ? 4096 : 4194304;
