@@ -1575,14 +1575,10 @@ START_TEST(test_pull_auto_schedule)
     int prev = -1;
     /* A fast link (loopback): whole pulls cheaper. A zeroed state is a new
      * one: 16 reduced pulls, a probe of 3 whole ones (the first not
-     * counted, the next two the same: settled), won; back to reduced for
-     * 32 pulls (the first a full one), a second probe, won: then whole. */
+     * counted, the next two the same: settled), then whole. */
     memset(&p, 0, sizeof p);
     pick_costs fast = { 124, 100, 1e6, 1 };
     ck_assert_int_eq(pick_drive(&p, 16, fast, &prev), 0);
-    ck_assert_int_eq(pick_drive(&p, PICK_PROBE_MIN, fast, &prev), PICK_PROBE_MIN);
-    ck_assert_msg(!p.whole && p.wins == 1, "one probe changed the kind (whole %d, wins %d)", p.whole, p.wins);
-    ck_assert_int_eq(pick_drive(&p, 32, fast, &prev), 0);
     ck_assert_int_eq(pick_drive(&p, PICK_PROBE_MIN, fast, &prev), PICK_PROBE_MIN);
     ck_assert_msg(p.whole && p.flips == 1, "whole pulls were cheaper and not taken (flips %" PRIu64 ")",
                   p.flips);
@@ -1593,12 +1589,11 @@ START_TEST(test_pull_auto_schedule)
     int reduced = 3000 - pick_drive(&p, 3000, fast, &prev);
     ck_assert_msg(p.whole && p.flips == 1 && p.every == PICK_MAX, "whole %d flips %" PRIu64 " every %u",
                   p.whole, p.flips, p.every);
-    uint64_t since = p.probes - PICK_CONFIRM; /* the probes after the change */
-    ck_assert_msg(reduced == PICK_PROBE_MIN * (int)since && since <= 8, "%d reduced pulls in %" PRIu64 " probes",
-                  reduced, since);
-    /* The link becomes slow: within two intervals it is back to reduced. */
+    ck_assert_msg(reduced == PICK_PROBE_MIN * (int)(p.probes - 1) && p.probes - 1 <= 8, "%d reduced pulls in %" PRIu64
+                  " probes", reduced, p.probes - 1);
+    /* The link becomes slow: within one interval it is back to reduced. */
     pick_costs slow = { 100, 400, 1e6, 1 };
-    pick_drive(&p, PICK_CONFIRM * (PICK_MAX + PICK_PROBE_MAX + 1), slow, &prev);
+    pick_drive(&p, PICK_MAX + PICK_PROBE_MAX + 1, slow, &prev);
     ck_assert_msg(!p.whole && p.flips == 2, "whole %d flips %" PRIu64, p.whole, p.flips);
 
     /* A slow link from the start: never whole but for the probes, which
@@ -1614,11 +1609,10 @@ START_TEST(test_pull_auto_schedule)
 
     /* What gddr-bench saw on loopback: the first two whole pulls after
      * reduced ones cost 5 ms, the next 0.6-0.8 against 0.9-1.0 reduced.
-     * Each probe lasts until they stop falling, and the second takes them. */
+     * The first probe lasts until they stop falling and takes them. */
     gddr__pullpick_init(&p);
     prev = -1;
-    pick_drive(&p, PICK_FIRST + PICK_PROBE_MAX + 2 * PICK_FIRST + PICK_PROBE_MAX, (pick_costs){ 950, 700, 4900, 2 },
-               &prev);
+    pick_drive(&p, PICK_FIRST + PICK_PROBE_MAX, (pick_costs){ 950, 700, 4900, 2 }, &prev);
     ck_assert_msg(p.whole && p.flips == 1, "a two-pull transient hid the cheaper whole pulls (%.0f vs %.0f)",
                   p.last_cost[1], p.last_cost[0]);
 
@@ -1644,30 +1638,45 @@ START_TEST(test_pull_auto_schedule)
     ck_assert_msg(!p.probing && !p.whole && p.last_cost[1] == 300,
                   "a probe of falling costs did not end at PICK_PROBE_MAX (whole %d, least %.0f)", p.whole,
                   p.last_cost[1]);
-    /* The kinds are compared on as many draws each: one lucky pull among the
-     * kind in use's last five does not outweigh a probe that counted two
-     * (the least of five draws of the same noise is lower than of two). */
+    /* delay_auto's stricter rule (like, confirm; pullpick.c). The kinds are
+     * compared on as many draws each: one lucky step among the kind in
+     * use's last five does not outweigh a probe that counted two (the least
+     * of five draws of the same noise is lower than of two) -- and the
+     * other kind is taken only at its second probe won in a row. */
     gddr__pullpick_init(&p);
-    for (int i = 0; i < PICK_FIRST; i++)
-        gddr__pullpick_done(&p, 0, i == PICK_FIRST - 3 ? 80.0 : 125.0);
-    ck_assert(p.probing);
-    for (int i = 0; i < PICK_PROBE_MIN; i++)
+    p.like = 1;
+    p.confirm = 2;
+    for (int round = 0; round < 2; round++) {
+        while (!p.probing)
+            gddr__pullpick_done(&p, 0, p.left == 3 ? 80.0 : 125.0);
+        while (p.probing)
+            gddr__pullpick_done(&p, 1, 100.0);
+        ck_assert_msg(p.last_cost[0] == 125 && p.last_cost[1] == 100 && p.whole == round && p.wins == 1 - round,
+                      "probe %d: whole %d wins %d, %.0f (its last two) against %.0f", round, p.whole, p.wins,
+                      p.last_cost[0], p.last_cost[1]);
+    }
+    /* The same costs under pull_delta_auto's rule: the lucky step wins. */
+    gddr__pullpick_init(&p);
+    while (!p.probing)
+        gddr__pullpick_done(&p, 0, p.left == 3 ? 80.0 : 125.0);
+    while (p.probing)
         gddr__pullpick_done(&p, 1, 100.0);
-    ck_assert_msg(p.wins == 1 && p.last_cost[0] == 125 && p.last_cost[1] == 100,
-                  "wins %d: %.0f (reduced, its last two) against %.0f", p.wins, p.last_cost[0], p.last_cost[1]);
-    /* One probe that a burst made look cheaper does not change the kind, and
-     * a probe lost clears the count: a slow link where one whole-pull probe
-     * in two came out cheaper stays reduced. */
+    ck_assert_msg(!p.whole && p.last_cost[0] == 80, "pull rule: whole %d, %.0f", p.whole, p.last_cost[0]);
+    /* One probe that a burst made look cheaper does not change the kind
+     * under the stricter rule, and a lost probe clears the count: a link
+     * where every other probe of dense pushes came out cheaper keeps the
+     * holds. */
     gddr__pullpick_init(&p);
-    for (int k = 0, won = 0; k < 8; k++) {
+    p.like = 1;
+    p.confirm = 2;
+    for (int k = 0; k < 8; k++) {
         while (!p.probing)
             gddr__pullpick_done(&p, 0, 100.0);
         double cost = k % 2 ? 400.0 : 60.0; /* every other probe looks cheaper */
         while (p.probing)
             gddr__pullpick_done(&p, 1, cost);
-        won += k % 2 == 0;
-        ck_assert_msg(!p.whole && p.flips == 0 && p.wins == (k % 2 ? 0 : 1),
-                      "probe %d (%d won): whole %d flips %" PRIu64 " wins %d", k, won, p.whole, p.flips, p.wins);
+        ck_assert_msg(!p.whole && p.flips == 0 && p.wins == (k % 2 ? 0 : 1), "probe %d: whole %d flips %" PRIu64
+                      " wins %d", k, p.whole, p.flips, p.wins);
     }
     /* A pull of a kind the schedule did not ask for is not counted. */
     gddr__pullpick_init(&p);

@@ -21,14 +21,21 @@
  * measured at 5 ms here and the fourth at 0.6 ms, while the allocator
  * found room for the larger replies (glibc maps a new 1 MiB buffer and
  * faults it in, until freed ones raise its threshold). Then each kind's
- * cost is the least of as many recent ones as the probe counted (noise
- * only ever adds; the same count for both, as the least of more draws is
- * lower), and when the other kind's is below PICK_MARGIN of the kind in
- * use's in PICK_CONFIRM probes in a row, it becomes the kind in use (one
- * probe is a few pulls: over a link shared with other workers, or on a
- * busy machine, one probe in three or four calls a 10-15 % difference the
- * wrong way, and a wrong call stands until the next probe). Either way the
- * interval doubles, up to PICK_MAX: the first probe comes after 16 pulls,
+ * cost is the least of its recent ones (noise only ever adds), and when
+ * the other kind's is below PICK_MARGIN of the kind in use's, it becomes
+ * the kind in use.
+ *
+ * delay_auto (client/src/step.c) uses the same schedule with a stricter
+ * rule (`like` and `confirm`): the kind in use's cost is the least of as
+ * many of its last costs as the probe counted, and the other kind must
+ * win two probes in a row. A held step differs from a dense one by only
+ * ~10 % on loopback, which one probe of a few steps calls wrong about one
+ * time in three on a busy machine, and over a link shared by other
+ * workers a probe can call even a 20-40 % difference wrong; a wrong call
+ * stands until the next probe.
+ *
+ * After every probe, whichever kind won, the interval doubles, up to
+ * PICK_MAX: the first probe comes after 16 pulls,
  * the next after 32 more, then 64, ... Over a slow link that is 5 probes
  * of 3 whole pulls in 1,000 pulls, plus a full one after each: about 6%
  * more bytes pulled than 8-bit deltas alone (`gddr-tests integrity`
@@ -87,15 +94,18 @@ static void decide(gddr__pullpick *p)
 {
     int use = p->whole, other = !p->whole;
     p->probing = 0;
-    /* As many of the kind in use's last costs as the probe counted: the
-     * least of more draws of the same noise is lower, which would favour
-     * the kind in use whatever the costs. */
-    unsigned m = p->n[other] ? p->n[other] : PICK_KEEP;
+    /* like: as many of the kind in use's last costs as the probe counted
+     * (the least of more draws of the same noise is lower, which favours
+     * the kind in use whatever the costs); else up to PICK_KEEP of them,
+     * a bias that acts as a brake: pull_delta_auto's first probe meets the
+     * dearer first whole pulls (above), and the brake measured better for
+     * it than like against like with two probes in a row. */
+    unsigned m = p->like && p->n[other] ? p->n[other] : PICK_KEEP;
     p->last_cost[use] = p->n[use] ? cost_of(p, use, m) : -1;
     p->last_cost[other] = p->n[other] ? cost_of(p, other, PICK_KEEP) : -1;
     int won = p->n[use] && p->n[other] && p->last_cost[other] < (1.0 - PICK_MARGIN) * p->last_cost[use];
     p->wins = won ? p->wins + 1 : 0;
-    if (p->wins >= PICK_CONFIRM) {
+    if (p->wins >= (p->confirm > 1 ? p->confirm : 1)) {
         p->whole = other; /* the probe's kind is the one in use now: no switch back */
         p->flips++;
         p->wins = 0;

@@ -10,8 +10,7 @@ enum {
     PICK_MAX = 1024,  /* the longest interval between probes */
     PICK_PROBE_MIN = 3, /* pulls of the other kind per probe, at least (the first not counted) */
     PICK_PROBE_MAX = 8, /* ... and at most, when its cost keeps falling */
-    PICK_KEEP = 5,    /* recent costs kept per kind */
-    PICK_CONFIRM = 2  /* probes in a row the other kind must win to be taken */
+    PICK_KEEP = 5     /* recent costs kept per kind */
 };
 #define PICK_MARGIN 0.05 /* the other kind must be this much cheaper to be taken */
 
@@ -24,6 +23,11 @@ typedef struct gddr__pullpick {
     uint32_t every;     /* the interval between probes now */
     double t[2][PICK_KEEP]; /* recent costs per kind (microseconds), a ring */
     unsigned n[2];      /* costs taken per kind since it was last reset */
+    /* The rule (zero: pull_delta_auto's; delay_auto sets both, step.c):
+     * like -- the kind in use's least cost over as many of its last costs
+     * as the probe counted, not over up to PICK_KEEP; confirm -- probes in
+     * a row the other kind must win to be taken (0 or 1: one). */
+    int like, confirm;
     int wins;           /* probes in a row the other kind has won */
     uint64_t probes, flips;
     double last_cost[2]; /* the costs the last decision compared, per kind */

@@ -299,8 +299,11 @@ static void push_kind(gddr_client *c)
      * pull_delta_auto too, the two kinds of probe (3-8 steps each) start
      * apart (about 24, 75, 175, ... against 16, 50, 115, ...), so they
      * seldom time each other's change. */
-    if (!c->push_pick.every)
+    if (!c->push_pick.every) {
         c->push_pick.every = c->push_pick.left = PICK_FIRST + PICK_FIRST / 2;
+        c->push_pick.like = 1; /* the stricter rule (pullpick.c says why) */
+        c->push_pick.confirm = 2;
+    }
     c->push_dense = c->o.delay_fraction <= 0;
     if (!c->push_dense && c->o.delay_auto && gddr__pullpick_next_whole(&c->push_pick))
         c->push_dense = c->res_dirty ? 2 : 1;
