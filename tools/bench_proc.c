@@ -8,6 +8,7 @@
 #include <math.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,9 +166,25 @@ double bench_disk_write_sync(const char *dir, size_t bytes)
     return dt;
 }
 
+int bench_client_log = -1;
+
+/* The clients' log lines, when --log asks for them: one per line on
+ * stderr, with the client's rank (user). */
+static void client_log(void *user, int level, const char *msg)
+{
+    static const char *names[] = { "error", "warn", "info", "debug" };
+    fprintf(stderr, "gddr-bench: client %d [%s] %s\n", (int)(intptr_t)user, names[level < 0 ? 0 : level > 3 ? 3 : level],
+            msg);
+}
+
 gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, int qbits, int autos)
 {
     gddr_client_opts o = GDDR_CLIENT_OPTS_INIT;
+    if (bench_client_log >= 0) {
+        o.log = client_log;
+        o.log_user = (void *)(intptr_t)rank;
+        o.log_level = bench_client_log;
+    }
     o.pull_delta_bits = qbits;
     o.pull_delta_auto = (autos & BENCH_PULL_AUTO) != 0;
     o.delay_auto = (autos & BENCH_DELAY_AUTO) != 0;

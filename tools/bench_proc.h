@@ -51,6 +51,9 @@ void bench_start_raw(bench_proc *p, int apply);
 typedef struct gddr_client gddr_client;
 enum { BENCH_PULL_AUTO = 1, BENCH_DELAY_AUTO = 2 };
 gddr_client *bench_connect(const char *ep, int rank, int world, double alpha, int qbits, int autos);
+/* The level (GDDR_LOG_*) at which bench_connect's clients log to stderr
+ * (gddr-bench --log); -1, the default: silent. */
+extern int bench_client_log;
 
 /* Apply-thread counts to try: 1, 2 and all cores (when more than 2);
  * returns how many. */

@@ -68,6 +68,7 @@
 #include "bench_raw.h"
 #include "bench_rows.h"
 #include "gddr/gddr.h"
+#include "log.h"
 #include "numparse.h"
 
 #define MAXV 16
@@ -88,6 +89,7 @@ static void start_gddr(bench_proc *p, int threads)
  * allocations. */
 typedef enum { K_GDDR, K_RAW, K_STEP, K_STEPA, K_STEPQ8, K_STEPQ8A } kind;
 enum { STEP_WARM = 130 };
+static int step_warm = STEP_WARM; /* --warm-steps: a longer run's steady state */
 
 static int is_step(kind k)
 {
@@ -129,7 +131,7 @@ static void *worker_main(void *arg)
         gddr_pull(c, id, p, 0, NULL);
         const float *gw[1] = { g };
         float *pw[1] = { p };
-        for (int i = 0; is_step(w->k) && i < STEP_WARM; i++)
+        for (int i = 0; is_step(w->k) && i < step_warm; i++)
             if (gddr_step(c, gw, pw) != GDDR_OK)
                 bench_die("step: %s", gddr_client_errmsg(c));
     }
@@ -347,8 +349,8 @@ static void section_gddr(size_t bytes)
     double bm = bench_median(b, reps), bqm = bench_median(bq, reps);
     printf("\n## gddr_step of %s: dense vs GDDR alpha 0.4 pushes (alone and with delay_auto), vs "
            "8-bit delta pulls, and vs 8-bit delta pulls with pull_delta_auto (us per step: push + "
-           "pull; median of %d)\n\n",
-           bench_human(bytes, h, sizeof h), reps);
+           "pull; median of %d; %d steps timed after %d warm-up steps)\n\n",
+           bench_human(bytes, h, sizeof h), reps, it, step_warm);
     printf("| dense us | alpha 0.4 us | ratio | alpha 0.4, auto us | ratio | dense, q8 pulls us | ratio "
            "| q8, auto us | ratio |\n"
            "|---|---|---|---|---|---|---|---|---|\n"
@@ -512,6 +514,19 @@ int main(int argc, char **argv)
             if (gddr__arg_int("gddr-bench", "--server-cpu", argv[++i], 0, CPU_SETSIZE - 1, &v) < 0)
                 return 2;
             bench_server_cpu = (int)v;
+        } else if (strcmp(argv[i], "--warm-steps") == 0 && i + 1 < argc) {
+            long long v;
+            if (gddr__arg_int("gddr-bench", "--warm-steps", argv[++i], 0, 1000000, &v) < 0)
+                return 2;
+            step_warm = (int)v;
+        } else if (strcmp(argv[i], "--log") == 0 && i + 1 < argc) {
+            /* The clients' own lines (delay_auto's and pull_delta_auto's
+             * changes of kind at info, every probe's outcome at debug). */
+            bench_client_log = gddr__log_level_parse(argv[++i]);
+            if (bench_client_log < 0) {
+                fprintf(stderr, "gddr-bench: --log wants error, warn, info or debug, not '%s'\n", argv[i]);
+                return 2;
+            }
         } else if (strcmp(argv[i], "--budget-mb") == 0 && i + 1 < argc) {
             if (gddr__arg_num("gddr-bench", "--budget-mb", argv[++i], 1, 1e7, &budget_mb) < 0)
                 return 2;
@@ -519,7 +534,8 @@ int main(int argc, char **argv)
             fprintf(stderr, "usage: gddr-bench [--quick] [--sizes 4K,1M,...] [--clients 4,16] [--reps N]\n"
                             "                  [--sections pushpull,durability,clients,gddr,apply,threads,servers,gap,rows]\n"
                             "                  [--budget-mb MB] [--rows-keys 1K,64K] [--rows-dims 16,64,128]\n"
-                            "                  [--rows-clients 1,4] [--server-cpu N]\n");
+                            "                  [--rows-clients 1,4] [--server-cpu N] [--warm-steps N]\n"
+                            "                  [--log error|warn|info|debug]\n");
             return 2;
         }
     }

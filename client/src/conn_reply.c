@@ -190,7 +190,13 @@ static void pull_timed(gddr_client *c, const op *o, uint64_t parked_us)
     double cost = o->rc == GDDR_OK ? (double)(gddr__now_us() - o->t0_us) - (double)parked_us : -1;
     gddr__pullpick *p = &c->t[o->tensor].pick;
     uint64_t flips = p->flips;
+    int probing = p->probing;
     gddr__pullpick_done(p, o->pick == 2, cost);
+    if (probing && !p->probing && p->flips == flips)
+        gddr__logf(&c->log, GDDR_LOG_DEBUG,
+                   "pull_delta_auto: '%s' still pulls %s (%.0f us a pull at least, against %.0f for the other "
+                   "kind)", c->t[o->tensor].key, p->whole ? "whole float32 values" : "reduced",
+                   p->last_cost[p->whole], p->last_cost[!p->whole]);
     if (p->flips != flips)
         gddr__logf(&c->log, GDDR_LOG_INFO,
                    "pull_delta_auto: '%s' now pulls %s (%.0f us a pull at least, against %.0f); the other kind "
