@@ -1616,6 +1616,30 @@ START_TEST(test_pull_auto_schedule)
     ck_assert_msg(p.whole && p.flips == 1, "a two-pull transient hid the cheaper whole pulls (%.0f vs %.0f)",
                   p.last_cost[1], p.last_cost[0]);
 
+    /* The first whole pulls of a process as gddr-bench traced them at 1
+     * MiB: two at ~4.7 ms, then falling a few percent a pull to ~590 us,
+     * against 765 for the reduced ones. The probe goes on while each pull
+     * is a new low and takes them; stopping where the fall slowed under
+     * 5 % (754 after 791) compared 754 with 765 and kept the reduced. */
+    gddr__pullpick_init(&p);
+    while (!p.probing)
+        gddr__pullpick_done(&p, 0, 765.0);
+    static const double first_whole[PICK_PROBE_MAX] = { 4649, 4818, 874, 791, 754, 640, 600, 590 };
+    for (int i = 0; i < PICK_PROBE_MAX && p.probing; i++)
+        gddr__pullpick_done(&p, 1, first_whole[i]);
+    ck_assert_msg(!p.probing && p.whole && p.flips == 1 && p.last_cost[1] == 590,
+                  "a slow fall ended the probe: whole %d, %.0f against %.0f", p.whole, p.last_cost[1],
+                  p.last_cost[0]);
+    /* Under noise a probe ends at its first pull that is no new low. */
+    gddr__pullpick_init(&p);
+    while (!p.probing)
+        gddr__pullpick_done(&p, 0, 765.0);
+    static const double noisy_whole[] = { 4000, 620, 580, 600 };
+    for (int i = 0; i < 4; i++)
+        gddr__pullpick_done(&p, 1, noisy_whole[i]);
+    ck_assert_msg(!p.probing && p.whole && p.last_cost[1] == 580 && p.n[1] == 3,
+                  "probe of %u counted pulls, least %.0f", p.n[1], p.last_cost[1]);
+
     /* Within the margin: no change; failed pulls (cost < 0) count for
      * nothing but move the schedule on. */
     gddr__pullpick_init(&p);
@@ -1638,43 +1662,61 @@ START_TEST(test_pull_auto_schedule)
     ck_assert_msg(!p.probing && !p.whole && p.last_cost[1] == 300,
                   "a probe of falling costs did not end at PICK_PROBE_MAX (whole %d, least %.0f)", p.whole,
                   p.last_cost[1]);
-    /* delay_auto's stricter rule (like, confirm; pullpick.c). The kinds are
-     * compared on as many draws each: one lucky step among the kind in
-     * use's last five does not outweigh a probe that counted two (the least
-     * of five draws of the same noise is lower than of two) -- and the
-     * other kind is taken only at its second probe won in a row. */
+    /* delay_auto's rule (paired, confirm; pullpick.c). A probe runs both
+     * kinds in turns of three from the kind in use: a change to whole (a
+     * flush, for pushes) not counted, one whole counted, one reduced
+     * counted; it compares them on its own steps alone, so a burst that
+     * slowed (or sped) the steps before the probe counts for nothing; and
+     * the other kind is taken only at its second probe won in a row. */
     gddr__pullpick_init(&p);
-    p.like = 1;
+    p.paired = 1;
     p.confirm = 2;
     for (int round = 0; round < 2; round++) {
         while (!p.probing)
-            gddr__pullpick_done(&p, 0, p.left == 3 ? 80.0 : 125.0);
-        while (p.probing)
-            gddr__pullpick_done(&p, 1, 100.0);
-        ck_assert_msg(p.last_cost[0] == 125 && p.last_cost[1] == 100 && p.whole == round && p.wins == 1 - round,
-                      "probe %d: whole %d wins %d, %.0f (its last two) against %.0f", round, p.whole, p.wins,
-                      p.last_cost[0], p.last_cost[1]);
+            gddr__pullpick_done(&p, p.whole, 1.0); /* the kind in use looks cheapest of all */
+        int use = p.whole;
+        char seq[PICK_PAIRED_STEPS + 1] = { 0 };
+        for (int i = 0; p.probing; i++) {
+            ck_assert_msg(i < PICK_PAIRED_STEPS, "a paired probe of more than %d steps", PICK_PAIRED_STEPS);
+            int w = gddr__pullpick_next_whole(&p);
+            seq[i] = (char)('0' + w);
+            /* a whole step after a reduced one costs 1e6: not counted */
+            double cost = w && i % 3 == (use ? 1 : 0) ? 1e6 : w ? 100.0 : 125.0;
+            gddr__pullpick_done(&p, w, cost);
+        }
+        ck_assert_msg(strcmp(seq, use ? "011011011" : "110110110") == 0, "probe %d from %s: kinds %s", round,
+                      use ? "whole" : "reduced", seq);
+        /* (a change of kind clears the old kind's count) */
+        ck_assert_msg(p.last_cost[0] == 125 && p.last_cost[1] == 100 && p.n[1] == 3 && p.n[0] == (round ? 0 : 3) &&
+                          p.whole == round && p.wins == 1 - round,
+                      "probe %d: whole %d wins %d, %.0f (%u) against %.0f (%u)", round, p.whole, p.wins,
+                      p.last_cost[0], p.n[0], p.last_cost[1], p.n[1]);
     }
-    /* The same costs under pull_delta_auto's rule: the lucky step wins. */
-    gddr__pullpick_init(&p);
+    /* From whole in use the turns start with the reduced kind, and the
+     * reduced kind must win twice to come back. */
     while (!p.probing)
-        gddr__pullpick_done(&p, 0, p.left == 3 ? 80.0 : 125.0);
-    while (p.probing)
         gddr__pullpick_done(&p, 1, 100.0);
-    ck_assert_msg(!p.whole && p.last_cost[0] == 80, "pull rule: whole %d, %.0f", p.whole, p.last_cost[0]);
-    /* One probe that a burst made look cheaper does not change the kind
-     * under the stricter rule, and a lost probe clears the count: a link
-     * where every other probe of dense pushes came out cheaper keeps the
-     * holds. */
+    for (int i = 0; p.probing; i++) {
+        int w = gddr__pullpick_next_whole(&p);
+        gddr__pullpick_done(&p, w, w ? (i % 3 == 1 ? 1e6 : 100.0) : 80.0);
+    }
+    ck_assert_msg(p.whole && p.wins == 1 && p.last_cost[0] == 80 && p.last_cost[1] == 100,
+                  "back to reduced at one probe (whole %d wins %d, %.0f against %.0f)", p.whole, p.wins,
+                  p.last_cost[0], p.last_cost[1]);
+    /* One probe that a burst made look cheaper does not change the kind,
+     * and a lost probe clears the count: a link where every other probe
+     * found dense pushes cheaper keeps the holds. */
     gddr__pullpick_init(&p);
-    p.like = 1;
+    p.paired = 1;
     p.confirm = 2;
     for (int k = 0; k < 8; k++) {
         while (!p.probing)
             gddr__pullpick_done(&p, 0, 100.0);
-        double cost = k % 2 ? 400.0 : 60.0; /* every other probe looks cheaper */
-        while (p.probing)
-            gddr__pullpick_done(&p, 1, cost);
+        double cost = k % 2 ? 400.0 : 60.0; /* every other probe's whole steps look cheaper */
+        while (p.probing) {
+            int w = gddr__pullpick_next_whole(&p);
+            gddr__pullpick_done(&p, w, w ? cost : 100.0);
+        }
         ck_assert_msg(!p.whole && p.flips == 0 && p.wins == (k % 2 ? 0 : 1), "probe %d: whole %d flips %" PRIu64
                       " wins %d", k, p.whole, p.flips, p.wins);
     }

@@ -10,7 +10,8 @@ enum {
     PICK_MAX = 1024,  /* the longest interval between probes */
     PICK_PROBE_MIN = 3, /* pulls of the other kind per probe, at least (the first not counted) */
     PICK_PROBE_MAX = 8, /* ... and at most, when its cost keeps falling */
-    PICK_KEEP = 5     /* recent costs kept per kind */
+    PICK_KEEP = 5,    /* recent costs kept per kind */
+    PICK_PAIRED_STEPS = 9 /* a paired probe's steps: 3 turns of 3, 3 counted of each kind */
 };
 #define PICK_MARGIN 0.05 /* the other kind must be this much cheaper to be taken */
 
@@ -24,10 +25,10 @@ typedef struct gddr__pullpick {
     double t[2][PICK_KEEP]; /* recent costs per kind (microseconds), a ring */
     unsigned n[2];      /* costs taken per kind since it was last reset */
     /* The rule (zero: pull_delta_auto's; delay_auto sets both, step.c):
-     * like -- the kind in use's least cost over as many of its last costs
-     * as the probe counted, not over up to PICK_KEEP; confirm -- probes in
-     * a row the other kind must win to be taken (0 or 1: one). */
-    int like, confirm;
+     * paired -- a probe runs both kinds in turns (PICK_PAIRED_STEPS,
+     * pullpick.c) and compares them on its own steps alone; confirm --
+     * probes in a row the other kind must win to be taken (0 or 1: one). */
+    int paired, confirm;
     int wins;           /* probes in a row the other kind has won */
     uint64_t probes, flips;
     double last_cost[2]; /* the costs the last decision compared, per kind */

@@ -296,12 +296,13 @@ static int host_payloads(gddr_client *c, payload *pl, const float **gsrc, const 
 static void push_kind(gddr_client *c)
 {
     /* The first probe after 24 steps, not pullpick.c's 16: with
-     * pull_delta_auto too, the two kinds of probe (3-8 steps each) start
-     * apart (about 24, 75, 175, ... against 16, 50, 115, ...), so they
-     * seldom time each other's change. */
+     * pull_delta_auto too, the two kinds of probe (9 steps here, 3-8 for
+     * pulls) start apart (about 24, 81, 186, ... against 16, 51, 119,
+     * ...), so they seldom time each other's change. Paired probes, and
+     * two won in a row to change kind (pullpick.c says why). */
     if (!c->push_pick.every) {
         c->push_pick.every = c->push_pick.left = PICK_FIRST + PICK_FIRST / 2;
-        c->push_pick.like = 1; /* the stricter rule (pullpick.c says why) */
+        c->push_pick.paired = 1;
         c->push_pick.confirm = 2;
     }
     c->push_dense = c->o.delay_fraction <= 0;

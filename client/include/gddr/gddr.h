@@ -105,8 +105,9 @@ typedef struct gddr_client_opts {
     int delay_auto;         /* 1: with delay_fraction set, gddr_step times its pushes (from
                                building them to their acknowledgement) and pushes every chunk
                                instead of holding some while that is the cheaper (a fast link:
-                               packing costs more than the bytes it saves), trying the other
-                               kind now and then (after 24 steps, then 48, 96, ... up to 1024).
+                               packing costs more than the bytes it saves), trying both kinds
+                               in turns now and then (9 steps after 24 steps, then 48, 96, ...
+                               up to 1024; two such probes in a row must agree to change kind).
                                The first dense step sends the residual too, so nothing is
                                held while the pushes are dense. 0 = always hold */
 } gddr_client_opts;
