@@ -21,7 +21,10 @@
  *              with its own tensor): aggregate MB/s against raw with as
  *              many DEALERs.
  *   gddr       gddr_step (push + pull in the server's mode) with dense
- *              pushes and with GDDR alpha 0.4: time per step and the ratio.
+ *              pushes, GDDR alpha 0.4 (alone and with delay_auto) and 8-bit
+ *              delta pulls (alone and with pull_delta_auto), five clients
+ *              in one thread taking one step each in turn: time per step
+ *              and the ratio to dense.
  *   apply      the server's validation (norm and finiteness) and apply of
  *              one dense SGD push of 1 MiB and of a large one, GB/s of
  *              payload with 1, 2 and all threads: the way before (norm on
@@ -80,10 +83,11 @@ static void start_gddr(bench_proc *p, int threads)
 
 /* ---- one measurement: several clients in threads --------------------------------- */
 
-/* K_STEP: gddr_step (push + pull); K_STEPA: the same with delay_auto;
- * K_STEPQ8: pulls as 8-bit deltas; K_STEPQ8A: the same with
- * pull_delta_auto. Each is timed after
- * STEP_WARM steps: a training run's steady state (for pull_delta_auto its
+/* K_GDDR: gddr_push + gddr_pull; K_RAW: the bare ZeroMQ round trips.
+ * The gddr_step kinds (steps_in_turns): K_STEP, gddr_step (push + pull);
+ * K_STEPA, the same with delay_auto; K_STEPQ8, pulls as 8-bit deltas;
+ * K_STEPQ8A, the same with pull_delta_auto. They are timed after
+ * step_warm steps: a training run's steady state (for pull_delta_auto its
  * first probes, at steps 16, 48 and 112, are behind it; afterwards a probe
  * comes every 1024 pulls at most), and no kind's figure holds its first
  * allocations. */
@@ -91,17 +95,11 @@ typedef enum { K_GDDR, K_RAW, K_STEP, K_STEPA, K_STEPQ8, K_STEPQ8A } kind;
 enum { STEP_WARM = 130 };
 static int step_warm = STEP_WARM; /* --warm-steps: a longer run's steady state */
 
-static int is_step(kind k)
-{
-    return k == K_STEP || k == K_STEPA || k == K_STEPQ8 || k == K_STEPQ8A;
-}
-
 typedef struct worker {
     kind k;
     const char *ep;
     int rank, world, iters;
     size_t n;
-    double alpha;
     pthread_barrier_t *start;
     double seconds;
 } worker;
@@ -120,31 +118,19 @@ static void *worker_main(void *arg)
         raw_connect(&r, w->ep);
         raw_roundtrips(&r, g, p, w->n * 4); /* connect and warm up */
     } else {
-        int q8 = w->k == K_STEPQ8 || w->k == K_STEPQ8A;
-        int autos = (w->k == K_STEPQ8A ? BENCH_PULL_AUTO : 0) | (w->k == K_STEPA ? BENCH_DELAY_AUTO : 0);
-        c = bench_connect(w->ep, w->rank, w->world, w->alpha, q8 ? 8 : 0, autos);
+        c = bench_connect(w->ep, w->rank, w->world, 0.0, 0, 0);
         char key[32];
         snprintf(key, sizeof key, "bench.%d.%zu", w->rank, w->n);
         if (gddr_register(c, key, p, w->n, &id, NULL) != GDDR_OK)
             bench_die("register: %s", gddr_client_errmsg(c));
         gddr_push(c, id, g, NULL);
         gddr_pull(c, id, p, 0, NULL);
-        const float *gw[1] = { g };
-        float *pw[1] = { p };
-        for (int i = 0; is_step(w->k) && i < step_warm; i++)
-            if (gddr_step(c, gw, pw) != GDDR_OK)
-                bench_die("step: %s", gddr_client_errmsg(c));
     }
     pthread_barrier_wait(w->start);
     double t0 = bench_now();
-    const float *gp[1] = { g };
-    float *pp[1] = { p };
     for (int i = 0; i < w->iters; i++) {
         if (w->k == K_RAW) {
             raw_roundtrips(&r, g, p, w->n * 4);
-        } else if (is_step(w->k)) {
-            if (gddr_step(c, gp, pp) != GDDR_OK)
-                bench_die("step: %s", gddr_client_errmsg(c));
         } else {
             if (gddr_push(c, id, g, NULL) != GDDR_OK || gddr_pull(c, id, p, 0, NULL) != GDDR_OK)
                 bench_die("push/pull: %s", gddr_client_errmsg(c));
@@ -162,15 +148,14 @@ static void *worker_main(void *arg)
 
 /* Runs `clients` concurrent clients of kind k, `iters` round trips each;
  * returns the aggregate MB/s (2 x bytes x iterations / the slowest). */
-static double run(kind k, const char *ep, int clients, size_t n, int iters, double alpha,
-                  double *step_s)
+static double run(kind k, const char *ep, int clients, size_t n, int iters)
 {
     worker w[64];
     pthread_t th[64];
     pthread_barrier_t start;
     pthread_barrier_init(&start, NULL, (unsigned)clients);
     for (int i = 0; i < clients; i++) {
-        w[i] = (worker){ k, ep, i, clients, iters, n, alpha, &start, 0 };
+        w[i] = (worker){ k, ep, i, clients, iters, n, &start, 0 };
         pthread_create(&th[i], NULL, worker_main, &w[i]);
     }
     double slowest = 0;
@@ -180,8 +165,6 @@ static double run(kind k, const char *ep, int clients, size_t n, int iters, doub
             slowest = w[i].seconds;
     }
     pthread_barrier_destroy(&start);
-    if (step_s)
-        *step_s = slowest / iters;
     return 2.0 * (double)n * 4 * iters * clients / slowest / 1e6;
 }
 
@@ -216,9 +199,9 @@ static void section_pushpull(const size_t *sizes, int nsizes)
             bench_die("the raw+apply server did not apply a push of %s as it should",
                       bench_human(sizes[s], h, sizeof h));
         for (int k = 0; k < reps; k++) {
-            g[k] = run(K_GDDR, gs.endpoint, 1, n, it, 0, NULL);
-            r[k] = run(K_RAW, rs.endpoint, 1, n, it, 0, NULL);
-            a[k] = run(K_RAW, as.endpoint, 1, n, it, 0, NULL);
+            g[k] = run(K_GDDR, gs.endpoint, 1, n, it);
+            r[k] = run(K_RAW, rs.endpoint, 1, n, it);
+            a[k] = run(K_RAW, as.endpoint, 1, n, it);
             q[k] = g[k] / r[k];
             qa[k] = g[k] / a[k];
             ar[k] = a[k] / r[k];
@@ -270,7 +253,7 @@ static void section_durability(const size_t *sizes, int nsizes)
         double v[3][MAXV], qb[MAXV], qa[MAXV];
         for (int k = 0; k < reps; k++) {
             for (int m = 0; m < 3; m++)
-                v[m][k] = run(K_GDDR, gs[m].endpoint, 1, n, it, 0, NULL);
+                v[m][k] = run(K_GDDR, gs[m].endpoint, 1, n, it);
             qb[k] = v[1][k] / v[0][k];
             qa[k] = v[2][k] / v[0][k];
         }
@@ -304,8 +287,8 @@ static void section_clients(const int *clients, int ncl, size_t bytes)
         int it = iters_for(bytes * (size_t)clients[c], budget_mb);
         double g[MAXV], r[MAXV], q[MAXV];
         for (int k = 0; k < reps; k++) {
-            g[k] = run(K_GDDR, gs.endpoint, clients[c], bytes / 4, it, 0, NULL);
-            r[k] = run(K_RAW, rs.endpoint, clients[c], bytes / 4, it, 0, NULL);
+            g[k] = run(K_GDDR, gs.endpoint, clients[c], bytes / 4, it);
+            r[k] = run(K_RAW, rs.endpoint, clients[c], bytes / 4, it);
             q[k] = g[k] / r[k];
         }
         double gm = bench_median(g, reps), rm = bench_median(r, reps), qm = bench_median(q, reps);
@@ -318,6 +301,56 @@ static void section_clients(const int *clients, int ncl, size_t bytes)
     bench_stop(&rs);
 }
 
+/* The gddr section's five clients in one thread, one step each in turn
+ * (dense, alpha 0.4, alpha 0.4 with delay_auto, 8-bit pulls, 8-bit pulls
+ * with pull_delta_auto), each on its own tensor: every kind meets the same
+ * moments of this machine's load, where rows timed one after the other
+ * differed by up to 24 % between two runs of the same dense client. Each
+ * client takes step_warm steps (in turns too) before `iters` timed ones;
+ * us[k] is kind k's mean step. */
+enum { NSTEPK = 5 };
+static void steps_in_turns(const char *ep, size_t n, int iters, double us[NSTEPK])
+{
+    static const kind ks[NSTEPK] = { K_STEP, K_STEP, K_STEPA, K_STEPQ8, K_STEPQ8A };
+    static const double alpha[NSTEPK] = { 0.0, 0.4, 0.4, 0.0, 0.0 };
+    gddr_client *c[NSTEPK];
+    float *g[NSTEPK], *p[NSTEPK];
+    double spent[NSTEPK] = { 0 };
+    for (int k = 0; k < NSTEPK; k++) {
+        int q8 = ks[k] == K_STEPQ8 || ks[k] == K_STEPQ8A;
+        int autos = (ks[k] == K_STEPQ8A ? BENCH_PULL_AUTO : 0) | (ks[k] == K_STEPA ? BENCH_DELAY_AUTO : 0);
+        c[k] = bench_connect(ep, k, NSTEPK, alpha[k], q8 ? 8 : 0, autos);
+        g[k] = malloc(n * 4);
+        p[k] = calloc(n, 4);
+        if (!g[k] || !p[k])
+            bench_die("%s", "out of memory");
+        for (size_t i = 0; i < n; i++)
+            g[k][i] = 1e-3f * (float)(i % 97);
+        char key[48];
+        snprintf(key, sizeof key, "bench.turns.%d.%zu", k, n);
+        int id;
+        if (gddr_register(c[k], key, p[k], n, &id, NULL) != GDDR_OK)
+            bench_die("register: %s", gddr_client_errmsg(c[k]));
+    }
+    for (int i = 0; i < step_warm + iters; i++) {
+        for (int k = 0; k < NSTEPK; k++) {
+            const float *gp[1] = { g[k] };
+            float *pp[1] = { p[k] };
+            double t0 = bench_now();
+            if (gddr_step(c[k], gp, pp) != GDDR_OK)
+                bench_die("step: %s", gddr_client_errmsg(c[k]));
+            if (i >= step_warm)
+                spent[k] += bench_now() - t0;
+        }
+    }
+    for (int k = 0; k < NSTEPK; k++) {
+        us[k] = spent[k] / iters * 1e6;
+        gddr_client_close(&c[k]);
+        free(g[k]);
+        free(p[k]);
+    }
+}
+
 static void section_gddr(size_t bytes)
 {
     bench_proc gs = { 0 };
@@ -327,21 +360,17 @@ static void section_gddr(size_t bytes)
     int it = iters_for(bytes, budget_mb);
     double d[MAXV], a[MAXV], q[MAXV], e[MAXV], eq[MAXV], f[MAXV], fq[MAXV], b[MAXV], bq[MAXV];
     for (int k = 0; k < reps; k++) {
-        double sd, sa, se, sf, sb;
-        run(K_STEP, gs.endpoint, 1, bytes / 4, it, 0.0, &sd);
-        run(K_STEP, gs.endpoint, 1, bytes / 4, it, 0.4, &sa);
-        run(K_STEPA, gs.endpoint, 1, bytes / 4, it, 0.4, &sb);
-        run(K_STEPQ8, gs.endpoint, 1, bytes / 4, it, 0.0, &se);
-        run(K_STEPQ8A, gs.endpoint, 1, bytes / 4, it, 0.0, &sf);
-        d[k] = sd * 1e6;
-        a[k] = sa * 1e6;
-        e[k] = se * 1e6;
-        f[k] = sf * 1e6;
-        q[k] = sa / sd;
-        b[k] = sb * 1e6;
-        bq[k] = sb / sd;
-        eq[k] = se / sd;
-        fq[k] = sf / sd;
+        double us[NSTEPK];
+        steps_in_turns(gs.endpoint, bytes / 4, it, us);
+        d[k] = us[0];
+        a[k] = us[1];
+        b[k] = us[2];
+        e[k] = us[3];
+        f[k] = us[4];
+        q[k] = a[k] / d[k];
+        bq[k] = b[k] / d[k];
+        eq[k] = e[k] / d[k];
+        fq[k] = f[k] / d[k];
     }
     double dm = bench_median(d, reps), am = bench_median(a, reps), qm = bench_median(q, reps);
     double em = bench_median(e, reps), eqm = bench_median(eq, reps);
@@ -349,7 +378,8 @@ static void section_gddr(size_t bytes)
     double bm = bench_median(b, reps), bqm = bench_median(bq, reps);
     printf("\n## gddr_step of %s: dense vs GDDR alpha 0.4 pushes (alone and with delay_auto), vs "
            "8-bit delta pulls, and vs 8-bit delta pulls with pull_delta_auto (us per step: push + "
-           "pull; median of %d; %d steps timed after %d warm-up steps)\n\n",
+           "pull; the five clients one step each in turn; median of %d; %d steps timed after %d warm-up "
+           "steps)\n\n",
            bench_human(bytes, h, sizeof h), reps, it, step_warm);
     printf("| dense us | alpha 0.4 us | ratio | alpha 0.4, auto us | ratio | dense, q8 pulls us | ratio "
            "| q8, auto us | ratio |\n"
@@ -385,8 +415,8 @@ static void section_servers(size_t bytes, int clients)
     int it = iters_for(bytes * (size_t)clients, budget_mb);
     double m1[MAXV], m2[MAXV], q[MAXV];
     for (int k = 0; k < reps; k++) {
-        m1[k] = run(K_GDDR, one.endpoint, clients, bytes / 4, it, 0, NULL);
-        m2[k] = run(K_GDDR, both, clients, bytes / 4, it, 0, NULL);
+        m1[k] = run(K_GDDR, one.endpoint, clients, bytes / 4, it);
+        m2[k] = run(K_GDDR, both, clients, bytes / 4, it);
         q[k] = m2[k] / m1[k];
     }
     double g1 = bench_median(m1, reps), g2 = bench_median(m2, reps), qm = bench_median(q, reps);
@@ -415,7 +445,7 @@ static void section_threads(size_t bytes)
         start_gddr(&gs, threads[ti]);
         double g[MAXV];
         for (int k = 0; k < reps; k++)
-            g[k] = run(K_GDDR, gs.endpoint, 1, bytes / 4, iters_for(bytes, budget_mb), 0, NULL);
+            g[k] = run(K_GDDR, gs.endpoint, 1, bytes / 4, iters_for(bytes, budget_mb));
         double gm = bench_median(g, reps);
         printf("| %d | %.0f |\n", threads[ti], gm);
         fprintf(stderr, "BENCH section=threads bytes=%zu server_threads=%d gddr_mbps=%.1f\n", bytes,
