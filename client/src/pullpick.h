@@ -1,5 +1,6 @@
-/* pullpick.h -- pull_delta_auto's choice between reduced and whole pulls
- * (pullpick.c says how it chooses). */
+/* pullpick.h -- pull_delta_auto's choice between reduced and whole pulls,
+ * and delay_auto's between held and dense pushes (pullpick.c says how it
+ * chooses). */
 #ifndef GDDR_PULLPICK_H
 #define GDDR_PULLPICK_H
 
