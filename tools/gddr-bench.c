@@ -276,29 +276,43 @@ static void section_durability(const size_t *sizes, int nsizes)
 
 static void section_clients(const int *clients, int ncl, size_t bytes)
 {
-    bench_proc gs = { 0 }, rs = { 0 };
+    bench_proc gs = { 0 }, rs = { 0 }, as = { 0 };
     char h[32];
     start_gddr(&gs, 2);
     bench_start_raw(&rs, 0);
+    /* The raw server that applies (one thread, every client's pushes into
+     * one tensor of the same size): what applying costs a server with this
+     * many clients on this machine's cores, in the same run. */
+    bench_start_raw(&as, 1);
+    if (!raw_check_apply(as.endpoint, bytes))
+        bench_die("the raw+apply server did not apply a push of %s as it should", bench_human(bytes, h, sizeof h));
     printf("\n## concurrent clients, %s each (aggregate MB/s; median of %d)\n\n",
            bench_human(bytes, h, sizeof h), reps);
-    printf("| clients | gddr MB/s | raw ZeroMQ MB/s | ratio |\n|---|---|---|---|\n");
+    printf("| clients | gddr MB/s | raw ZeroMQ MB/s | ratio | raw+apply MB/s | gddr / raw+apply | raw+apply / raw "
+           "|\n|---|---|---|---|---|---|---|\n");
     for (int c = 0; c < ncl; c++) {
         int it = iters_for(bytes * (size_t)clients[c], budget_mb);
-        double g[MAXV], r[MAXV], q[MAXV];
+        double g[MAXV], r[MAXV], a[MAXV], q[MAXV], qa[MAXV], ar[MAXV];
         for (int k = 0; k < reps; k++) {
             g[k] = run(K_GDDR, gs.endpoint, clients[c], bytes / 4, it);
             r[k] = run(K_RAW, rs.endpoint, clients[c], bytes / 4, it);
+            a[k] = run(K_RAW, as.endpoint, clients[c], bytes / 4, it);
             q[k] = g[k] / r[k];
+            qa[k] = g[k] / a[k];
+            ar[k] = a[k] / r[k];
         }
         double gm = bench_median(g, reps), rm = bench_median(r, reps), qm = bench_median(q, reps);
-        printf("| %d | %.0f | %.0f | %.2f |\n", clients[c], gm, rm, qm);
-        fprintf(stderr, "BENCH section=clients bytes=%zu clients=%d gddr_mbps=%.1f raw_mbps=%.1f ratio=%.3f\n",
-                bytes, clients[c], gm, rm, qm);
+        double am = bench_median(a, reps), qam = bench_median(qa, reps), arm = bench_median(ar, reps);
+        printf("| %d | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f |\n", clients[c], gm, rm, qm, am, qam, arm);
+        fprintf(stderr,
+                "BENCH section=clients bytes=%zu clients=%d gddr_mbps=%.1f raw_mbps=%.1f ratio=%.3f "
+                "raw_apply_mbps=%.1f ratio_apply=%.3f apply_over_raw=%.3f\n",
+                bytes, clients[c], gm, rm, qm, am, qam, arm);
         fflush(stdout);
     }
     bench_stop(&gs);
     bench_stop(&rs);
+    bench_stop(&as);
 }
 
 /* The gddr section's five clients in one thread, one step each in turn
