@@ -19,7 +19,7 @@
  *              fdatasync of the same disk
  *   clients    the same at one size with several concurrent clients (each
  *              with its own tensor): aggregate MB/s against raw with as
- *              many DEALERs.
+ *              many DEALERs, and against raw+apply.
  *   gddr       gddr_step (push + pull in the server's mode) with dense
  *              pushes, GDDR alpha 0.4 (alone and with delay_auto) and 8-bit
  *              delta pulls (alone and with pull_delta_auto), five clients
