@@ -1501,7 +1501,7 @@ START_TEST(test_bench_reports)
                                         "BENCH section=pushpull bytes=65536 ",
                                         "BENCH section=clients bytes=1048576 clients=2 ",
                                         "BENCH section=gddr ", "BENCH section=gddr_auto ",
-                                        "BENCH section=gddr_q8 ",
+                                        "BENCH section=gddr_q8 ", "BENCH section=gddr_q8auto ",
                                         "BENCH section=apply way=serial ",
                                         "BENCH section=apply way=pool ",
                                         "BENCH section=apply way=pool_cow ",

@@ -83,15 +83,12 @@ static void start_gddr(bench_proc *p, int threads)
 
 /* ---- one measurement: several clients in threads --------------------------------- */
 
-/* K_GDDR: gddr_push + gddr_pull; K_RAW: the bare ZeroMQ round trips.
- * The gddr_step kinds (steps_in_turns): K_STEP, gddr_step (push + pull);
- * K_STEPA, the same with delay_auto; K_STEPQ8, pulls as 8-bit deltas;
- * K_STEPQ8A, the same with pull_delta_auto. They are timed after
- * step_warm steps: a training run's steady state (for pull_delta_auto its
- * first probes, at steps 16, 48 and 112, are behind it; afterwards a probe
- * comes every 1024 pulls at most), and no kind's figure holds its first
- * allocations. */
-typedef enum { K_GDDR, K_RAW, K_STEP, K_STEPA, K_STEPQ8, K_STEPQ8A } kind;
+/* K_GDDR: gddr_push + gddr_pull; K_RAW: the bare ZeroMQ round trips. */
+typedef enum { K_GDDR, K_RAW } kind;
+/* The gddr section's steps (steps_in_turns) are timed after step_warm
+ * steps: a training run's steady state (pull_delta_auto's first probes, at
+ * about 16, 51 and 119, and delay_auto's, at about 24 and 81, are behind
+ * it), and no kind's figure holds its first allocations. */
 enum { STEP_WARM = 130 };
 static int step_warm = STEP_WARM; /* --warm-steps: a longer run's steady state */
 
@@ -179,6 +176,40 @@ static int iters_for(size_t bytes, double budget_mb)
 static int reps = 5;
 static double budget_mb = 256;
 
+/* gddr-ps against the raw server and the raw server that applies (as),
+ * `clients` clients of n floats, `reps` times in turns: the medians of
+ * gddr's, raw's and raw+apply's aggregate MB/s and of the three ratios. */
+typedef struct three {
+    double gddr, raw, apply, ratio, ratio_apply, apply_over_raw;
+} three;
+
+static three against_raw(const bench_proc *gs, const bench_proc *rs, const bench_proc *as, int clients, size_t n,
+                         int it)
+{
+    double g[MAXV], r[MAXV], a[MAXV], q[MAXV], qa[MAXV], ar[MAXV];
+    char h[32];
+    if (!raw_check_apply(as->endpoint, n * 4))
+        bench_die("the raw+apply server did not apply a push of %s as it should", bench_human(n * 4, h, sizeof h));
+    for (int k = 0; k < reps; k++) {
+        g[k] = run(K_GDDR, gs->endpoint, clients, n, it);
+        r[k] = run(K_RAW, rs->endpoint, clients, n, it);
+        a[k] = run(K_RAW, as->endpoint, clients, n, it);
+        q[k] = g[k] / r[k];
+        qa[k] = g[k] / a[k];
+        ar[k] = a[k] / r[k];
+    }
+    return (three){ bench_median(g, reps), bench_median(r, reps), bench_median(a, reps),
+                    bench_median(q, reps), bench_median(qa, reps), bench_median(ar, reps) };
+}
+
+static void bench_line(const char *section, size_t bytes, int clients, const three *t)
+{
+    fprintf(stderr,
+            "BENCH section=%s bytes=%zu clients=%d gddr_mbps=%.1f raw_mbps=%.1f ratio=%.3f raw_apply_mbps=%.1f "
+            "ratio_apply=%.3f apply_over_raw=%.3f\n",
+            section, bytes, clients, t->gddr, t->raw, t->ratio, t->apply, t->ratio_apply, t->apply_over_raw);
+}
+
 static void section_pushpull(const size_t *sizes, int nsizes)
 {
     bench_proc gs = { 0 }, rs = { 0 }, as = { 0 };
@@ -191,29 +222,11 @@ static void section_pushpull(const size_t *sizes, int nsizes)
     printf("| size | gddr MB/s | raw ZeroMQ MB/s | ratio | raw+apply MB/s | gddr / raw+apply | raw+apply / "
            "raw | gddr us/round trip |\n|---|---|---|---|---|---|---|---|\n");
     for (int s = 0; s < nsizes; s++) {
-        size_t n = sizes[s] / 4;
-        int it = iters_for(sizes[s], budget_mb);
-        double g[MAXV], r[MAXV], a[MAXV], q[MAXV], qa[MAXV], ar[MAXV];
         char h[32];
-        if (!raw_check_apply(as.endpoint, sizes[s]))
-            bench_die("the raw+apply server did not apply a push of %s as it should",
-                      bench_human(sizes[s], h, sizeof h));
-        for (int k = 0; k < reps; k++) {
-            g[k] = run(K_GDDR, gs.endpoint, 1, n, it);
-            r[k] = run(K_RAW, rs.endpoint, 1, n, it);
-            a[k] = run(K_RAW, as.endpoint, 1, n, it);
-            q[k] = g[k] / r[k];
-            qa[k] = g[k] / a[k];
-            ar[k] = a[k] / r[k];
-        }
-        double gm = bench_median(g, reps), rm = bench_median(r, reps), qm = bench_median(q, reps);
-        double am = bench_median(a, reps), qam = bench_median(qa, reps), arm = bench_median(ar, reps);
-        printf("| %s | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f |\n", bench_human(sizes[s], h, sizeof h), gm,
-               rm, qm, am, qam, arm, 2.0 * (double)sizes[s] / gm);
-        fprintf(stderr,
-                "BENCH section=pushpull bytes=%zu clients=1 gddr_mbps=%.1f raw_mbps=%.1f ratio=%.3f "
-                "raw_apply_mbps=%.1f ratio_apply=%.3f apply_over_raw=%.3f\n",
-                sizes[s], gm, rm, qm, am, qam, arm);
+        three t = against_raw(&gs, &rs, &as, 1, sizes[s] / 4, iters_for(sizes[s], budget_mb));
+        printf("| %s | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f | %.0f |\n", bench_human(sizes[s], h, sizeof h),
+               t.gddr, t.raw, t.ratio, t.apply, t.ratio_apply, t.apply_over_raw, 2.0 * (double)sizes[s] / t.gddr);
+        bench_line("pushpull", sizes[s], 1, &t);
         fflush(stdout);
     }
     bench_stop(&gs);
@@ -284,30 +297,15 @@ static void section_clients(const int *clients, int ncl, size_t bytes)
      * one tensor of the same size): what applying costs a server with this
      * many clients on this machine's cores, in the same run. */
     bench_start_raw(&as, 1);
-    if (!raw_check_apply(as.endpoint, bytes))
-        bench_die("the raw+apply server did not apply a push of %s as it should", bench_human(bytes, h, sizeof h));
     printf("\n## concurrent clients, %s each (aggregate MB/s; median of %d)\n\n",
            bench_human(bytes, h, sizeof h), reps);
     printf("| clients | gddr MB/s | raw ZeroMQ MB/s | ratio | raw+apply MB/s | gddr / raw+apply | raw+apply / raw "
            "|\n|---|---|---|---|---|---|---|\n");
     for (int c = 0; c < ncl; c++) {
-        int it = iters_for(bytes * (size_t)clients[c], budget_mb);
-        double g[MAXV], r[MAXV], a[MAXV], q[MAXV], qa[MAXV], ar[MAXV];
-        for (int k = 0; k < reps; k++) {
-            g[k] = run(K_GDDR, gs.endpoint, clients[c], bytes / 4, it);
-            r[k] = run(K_RAW, rs.endpoint, clients[c], bytes / 4, it);
-            a[k] = run(K_RAW, as.endpoint, clients[c], bytes / 4, it);
-            q[k] = g[k] / r[k];
-            qa[k] = g[k] / a[k];
-            ar[k] = a[k] / r[k];
-        }
-        double gm = bench_median(g, reps), rm = bench_median(r, reps), qm = bench_median(q, reps);
-        double am = bench_median(a, reps), qam = bench_median(qa, reps), arm = bench_median(ar, reps);
-        printf("| %d | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f |\n", clients[c], gm, rm, qm, am, qam, arm);
-        fprintf(stderr,
-                "BENCH section=clients bytes=%zu clients=%d gddr_mbps=%.1f raw_mbps=%.1f ratio=%.3f "
-                "raw_apply_mbps=%.1f ratio_apply=%.3f apply_over_raw=%.3f\n",
-                bytes, clients[c], gm, rm, qm, am, qam, arm);
+        three t = against_raw(&gs, &rs, &as, clients[c], bytes / 4, iters_for(bytes * (size_t)clients[c], budget_mb));
+        printf("| %d | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f |\n", clients[c], t.gddr, t.raw, t.ratio, t.apply,
+               t.ratio_apply, t.apply_over_raw);
+        bench_line("clients", bytes, clients[c], &t);
         fflush(stdout);
     }
     bench_stop(&gs);
@@ -325,15 +323,14 @@ static void section_clients(const int *clients, int ncl, size_t bytes)
 enum { NSTEPK = 5 };
 static void steps_in_turns(const char *ep, size_t n, int iters, double us[NSTEPK])
 {
-    static const kind ks[NSTEPK] = { K_STEP, K_STEP, K_STEPA, K_STEPQ8, K_STEPQ8A };
     static const double alpha[NSTEPK] = { 0.0, 0.4, 0.4, 0.0, 0.0 };
+    static const int qbits[NSTEPK] = { 0, 0, 0, 8, 8 };
+    static const int autos[NSTEPK] = { 0, 0, BENCH_DELAY_AUTO, 0, BENCH_PULL_AUTO };
     gddr_client *c[NSTEPK];
     float *g[NSTEPK], *p[NSTEPK];
     double spent[NSTEPK] = { 0 };
     for (int k = 0; k < NSTEPK; k++) {
-        int q8 = ks[k] == K_STEPQ8 || ks[k] == K_STEPQ8A;
-        int autos = (ks[k] == K_STEPQ8A ? BENCH_PULL_AUTO : 0) | (ks[k] == K_STEPA ? BENCH_DELAY_AUTO : 0);
-        c[k] = bench_connect(ep, k, NSTEPK, alpha[k], q8 ? 8 : 0, autos);
+        c[k] = bench_connect(ep, k, NSTEPK, alpha[k], qbits[k], autos[k]);
         g[k] = malloc(n * 4);
         p[k] = calloc(n, 4);
         if (!g[k] || !p[k])
